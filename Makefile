@@ -1,0 +1,59 @@
+# Stepscope. `make run` starts everything on a laptop; `make test` runs the whole suite.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run stop test test-system lint format typecheck bench install services worker migrate demo clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	# The CPU build of torch that lies on this disk; a plain `torch` pulls a CUDA build.
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+services: install
+	$(PY) -m stepscope.services up
+
+migrate: services
+	$(PY) manage.py migrate --no-input
+
+demo: migrate
+	$(PY) manage.py demo_setup
+
+worker: migrate
+	$(PY) -m stepscope.services worker
+
+run: demo worker
+	STEPSCOPE_DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000
+
+stop:
+	$(PY) -m stepscope.services down
+
+test: services
+	$(PY) -m pytest
+
+# The same suite against the system PostgreSQL and Redis (what docker-compose provides).
+test-system: install
+	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/stepscope} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0} \
+	$(PY) -m pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: migrate
+	$(PY) bench/ingest.py
+
+clean: stop
+	rm -rf .stepscope staticfiles

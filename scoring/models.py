@@ -1,0 +1,1 @@
+"""Scorers, scoring runs and step scores arrive with the scoring issue."""

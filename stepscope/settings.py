@@ -1,0 +1,165 @@
+"""Stepscope settings. Every knob is an environment variable listed in `.env.example`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dj_database_url
+
+from stepscope import embedded
+from stepscope.env import ConfigError, env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(env_str("STEPSCOPE_DATA_DIR", str(BASE_DIR / ".stepscope"))).resolve()
+
+DEBUG = env_bool("STEPSCOPE_DEBUG", default=False)
+# Tests (and the Celery workers they start) keep their broker traffic apart from a
+# development worker that may be running on the same embedded Redis.
+TESTING = "pytest" in sys.modules or env_bool("STEPSCOPE_TESTING", default=False)
+SECRET_KEY = env_str("STEPSCOPE_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG and env_bool("STEPSCOPE_REQUIRE_SECRET_KEY", default=False):
+        raise ConfigError("STEPSCOPE_SECRET_KEY must be set in production")
+    # A stable per-installation key for laptops and tests, kept in the data directory.
+    _key_file = DATA_DIR / "secret_key"
+    if not _key_file.exists():
+        import secrets
+
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        _key_file.write_text(secrets.token_urlsafe(50))
+    SECRET_KEY = _key_file.read_text().strip()
+
+ALLOWED_HOSTS = env_list("STEPSCOPE_ALLOWED_HOSTS", ["127.0.0.1", "localhost"])
+CSRF_TRUSTED_ORIGINS = env_list("STEPSCOPE_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_htmx",
+    "template_partials",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "trajectories",
+    "labeling",
+    "scoring",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "stepscope.urls"
+WSGI_APPLICATION = "stepscope.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- Database: the server in DATABASE_URL, else the embedded PostgreSQL. -----------------
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
+        raise ConfigError("DATABASE_URL must be a postgres:// URL; Stepscope runs on PostgreSQL")
+    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60)
+else:
+    _pg = embedded.postgres_ensure(DATA_DIR)
+    _database = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": embedded.DATABASE_NAME,
+        "USER": _pg.user,
+        "HOST": str(_pg.socket_dir),
+        "PORT": str(_pg.port),
+        "CONN_MAX_AGE": 60,
+    }
+_database["CONN_HEALTH_CHECKS"] = True
+# A Celery worker started by the tests must use the test database the tests created.
+if env_str("STEPSCOPE_DATABASE_NAME"):
+    _database["NAME"] = env_str("STEPSCOPE_DATABASE_NAME")
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Celery: the broker in CELERY_BROKER_URL, else the embedded Redis. --------------------
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or embedded.redis_ensure(DATA_DIR)
+if TESTING and not env_str("CELERY_BROKER_URL"):
+    CELERY_BROKER_URL += "?virtual_host=1"
+CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_RESULT_EXPIRES = 3600
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Only unit tests may run tasks in-process; everything else goes through a worker.
+CELERY_TASK_ALWAYS_EAGER = False
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "project-list"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(env_str("STEPSCOPE_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
+
+# Largest upload accepted through the web (imports go through the CLI or API beyond this).
+DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+}
+
+SESSION_COOKIE_SECURE = env_bool("STEPSCOPE_SECURE_COOKIES", default=False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("STEPSCOPE_LOG_LEVEL", "WARNING")},
+}

@@ -1,0 +1,29 @@
+"""Importers, one module per external format, all Django-free. ``PARSERS`` maps the
+``--format`` name to the parser function."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trajectories.formats.base import Parser
+
+PARSERS: dict[str, Parser] = {}
+
+
+def register(name: str) -> Callable[[Parser], Parser]:
+    def decorate(parser: Parser) -> Parser:
+        PARSERS[name] = parser
+        return parser
+
+    return decorate
+
+
+def parser_for(name: str) -> Parser:
+    # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
+    from trajectories.formats import openai_messages, processbench, stepscope  # noqa: F401
+
+    try:
+        return PARSERS[name]
+    except KeyError:
+        known = ", ".join(sorted(PARSERS))
+        raise ValueError(f"unknown format {name!r}; known formats: {known}") from None

@@ -1,0 +1,116 @@
+"""The canonical shape every importer produces, and the importer interface.
+
+Parsers turn an external file into :class:`ParsedTrajectory` records. They are plain
+Python (no Django), stream their input where the format allows, and report a malformed
+record as a :class:`RecordError` naming its location (line number or array index) and
+field, instead of raising, so the import service can list every problem in a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STEP_KINDS = (
+    "message",
+    "thought",
+    "action",
+    "tool_call",
+    "tool_result",
+    "observation",
+    "answer",
+)
+
+
+@dataclass(frozen=True)
+class ParsedStep:
+    kind: str
+    role: str
+    content: str
+    labelable: bool
+    agent: str = ""
+    tool_name: str = ""
+    tool_args: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in STEP_KINDS:
+            raise ValueError(f"unknown step kind {self.kind!r}; expected one of {STEP_KINDS}")
+
+
+@dataclass(frozen=True)
+class ParsedLabel:
+    """A step label that came with the source, e.g. a ProcessBench first-error index.
+
+    ``annotator`` names the source (``import:processbench``); it becomes a non-login
+    user so imported labels flow through comparisons and exports like human ones.
+    """
+
+    step_index: int
+    value: int
+    annotator: str
+
+
+@dataclass
+class ParsedTrajectory:
+    external_id: str
+    task: str
+    steps: list[ParsedStep]
+    task_key: str = ""
+    ground_truth: str = ""
+    model_name: str = ""
+    outcome_reward: float | None = None
+    success: bool | None = None
+    first_error_index: int | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    labels: list[ParsedLabel] = field(default_factory=list)
+    # The source record as read, kept in its own table so list queries never load it.
+    raw: Any = None
+    # Where the record starts in the file: "line 12" or "record 3".
+    location: str = ""
+
+
+@dataclass(frozen=True)
+class RecordError:
+    location: str
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.location}, field {self.field!r}" if self.field else self.location
+        return f"{where}: {self.message}"
+
+
+class FieldError(ValueError):
+    """Raised inside a parser for one record; the parser turns it into a RecordError."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+ParseResult = ParsedTrajectory | RecordError
+Parser = Callable[[Path], Iterator[ParseResult]]
+
+
+class FileError(ValueError):
+    """The file as a whole cannot be read (not JSON, wrong top-level shape)."""
+
+
+def require(record: Any, key: str, kind: type | tuple[type, ...], path: str = "") -> Any:
+    """Return ``record[key]`` if it exists and has the expected type, else a FieldError
+    naming the dotted field path. ``bool`` does not pass for ``int`` or ``float``."""
+    name = f"{path}.{key}" if path else key
+    if not isinstance(record, dict):
+        raise FieldError(path or key, f"expected an object, got {type(record).__name__}")
+    if key not in record:
+        raise FieldError(name, "is missing")
+    value = record[key]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        expected = " or ".join(k.__name__ for k in kinds)
+        raise FieldError(name, f"expected {expected}, got {type(value).__name__}")
+    return value

@@ -1,0 +1,167 @@
+"""Projects, members, trajectories, their steps and where they came from."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from django.conf import settings as django_settings
+from django.db import models
+
+
+class Project(models.Model):
+    slug = models.SlugField(max_length=80, unique=True)
+    name = models.CharField(max_length=200)
+    guidelines = models.TextField(blank=True, help_text="Markdown shown to annotators.")
+    # Blind labeling, labels wanted per step, whether annotators see model scores.
+    settings = models.JSONField(default=dict, blank=True)
+    members = models.ManyToManyField(
+        django_settings.AUTH_USER_MODEL, through="Membership", related_name="projects"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    class Role(models.TextChoices):
+        ANNOTATOR = "annotator"
+        RESEARCHER = "researcher"
+        ADMIN = "admin"
+
+    user = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=20, choices=Role.choices, default=Role.ANNOTATOR)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["user", "project"], name="membership_unique_user_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.project} as {self.role}"
+
+
+class ImportBatch(models.Model):
+    class Status(models.TextChoices):
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_batches")
+    file_name = models.CharField(max_length=500)
+    source_format = models.CharField(max_length=40)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    created_count = models.PositiveIntegerField(default=0)
+    unchanged_count = models.PositiveIntegerField(default=0)
+    rejected_count = models.PositiveIntegerField(default=0)
+    step_count = models.PositiveIntegerField(default=0)
+    # [{"location": "line 3", "field": "steps.0.content", "message": "is missing"}, ...]
+    errors = models.JSONField(default=list, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.file_name} ({self.source_format})"
+
+
+class Trajectory(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories")
+    external_id = models.CharField(max_length=300, blank=True)
+    source_format = models.CharField(max_length=40)
+    # Groups rollouts of the same task or prompt.
+    task_key = models.CharField(max_length=300, blank=True)
+    task = models.TextField(blank=True)
+    ground_truth = models.TextField(blank=True)
+    model_name = models.CharField(max_length=200, blank=True)
+    outcome_reward = models.FloatField(null=True, blank=True)
+    success = models.BooleanField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    step_count = models.PositiveIntegerField(default=0)
+    content_hash = models.CharField(max_length=64)
+    import_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories"
+    )
+    # A rollout that continues another trajectory from one of its steps.
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+    )
+    branch_index = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["project", "content_hash"], name="trajectory_unique_content_per_project"
+            )
+        ]
+        indexes: ClassVar = [
+            # The list page pages by id within a project, newest first.
+            models.Index(fields=["project", "-id"], name="traj_project_id"),
+            models.Index(fields=["project", "task_key"], name="traj_project_task"),
+            models.Index(fields=["project", "model_name"], name="traj_project_model"),
+            models.Index(fields=["project", "success"], name="traj_project_success"),
+            models.Index(fields=["project", "step_count"], name="traj_project_length"),
+            models.Index(fields=["project", "external_id"], name="traj_project_external"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id or f"trajectory {self.pk}"
+
+
+class TrajectorySource(models.Model):
+    """The raw source record, in its own table so list queries never load it."""
+
+    trajectory = models.OneToOneField(
+        Trajectory, primary_key=True, on_delete=models.CASCADE, related_name="source"
+    )
+    location = models.CharField(max_length=100, blank=True)
+    raw = models.JSONField(null=True)
+
+
+class Step(models.Model):
+    class Kind(models.TextChoices):
+        MESSAGE = "message"
+        THOUGHT = "thought"
+        ACTION = "action"
+        TOOL_CALL = "tool_call"
+        TOOL_RESULT = "tool_result"
+        OBSERVATION = "observation"
+        ANSWER = "answer"
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="steps")
+    index = models.PositiveIntegerField()
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.MESSAGE)
+    role = models.CharField(max_length=40, blank=True)
+    agent = models.CharField(max_length=100, blank=True)
+    content = models.TextField(blank=True)
+    tool_name = models.CharField(max_length=200, blank=True)
+    tool_args = models.JSONField(null=True, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+    labelable = models.BooleanField(default=True)
+    # sha256 over the task and steps 0..index: equal for rollouts sharing this prefix.
+    prefix_hash = models.CharField(max_length=64)
+
+    class Meta:
+        ordering: ClassVar = ["trajectory_id", "index"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["trajectory", "index"], name="step_unique_index")
+        ]
+        indexes: ClassVar = [models.Index(fields=["prefix_hash"], name="step_prefix_hash")]
+
+    def __str__(self) -> str:
+        return f"step {self.index} of {self.trajectory_id}"
+
+
+__all__ = ["ImportBatch", "Membership", "Project", "Step", "Trajectory", "TrajectorySource"]

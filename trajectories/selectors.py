@@ -1,0 +1,243 @@
+"""Named read queries. Every lookup that starts from a request goes through an
+``*_for_user`` helper, which raises 404 for anything outside the user's projects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import (
+    Count,
+    Exists,
+    F,
+    Func,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+)
+from django.db.models.functions import Coalesce, Left, Length
+from django.http import Http404
+
+from labeling.models import StepLabel
+from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
+
+AnyUser = AbstractBaseUser | AnonymousUser
+
+
+def projects_for_user(user: AnyUser) -> QuerySet[Project]:
+    if not user.is_authenticated:
+        return Project.objects.none()
+    return Project.objects.filter(memberships__user=user)
+
+
+def membership_role(user: AnyUser, project: Project) -> str | None:
+    if not user.is_authenticated:
+        return None
+    return (
+        Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
+    )
+
+
+def project_get_for_user(user: AnyUser, slug: str) -> Project:
+    project = projects_for_user(user).filter(slug=slug).first()
+    if project is None:
+        raise Http404("No such project.")
+    return project
+
+
+def trajectory_get_for_user(user: AnyUser, pk: int) -> Trajectory:
+    trajectory = (
+        Trajectory.objects.select_related("project")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if trajectory is None:
+        raise Http404("No such trajectory.")
+    return trajectory
+
+
+def step_get_for_user(user: AnyUser, pk: int) -> Step:
+    step = (
+        Step.objects.select_related("trajectory__project")
+        .filter(pk=pk, trajectory__project__in=projects_for_user(user))
+        .first()
+    )
+    if step is None:
+        raise Http404("No such step.")
+    return step
+
+
+# --- Browse pages -------------------------------------------------------------------------
+
+# Steps longer than this show a preview on the trajectory page and load the rest on demand,
+# so a page of long tool outputs stays small.
+STEP_PREVIEW_CHARS = 2000
+TRAJECTORY_PAGE_SIZE = 50
+# Trajectory list rows show the start of the task only; the full text is never loaded there.
+TASK_PREVIEW_CHARS = 160
+RECENT_IMPORT_BATCHES = 5
+
+
+def project_list_for_user(user: AnyUser) -> QuerySet[Project]:
+    """The user's projects, each annotated with ``role`` and ``trajectory_count``."""
+    if not user.is_authenticated:
+        return Project.objects.none()
+    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    trajectory_count = (
+        Trajectory.objects.filter(project=OuterRef("pk"))
+        .order_by()
+        .values("project")
+        .annotate(n=Count("id"))
+        .values("n")
+    )
+    return (
+        projects_for_user(user)
+        .annotate(
+            role=Subquery(role),
+            trajectory_count=Coalesce(Subquery(trajectory_count), 0),
+        )
+        .order_by("name")
+    )
+
+
+@dataclass(frozen=True)
+class ProjectStats:
+    trajectories: int
+    successes: int
+    failures: int
+    unknown_outcome: int
+    steps: int
+    labelable_steps: int
+    labelled_steps: int
+
+
+def project_stats(project: Project) -> ProjectStats:
+    outcomes = Trajectory.objects.filter(project=project).aggregate(
+        total=Count("id"),
+        successes=Count("id", filter=Q(success=True)),
+        failures=Count("id", filter=Q(success=False)),
+        unknown=Count("id", filter=Q(success__isnull=True)),
+    )
+    has_label = StepLabel.objects.filter(step=OuterRef("pk"))
+    steps = Step.objects.filter(trajectory__project=project).aggregate(
+        total=Count("id"),
+        labelable=Count("id", filter=Q(labelable=True)),
+        labelled=Count("id", filter=Q(Exists(has_label))),
+    )
+    return ProjectStats(
+        trajectories=outcomes["total"],
+        successes=outcomes["successes"],
+        failures=outcomes["failures"],
+        unknown_outcome=outcomes["unknown"],
+        steps=steps["total"],
+        labelable_steps=steps["labelable"],
+        labelled_steps=steps["labelled"],
+    )
+
+
+def import_batches_recent(project: Project, limit: int = RECENT_IMPORT_BATCHES) -> list[ImportBatch]:
+    """The latest import batches with ``error_count`` and the first few errors
+    (``first_errors``); a batch's full error list can be long, so it is not loaded."""
+    return list(
+        ImportBatch.objects.filter(project=project)
+        .defer("errors")
+        .annotate(
+            error_count=Func(F("errors"), function="jsonb_array_length", output_field=IntegerField()),
+            first_errors=Func(
+                F("errors"),
+                function="jsonb_path_query_array",
+                template="%(function)s(%(expressions)s, '$[0 to 2]')",
+                output_field=JSONField(),
+            ),
+        )
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class TrajectoryFilters:
+    outcome: str = ""  # "success", "failure", "unknown" or "" for any
+    model_name: str = ""
+    task_key: str = ""
+    min_steps: int | None = None
+    max_steps: int | None = None
+
+
+_OUTCOME_FILTERS = {
+    "success": Q(success=True),
+    "failure": Q(success=False),
+    "unknown": Q(success__isnull=True),
+}
+
+
+def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> QuerySet[Trajectory]:
+    queryset = Trajectory.objects.filter(project=project)
+    if filters.outcome in _OUTCOME_FILTERS:
+        queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
+    if filters.model_name:
+        queryset = queryset.filter(model_name=filters.model_name)
+    if filters.task_key:
+        queryset = queryset.filter(task_key=filters.task_key)
+    if filters.min_steps is not None:
+        queryset = queryset.filter(step_count__gte=filters.min_steps)
+    if filters.max_steps is not None:
+        queryset = queryset.filter(step_count__lte=filters.max_steps)
+    return queryset
+
+
+def trajectory_list_page(
+    project: Project,
+    filters: TrajectoryFilters,
+    *,
+    after: int | None = None,
+    size: int = TRAJECTORY_PAGE_SIZE,
+) -> tuple[list[Trajectory], int | None]:
+    """One page of the trajectory list, newest first, and the cursor for the next page
+    (``None`` on the last page). Keyset pagination on id: the cost of a page does not grow
+    with how deep it is. Rows carry ``task_preview``; the task text itself, metadata and
+    the raw source are not loaded."""
+    queryset = trajectories_filtered(project, filters)
+    if after is not None:
+        queryset = queryset.filter(id__lt=after)
+    rows = list(
+        queryset.only(
+            "id", "external_id", "task_key", "model_name", "step_count", "success", "outcome_reward"
+        )
+        .annotate(task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"))
+        .order_by("-id")[: size + 1]
+    )
+    if len(rows) > size:
+        return rows[:size], rows[size - 1].pk
+    return rows, None
+
+
+def model_names_for_project(project: Project, limit: int = 100) -> list[str]:
+    return list(
+        Trajectory.objects.filter(project=project)
+        .exclude(model_name="")
+        .order_by("model_name")
+        .values_list("model_name", flat=True)
+        .distinct()[:limit]
+    )
+
+
+def steps_for_trajectory_page(trajectory: Trajectory) -> QuerySet[Step]:
+    """The steps of a trajectory in order with their labels, in two queries whatever the
+    length. Each step carries ``content_preview`` (the first ``STEP_PREVIEW_CHARS``
+    characters) and ``content_length``; the full content and step metadata (token ids,
+    logprobs) are not loaded."""
+    labels = StepLabel.objects.select_related("annotator", "schema").order_by("annotator__username")
+    return (
+        Step.objects.filter(trajectory=trajectory)
+        .defer("content", "metadata")
+        .annotate(
+            content_preview=Left("content", STEP_PREVIEW_CHARS),
+            content_length=Length("content"),
+        )
+        .prefetch_related(Prefetch("labels", queryset=labels))
+        .order_by("index")
+    )

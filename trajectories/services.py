@@ -1,0 +1,260 @@
+"""Writes for projects and trajectories. Imports go through :func:`trajectory_import`,
+which parses a file with a Django-free parser and writes it in bulk with ``COPY``."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection, transaction
+from django.utils import timezone
+from psycopg.types.json import Jsonb
+
+from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
+from trajectories.formats import parser_for
+from trajectories.formats.base import FileError, ParsedTrajectory, RecordError
+from trajectories.hashing import content_hash, prefix_hashes
+from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory, TrajectorySource
+
+# Trajectories written per COPY round trip; bounds memory for large files.
+IMPORT_CHUNK = 2000
+IMPORTED_ANNOTATOR_PREFIX = "import:"
+
+
+def project_create(
+    *, slug: str, name: str, owner: AbstractBaseUser | None = None, guidelines: str = ""
+) -> Project:
+    """A project with the default ternary label schema; ``owner`` becomes its admin."""
+    with transaction.atomic():
+        project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
+        LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
+        if owner is not None:
+            Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    return project
+
+
+def membership_set(*, project: Project, user: AbstractBaseUser, role: str) -> Membership:
+    membership, _ = Membership.objects.update_or_create(
+        project=project, user=user, defaults={"role": role}
+    )
+    return membership
+
+
+def imported_annotator(name: str) -> AbstractBaseUser:
+    """The non-login user that stands for a label source such as ``import:processbench``.
+
+    Names without the ``import:`` prefix get it, so an imported file can never attribute
+    labels to a real account.
+    """
+    if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
+        name = IMPORTED_ANNOTATOR_PREFIX + name
+    user_model = get_user_model()
+    user, created = user_model.objects.get_or_create(
+        username=name[:150], defaults={"is_active": False}
+    )
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
+
+
+class ImportRejected(Exception):
+    """All-or-nothing import found bad records; nothing was written."""
+
+    def __init__(self, batch: ImportBatch) -> None:
+        super().__init__(f"{batch.rejected_count} record(s) rejected in {batch.file_name}")
+        self.batch = batch
+
+
+@dataclasses.dataclass
+class _Counts:
+    created: int = 0
+    unchanged: int = 0
+    steps: int = 0
+    errors: list[RecordError] = dataclasses.field(default_factory=list)
+
+
+def trajectory_import(
+    *,
+    project: Project,
+    source_format: str,
+    path: Path,
+    user: AbstractBaseUser | None = None,
+    skip_invalid: bool = False,
+) -> ImportBatch:
+    """Import one file into ``project``.
+
+    Re-importing a trajectory already present (same content hash) changes nothing. By
+    default the import is all-or-nothing: if any record is malformed, nothing from the
+    file is written, the batch is saved as failed with every error (location and field),
+    and :class:`ImportRejected` is raised. With ``skip_invalid`` the good records are
+    written and the bad ones reported.
+    """
+    parser = parser_for(source_format)
+    batch = ImportBatch.objects.create(
+        project=project, file_name=path.name, source_format=source_format, created_by=user
+    )
+    counts = _Counts()
+    try:
+        with transaction.atomic():
+            # One import per project at a time: the content-hash check and the COPY
+            # must not interleave with another import of the same rows.
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, project.pk])
+            schema = _default_schema(project)
+            for chunk in _chunks(parser(path), IMPORT_CHUNK):
+                records = [r for r in chunk if isinstance(r, ParsedTrajectory)]
+                counts.errors.extend(r for r in chunk if isinstance(r, RecordError))
+                if counts.errors and not skip_invalid:
+                    continue  # keep parsing to report every error, write nothing more
+                _write_chunk(project, batch, schema, source_format, records, counts)
+            if counts.errors and not skip_invalid:
+                raise _Rollback
+    except _Rollback:
+        counts.created = counts.steps = 0
+    except FileError as error:
+        counts.errors.append(RecordError(location="file", field="", message=str(error)))
+        counts.created = counts.steps = 0
+
+    rejected_all = bool(counts.errors) and not skip_invalid
+    batch.status = ImportBatch.Status.FAILED if rejected_all else ImportBatch.Status.DONE
+    batch.created_count = counts.created
+    batch.unchanged_count = counts.unchanged
+    batch.rejected_count = len(counts.errors)
+    batch.step_count = counts.steps
+    batch.errors = [dataclasses.asdict(e) for e in counts.errors[:1000]]
+    batch.finished_at = timezone.now()
+    batch.save()
+    if rejected_all:
+        raise ImportRejected(batch)
+    return batch
+
+
+class _Rollback(Exception):
+    pass
+
+
+def _default_schema(project: Project) -> LabelSchema:
+    schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
+    if schema is None:
+        schema = LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
+    return schema
+
+
+def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    chunk: list[Any] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
+
+
+def _write_chunk(
+    project: Project,
+    batch: ImportBatch,
+    schema: LabelSchema,
+    source_format: str,
+    records: list[ParsedTrajectory],
+    counts: _Counts,
+) -> None:
+    by_hash: dict[str, ParsedTrajectory] = {}
+    for record in records:
+        by_hash.setdefault(content_hash(record, source_format), record)
+    existing = set(
+        Trajectory.objects.filter(project=project, content_hash__in=list(by_hash)).values_list(
+            "content_hash", flat=True
+        )
+    )
+    counts.unchanged += len(records) - len(by_hash) + len(existing)
+    new = [(h, r) for h, r in by_hash.items() if h not in existing]
+    if not new:
+        return
+
+    trajectory_ids = _allocate_ids(Trajectory, len(new))
+    step_total = sum(len(r.steps) for _, r in new)
+    step_ids = iter(_allocate_ids(Step, step_total))
+    annotators: dict[str, int] = {}
+    now = timezone.now()
+    label_rows: list[tuple[Any, ...]] = []
+    step_rows: list[tuple[Any, ...]] = []
+    for trajectory_id, (_, record) in zip(trajectory_ids, new, strict=True):
+        hashes = prefix_hashes(record.task, record.steps)
+        ids_for_steps = [next(step_ids) for _ in record.steps]
+        for index, (step, step_id, prefix) in enumerate(
+            zip(record.steps, ids_for_steps, hashes, strict=True)
+        ):
+            step_rows.append(
+                (
+                    step_id, trajectory_id, index, step.kind, step.role, step.agent,
+                    step.content, step.tool_name,
+                    None if step.tool_args is None else Jsonb(step.tool_args),
+                    Jsonb(step.metadata), step.labelable, prefix,
+                )
+            )  # fmt: skip
+        for label in record.labels:
+            if label.annotator not in annotators:
+                annotators[label.annotator] = imported_annotator(label.annotator).pk
+            label_rows.append(
+                (
+                    ids_for_steps[label.step_index], annotators[label.annotator], schema.pk,
+                    label.value, Jsonb([]), "", StepLabel.Status.SUBMITTED, False, now, now,
+                )
+            )  # fmt: skip
+
+    with connection.cursor() as wrapper:
+        cursor = wrapper.cursor
+        with cursor.copy(
+            "COPY trajectories_trajectory (id, project_id, external_id, source_format, task_key,"
+            " task, ground_truth, model_name, outcome_reward, success, metadata, step_count,"
+            " content_hash, import_batch_id, branch_index, parent_id, created_at) FROM STDIN"
+        ) as copy:
+            for trajectory_id, (digest, record) in zip(trajectory_ids, new, strict=True):
+                copy.write_row(
+                    (
+                        trajectory_id, project.pk, record.external_id, source_format,
+                        record.task_key, record.task, record.ground_truth, record.model_name,
+                        record.outcome_reward, record.success, Jsonb(record.metadata),
+                        len(record.steps), digest, batch.pk, None, None, now,
+                    )
+                )  # fmt: skip
+        with cursor.copy(
+            "COPY trajectories_trajectorysource (trajectory_id, location, raw) FROM STDIN"
+        ) as copy:
+            for trajectory_id, (_, record) in zip(trajectory_ids, new, strict=True):
+                copy.write_row((trajectory_id, record.location[:100], Jsonb(record.raw)))
+        with cursor.copy(
+            "COPY trajectories_step (id, trajectory_id, index, kind, role, agent, content,"
+            " tool_name, tool_args, metadata, labelable, prefix_hash) FROM STDIN"
+        ) as copy:
+            for row in step_rows:
+                copy.write_row(row)
+        if label_rows:
+            with cursor.copy(
+                "COPY labeling_steplabel (step_id, annotator_id, schema_id, value, tags,"
+                " rationale, status, saw_model_scores, created_at, updated_at) FROM STDIN"
+            ) as copy:
+                for row in label_rows:
+                    copy.write_row(row)
+    counts.created += len(new)
+    counts.steps += step_total
+
+
+def _allocate_ids(model: type[Trajectory] | type[Step], count: int) -> list[int]:
+    """Take ``count`` ids from the table's identity sequence, so rows written with COPY
+    can reference each other (steps their trajectory, labels their step)."""
+    if count == 0:
+        return []
+    table = model._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+            [table, count],
+        )
+        return [row[0] for row in cursor.fetchall()]
