@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stepscope.settings")
 
-import django  # noqa: E402
+import django
 
 django.setup()
 
@@ -96,24 +96,25 @@ def main() -> None:
         "bare_copy_steps_per_s": round(steps / copy_s),
         "import_over_copy": round(import_s / copy_s, 2),
     }
-    print(f"import (parse, hash, dedupe, COPY, labels): {import_s:.2f} s, {steps / import_s:,.0f} steps/s")
-    print(f"  of which parse + hash alone:              {parse_s:.2f} s")
-    print(f"bare COPY of the same step rows:             {copy_s:.2f} s, {steps / copy_s:,.0f} steps/s")
-    print(f"ratio import / bare COPY:                    {import_s / copy_s:.1f}x")
+    print(f"import (parse, hash, dedupe, COPY): {import_s:.2f} s, {steps / import_s:,.0f} steps/s")
+    print(f"  of which parse + hash alone:     {parse_s:.2f} s")
+    print(f"bare COPY of the same step rows:    {copy_s:.2f} s, {steps / copy_s:,.0f} steps/s")
+    print(f"ratio import / bare COPY:           {import_s / copy_s:.1f}x")
     print(json.dumps(result))
 
 
 def _drop_project(project: Project) -> None:
     """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
     with connection.cursor() as cursor:
-        ids = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        cursor.execute(
-            f"DELETE FROM labeling_steplabel WHERE step_id IN (SELECT id FROM trajectories_step WHERE trajectory_id IN ({ids}))",
-            [project.pk],
-        )
-        cursor.execute(f"DELETE FROM trajectories_step WHERE trajectory_id IN ({ids})", [project.pk])
-        cursor.execute(f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({ids})", [project.pk])
-        cursor.execute("DELETE FROM trajectories_trajectory WHERE project_id = %s", [project.pk])
+        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
+        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
+        for statement in (
+            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
+            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
+            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
+            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
+        ):
+            cursor.execute(statement, [project.pk])
     project.delete()
 
 

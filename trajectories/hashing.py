@@ -44,7 +44,7 @@ def content_hash(trajectory: ParsedTrajectory, source_format: str) -> str:
                 trajectory.model_name,
                 trajectory.outcome_reward,
                 trajectory.success,
-                [_step_key(step) + [step.labelable, step.metadata] for step in trajectory.steps],
+                [[*_step_key(step), step.labelable, step.metadata] for step in trajectory.steps],
                 [[label.step_index, label.value, label.annotator] for label in trajectory.labels],
                 trajectory.metadata,
             ]

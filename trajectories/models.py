@@ -14,7 +14,7 @@ class Project(models.Model):
     guidelines = models.TextField(blank=True, help_text="Markdown shown to annotators.")
     # Blind labeling, labels wanted per step, whether annotators see model scores.
     settings = models.JSONField(default=dict, blank=True)
-    members = models.ManyToManyField(
+    members: models.ManyToManyField = models.ManyToManyField(
         django_settings.AUTH_USER_MODEL, through="Membership", related_name="projects"
     )
     created_at = models.DateTimeField(auto_now_add=True)
@@ -40,7 +40,9 @@ class Membership(models.Model):
 
     class Meta:
         constraints: ClassVar = [
-            models.UniqueConstraint(fields=["user", "project"], name="membership_unique_user_project")
+            models.UniqueConstraint(
+                fields=["user", "project"], name="membership_unique_user_project"
+            )
         ]
 
     def __str__(self) -> str:
@@ -128,6 +130,9 @@ class TrajectorySource(models.Model):
     )
     location = models.CharField(max_length=100, blank=True)
     raw = models.JSONField(null=True)
+
+    def __str__(self) -> str:
+        return f"source of {self.trajectory_id} ({self.location})"
 
 
 class Step(models.Model):

@@ -8,8 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
@@ -18,7 +17,7 @@ from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
 from trajectories.formats import parser_for
 from trajectories.formats.base import FileError, ParsedTrajectory, RecordError
 from trajectories.hashing import content_hash, prefix_hashes
-from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory, TrajectorySource
+from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
 
 # Trajectories written per COPY round trip; bounds memory for large files.
 IMPORT_CHUNK = 2000
@@ -26,7 +25,7 @@ IMPORTED_ANNOTATOR_PREFIX = "import:"
 
 
 def project_create(
-    *, slug: str, name: str, owner: AbstractBaseUser | None = None, guidelines: str = ""
+    *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
 ) -> Project:
     """A project with the default ternary label schema; ``owner`` becomes its admin."""
     with transaction.atomic():
@@ -37,14 +36,14 @@ def project_create(
     return project
 
 
-def membership_set(*, project: Project, user: AbstractBaseUser, role: str) -> Membership:
+def membership_set(*, project: Project, user: User, role: str) -> Membership:
     membership, _ = Membership.objects.update_or_create(
         project=project, user=user, defaults={"role": role}
     )
     return membership
 
 
-def imported_annotator(name: str) -> AbstractBaseUser:
+def imported_annotator(name: str) -> User:
     """The non-login user that stands for a label source such as ``import:processbench``.
 
     Names without the ``import:`` prefix get it, so an imported file can never attribute
@@ -52,10 +51,7 @@ def imported_annotator(name: str) -> AbstractBaseUser:
     """
     if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
         name = IMPORTED_ANNOTATOR_PREFIX + name
-    user_model = get_user_model()
-    user, created = user_model.objects.get_or_create(
-        username=name[:150], defaults={"is_active": False}
-    )
+    user, created = User.objects.get_or_create(username=name[:150], defaults={"is_active": False})
     if created:
         user.set_unusable_password()
         user.save(update_fields=["password"])
@@ -83,7 +79,7 @@ def trajectory_import(
     project: Project,
     source_format: str,
     path: Path,
-    user: AbstractBaseUser | None = None,
+    user: User | None = None,
     skip_invalid: bool = False,
 ) -> ImportBatch:
     """Import one file into ``project``.

@@ -38,21 +38,20 @@ def rollouts(
     rng = random.Random(seed)
     for task_number in range(tasks):
         start = rng.randint(2, 40)
-        chain = [
-            (rng.choice(OPERATIONS), rng.randint(2, 9))
-            for _ in range(steps_per_task)
-        ]
+        chain = [(rng.choice(OPERATIONS), rng.randint(2, 9)) for _ in range(steps_per_task)]
         truth = start
         for op, operand in chain:
             truth = _apply(truth, op, operand)
-        task = f"Start from {start} and apply, in order: " + ", ".join(
-            f"{op} {operand}" for op, operand in chain
-        ) + ". What is the result?"
+        task = (
+            f"Start from {start} and apply, in order: "
+            + ", ".join(f"{op} {operand}" for op, operand in chain)
+            + ". What is the result?"
+        )
         for rollout in range(rollouts_per_task):
             # About half the rollouts slip once, at a random step.
             slip = rng.randrange(steps_per_task) if rng.random() < 0.5 else None
             value = start
-            steps = []
+            steps: list[dict[str, Any]] = []
             for index, (op, operand) in enumerate(chain):
                 correct = _apply(value, op, operand)
                 result = correct + rng.choice((-3, -2, -1, 1, 2, 3)) if index == slip else correct
@@ -66,7 +65,12 @@ def rollouts(
                 )
                 value = result
             steps.append(
-                {"kind": "answer", "role": "assistant", "content": f"The answer is {value}.", "labels": []}
+                {
+                    "kind": "answer",
+                    "role": "assistant",
+                    "content": f"The answer is {value}.",
+                    "labels": [],
+                }
             )
             # Truth labels: good until the slip, bad at the slip, unlabeled after it.
             for index, step in enumerate(steps):

@@ -34,7 +34,9 @@ def run_import(*args: str) -> tuple[dict, str]:
 
 
 def test_processbench_real_file_counts_and_imported_labels() -> None:
-    summary, _ = run_import("--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH))
+    summary, _ = run_import(
+        "--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH)
+    )
     assert summary["created"] == 400
     assert summary["steps"] == 2082
     assert summary["rejected"] == 0
@@ -66,13 +68,15 @@ def test_processbench_real_file_counts_and_imported_labels() -> None:
 
 def test_processbench_annotator_cannot_log_in() -> None:
     run_import("--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH))
-    annotator = StepLabel.objects.select_related("annotator").first().annotator
+    annotator = StepLabel.objects.select_related("annotator").earliest("id").annotator
     assert not annotator.is_active
     assert not annotator.has_usable_password()
 
 
 def test_tau_bench_real_file_counts() -> None:
-    summary, _ = run_import("--project", "tau", "--create", "--format", "openai-messages", str(TAU_BENCH))
+    summary, _ = run_import(
+        "--project", "tau", "--create", "--format", "openai-messages", str(TAU_BENCH)
+    )
     assert summary["created"] == 200
     assert summary["steps"] == 5308
     project = Project.objects.get(slug="tau")
@@ -89,7 +93,9 @@ def test_tau_bench_real_file_counts() -> None:
 
 
 def test_reimport_changes_nothing() -> None:
-    first, _ = run_import("--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH))
+    first, _ = run_import(
+        "--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH)
+    )
     second, _ = run_import("--project", "pb", "--format", "processbench", str(PROCESSBENCH))
     assert first["created"] == 400
     assert second == {**second, "created": 0, "unchanged": 400, "steps": 0, "rejected": 0}
@@ -144,7 +150,9 @@ def test_skip_invalid_writes_the_good_records(tmp_path: Path) -> None:
     bad.write_text(json.dumps(raw))
     project = project_create(slug="pb", name="pb")
 
-    batch = trajectory_import(project=project, source_format="processbench", path=bad, skip_invalid=True)
+    batch = trajectory_import(
+        project=project, source_format="processbench", path=bad, skip_invalid=True
+    )
     assert (batch.created_count, batch.rejected_count) == (4, 1)
     assert Trajectory.objects.count() == 4
 
@@ -177,7 +185,7 @@ def test_prefix_hashes_are_shared_by_rollouts_with_a_common_prefix(tmp_path: Pat
         contents = {r.steps.get(index=0).content for r in rollouts}
         # Same first step content <=> same prefix hash.
         assert len(first_steps) == len(contents)
-    other_task = Trajectory.objects.exclude(task_key=rollouts[0].task_key).first()
+    other_task = Trajectory.objects.exclude(task_key=rollouts[0].task_key).earliest("id")
     assert other_task.steps.get(index=0).prefix_hash not in first_steps
 
 
@@ -185,5 +193,5 @@ def test_raw_source_is_kept_apart(tmp_path: Path) -> None:
     run_import("--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH))
     trajectory = Trajectory.objects.get(external_id="gsm8k-0")
     source = TrajectorySource.objects.get(trajectory=trajectory)
-    assert source.raw["id"] == "gsm8k-0"
+    assert source.raw is not None and source.raw["id"] == "gsm8k-0"
     assert source.location == "record 0"

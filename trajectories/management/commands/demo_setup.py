@@ -19,12 +19,20 @@ DEMO_PASSWORD = "demo"
 REALDATA = settings.BASE_DIR.parent / "shared" / "realdata"
 REAL_PROJECTS = [
     ("processbench-gsm8k", "ProcessBench GSM8K", "processbench", "processbench/gsm8k.json"),
-    ("tau-bench-airline", "tau-bench airline (GPT-4o)", "openai-messages", "tau_bench/gpt-4o-airline.json"),
+    (
+        "tau-bench-airline",
+        "tau-bench airline (GPT-4o)",
+        "openai-messages",
+        "tau_bench/gpt-4o-airline.json",
+    ),
 ]
 
 
 class Command(BaseCommand):
-    help = "Create a demo login and projects: synthetic arithmetic rollouts and, when ../shared/realdata is there, real data."
+    help = (
+        "Create a demo login and projects: synthetic arithmetic rollouts and, when"
+        " ../shared/realdata is there, real data."
+    )
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--tasks", type=int, default=50)
@@ -44,7 +52,9 @@ class Command(BaseCommand):
         for slug, name, source_format, path in sources:
             if not path.is_file():
                 continue
-            project = Project.objects.filter(slug=slug).first() or project_create(slug=slug, name=name)
+            project = Project.objects.filter(slug=slug).first() or project_create(
+                slug=slug, name=name
+            )
             membership_set(project=project, user=user, role=Membership.Role.ADMIN)
             try:
                 batch = trajectory_import(project=project, source_format=source_format, path=path)

@@ -39,7 +39,13 @@ class Command(BaseCommand):
                 raise CommandError(f"no project {options['project']!r}; pass --create to make it")
             project = project_create(slug=options["project"], name=options["project"])
 
-        summary = {"created": 0, "unchanged": 0, "rejected": 0, "steps": 0, "batch": None}
+        summary: dict[str, Any] = {
+            "created": 0,
+            "unchanged": 0,
+            "rejected": 0,
+            "steps": 0,
+            "batch": None,
+        }
         batches = []
         failed = False
         for path in options["paths"]:
@@ -55,9 +61,11 @@ class Command(BaseCommand):
             except ImportRejected as rejected:
                 batch = rejected.batch
                 failed = True
-                for error in batch.errors:
-                    where = error["location"] + (f", field {error['field']!r}" if error["field"] else "")
-                    self.stderr.write(f"{path}: {where}: {error['message']}")
+                for problem in batch.errors:
+                    where = problem["location"] + (
+                        f", field {problem['field']!r}" if problem["field"] else ""
+                    )
+                    self.stderr.write(f"{path}: {where}: {problem['message']}")
                 if batch.rejected_count > len(batch.errors):
                     self.stderr.write(f"... and {batch.rejected_count - len(batch.errors)} more")
                 self.stderr.write(f"{path}: nothing imported from this file")
