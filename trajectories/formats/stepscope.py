@@ -1,0 +1,266 @@
+"""Stepscope JSONL, the project's own format: one trajectory object per line.
+
+docs/formats.md describes every field. The parser is strict on purpose: unknown keys are
+errors rather than being dropped, because in a hand-written or generated file they are
+nearly always typos (``"lables"``) whose data would otherwise vanish without a word.
+:func:`to_record` writes the same shape back, so exports re-import unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from trajectories.formats import jsonio, register
+from trajectories.formats.base import (
+    STEP_KINDS,
+    FieldError,
+    FileError,
+    ParsedLabel,
+    ParsedStep,
+    ParsedTrajectory,
+    ParseResult,
+    RecordError,
+    require,
+)
+
+DEFAULT_ANNOTATOR = "import:stepscope"
+LABEL_VALUES = (-1, 0, 1)
+
+TRAJECTORY_KEYS = (
+    "id",
+    "task",
+    "task_key",
+    "ground_truth",
+    "model",
+    "outcome",
+    "first_error_index",
+    "metadata",
+    "steps",
+)
+OUTCOME_KEYS = ("reward", "success")
+STEP_KEYS = (
+    "kind",
+    "role",
+    "content",
+    "labelable",
+    "agent",
+    "tool_name",
+    "tool_args",
+    "metadata",
+    "labels",
+)
+LABEL_KEYS = ("annotator", "value")
+
+
+@register("stepscope")
+def parse(path: Path) -> Iterator[ParseResult]:
+    """Yield one trajectory or error per non-blank line, reading the file line by line.
+
+    A first record that is not a JSON object means the file is not Stepscope JSONL at
+    all (a JSON array, CSV, another format), so that raises FileError; a bad line after
+    a good one is a single broken record and becomes a RecordError.
+    """
+    try:
+        handle = path.open("rb")
+    except OSError as error:
+        raise FileError(f"{path}: cannot be read: {error.strerror}") from error
+    with handle:
+        seen_record = False
+        for number, raw_line in enumerate(handle, start=1):
+            location = f"line {number}"
+            try:
+                # utf-8-sig drops a byte-order mark that some editors put at the start.
+                text = raw_line.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                message = f"not UTF-8 text ({error.reason} at byte {error.start})"
+                if not seen_record:
+                    raise FileError(f"{path}: {location} is {message}") from error
+                yield RecordError(location, "", f"is {message}")
+                continue
+            if not text.strip():
+                continue
+            try:
+                record = jsonio.loads(text)
+            except ValueError as error:
+                message = jsonio.error_message(error)
+                if not seen_record:
+                    raise FileError(
+                        f"{path}: not Stepscope JSONL: {location} is not valid JSON: {message}"
+                    ) from error
+                yield RecordError(location, "", f"not valid JSON: {message}")
+                continue
+            if not seen_record and not isinstance(record, dict):
+                raise FileError(
+                    f"{path}: not Stepscope JSONL: {location} holds a "
+                    f"{type(record).__name__}, expected one trajectory object per line"
+                )
+            seen_record = True
+            try:
+                yield _trajectory(record, location)
+            except FieldError as error:
+                yield RecordError(location, error.field, error.message)
+
+
+def to_record(trajectory: ParsedTrajectory) -> dict[str, Any]:
+    """The Stepscope JSONL object for ``trajectory``; ``parse`` reads it back unchanged
+    (apart from ``raw`` and ``location``). Every field is written out, defaults included,
+    so the file reads the same without knowing the defaults."""
+    labels_by_step: dict[int, list[dict[str, Any]]] = {}
+    for label in trajectory.labels:
+        if not 0 <= label.step_index < len(trajectory.steps):
+            raise ValueError(f"label for step {label.step_index} is outside the trajectory")
+        labels_by_step.setdefault(label.step_index, []).append(
+            {"annotator": label.annotator, "value": label.value}
+        )
+    return {
+        "id": trajectory.external_id,
+        "task": trajectory.task,
+        "task_key": trajectory.task_key,
+        "ground_truth": trajectory.ground_truth,
+        "model": trajectory.model_name,
+        "outcome": {"reward": trajectory.outcome_reward, "success": trajectory.success},
+        "first_error_index": trajectory.first_error_index,
+        "metadata": trajectory.metadata,
+        "steps": [
+            {
+                "kind": step.kind,
+                "role": step.role,
+                "content": step.content,
+                "labelable": step.labelable,
+                "agent": step.agent,
+                "tool_name": step.tool_name,
+                "tool_args": step.tool_args,
+                "metadata": step.metadata,
+                "labels": labels_by_step.get(index, []),
+            }
+            for index, step in enumerate(trajectory.steps)
+        ],
+    }
+
+
+def _trajectory(record: Any, location: str) -> ParsedTrajectory:
+    if not isinstance(record, dict):
+        raise FieldError("", f"expected a trajectory object, got {type(record).__name__}")
+    _reject_unknown_keys(record, TRAJECTORY_KEYS, "")
+    external_id = require(record, "id", str)
+    if not external_id.strip():
+        raise FieldError("id", "is empty")
+    task = require(record, "task", str)
+    raw_steps = require(record, "steps", list)
+    if not raw_steps:
+        raise FieldError("steps", "is empty; a trajectory needs at least one step")
+
+    steps: list[ParsedStep] = []
+    labels: list[ParsedLabel] = []
+    for index, raw_step in enumerate(raw_steps):
+        step, step_labels = _step(raw_step, index)
+        steps.append(step)
+        labels.extend(step_labels)
+
+    reward, success = _outcome(record)
+    first_error_index = _optional(record, "first_error_index", int, None, nullable=True)
+    if first_error_index is not None and not -1 <= first_error_index < len(steps):
+        raise FieldError(
+            "first_error_index",
+            f"is {first_error_index}; expected -1 (no error) or a step index "
+            f"from 0 to {len(steps) - 1}",
+        )
+    return ParsedTrajectory(
+        external_id=external_id,
+        task=task,
+        steps=steps,
+        task_key=_optional(record, "task_key", str, ""),
+        ground_truth=_optional(record, "ground_truth", str, ""),
+        model_name=_optional(record, "model", str, ""),
+        outcome_reward=reward,
+        success=success,
+        first_error_index=first_error_index,
+        metadata=_optional(record, "metadata", dict, {}),
+        labels=labels,
+        raw=record,
+        location=location,
+    )
+
+
+def _outcome(record: dict[str, Any]) -> tuple[float | None, bool | None]:
+    outcome = _optional(record, "outcome", dict, {})
+    _reject_unknown_keys(outcome, OUTCOME_KEYS, "outcome")
+    reward = _optional(outcome, "reward", (int, float), None, "outcome", nullable=True)
+    success = _optional(outcome, "success", bool, None, "outcome", nullable=True)
+    return (None if reward is None else float(reward)), success
+
+
+def _step(raw: Any, index: int) -> tuple[ParsedStep, list[ParsedLabel]]:
+    path = f"steps.{index}"
+    if not isinstance(raw, dict):
+        raise FieldError(path, f"expected a step object, got {type(raw).__name__}")
+    _reject_unknown_keys(raw, STEP_KEYS, path)
+    kind = _optional(raw, "kind", str, "message", path)
+    if kind not in STEP_KINDS:
+        raise FieldError(f"{path}.kind", f"is {kind!r}; expected one of {', '.join(STEP_KINDS)}")
+    role = _optional(raw, "role", str, "assistant", path)
+    labelable = _optional(raw, "labelable", bool, role == "assistant", path)
+    step = ParsedStep(
+        kind=kind,
+        role=role,
+        content=require(raw, "content", str, path),
+        labelable=labelable,
+        agent=_optional(raw, "agent", str, "", path),
+        tool_name=_optional(raw, "tool_name", str, "", path),
+        tool_args=raw.get("tool_args"),
+        metadata=_optional(raw, "metadata", dict, {}, path),
+    )
+
+    labels = []
+    annotators: set[str] = set()
+    for number, raw_label in enumerate(_optional(raw, "labels", list, [], path)):
+        label_path = f"{path}.labels.{number}"
+        label = _label(raw_label, index, label_path)
+        if label.annotator in annotators:
+            raise FieldError(
+                f"{label_path}.annotator",
+                f"{label.annotator!r} already labels this step; one label per annotator",
+            )
+        annotators.add(label.annotator)
+        labels.append(label)
+    if labels and not labelable:
+        raise FieldError(f"{path}.labels", "a step with labelable false cannot carry labels")
+    return step, labels
+
+
+def _label(raw: Any, step_index: int, path: str) -> ParsedLabel:
+    if not isinstance(raw, dict):
+        raise FieldError(path, f"expected a label object, got {type(raw).__name__}")
+    _reject_unknown_keys(raw, LABEL_KEYS, path)
+    value = require(raw, "value", int, path)
+    if value not in LABEL_VALUES:
+        raise FieldError(f"{path}.value", f"is {value}; expected -1, 0 or 1")
+    annotator = _optional(raw, "annotator", str, DEFAULT_ANNOTATOR, path)
+    if not annotator.strip():
+        raise FieldError(f"{path}.annotator", "is empty")
+    return ParsedLabel(step_index=step_index, value=value, annotator=annotator)
+
+
+def _optional(
+    record: dict[str, Any],
+    key: str,
+    kind: type | tuple[type, ...],
+    default: Any,
+    path: str = "",
+    *,
+    nullable: bool = False,
+) -> Any:
+    """``record[key]`` checked like :func:`require`, or ``default`` when the key is
+    absent (or null, for the few fields documented as nullable)."""
+    if key not in record or (nullable and record[key] is None):
+        return default
+    return require(record, key, kind, path)
+
+
+def _reject_unknown_keys(record: dict[str, Any], known: tuple[str, ...], path: str) -> None:
+    for key in record:
+        if key not in known:
+            name = f"{path}.{key}" if path else key
+            raise FieldError(name, f"unknown field; expected one of {', '.join(known)}")
