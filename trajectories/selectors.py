@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
     Count,
     Exists,
@@ -25,20 +25,22 @@ from django.http import Http404
 from labeling.models import StepLabel
 from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
 
-AnyUser = AbstractBaseUser | AnonymousUser
+AnyUser = User | AbstractBaseUser | AnonymousUser
 
 
 def projects_for_user(user: AnyUser) -> QuerySet[Project]:
     if not user.is_authenticated:
         return Project.objects.none()
-    return Project.objects.filter(memberships__user=user)
+    return Project.objects.filter(memberships__user_id=user.pk)
 
 
 def membership_role(user: AnyUser, project: Project) -> str | None:
     if not user.is_authenticated:
         return None
     return (
-        Membership.objects.filter(user=user, project=project).values_list("role", flat=True).first()
+        Membership.objects.filter(user_id=user.pk, project=project)
+        .values_list("role", flat=True)
+        .first()
     )
 
 
@@ -86,7 +88,7 @@ def project_list_for_user(user: AnyUser) -> QuerySet[Project]:
     """The user's projects, each annotated with ``role`` and ``trajectory_count``."""
     if not user.is_authenticated:
         return Project.objects.none()
-    role = Membership.objects.filter(project=OuterRef("pk"), user=user).values("role")[:1]
+    role = Membership.objects.filter(project=OuterRef("pk"), user_id=user.pk).values("role")[:1]
     trajectory_count = (
         Trajectory.objects.filter(project=OuterRef("pk"))
         .order_by()
@@ -139,14 +141,18 @@ def project_stats(project: Project) -> ProjectStats:
     )
 
 
-def import_batches_recent(project: Project, limit: int = RECENT_IMPORT_BATCHES) -> list[ImportBatch]:
+def import_batches_recent(
+    project: Project, limit: int = RECENT_IMPORT_BATCHES
+) -> list[ImportBatch]:
     """The latest import batches with ``error_count`` and the first few errors
     (``first_errors``); a batch's full error list can be long, so it is not loaded."""
     return list(
         ImportBatch.objects.filter(project=project)
         .defer("errors")
         .annotate(
-            error_count=Func(F("errors"), function="jsonb_array_length", output_field=IntegerField()),
+            error_count=Func(
+                F("errors"), function="jsonb_array_length", output_field=IntegerField()
+            ),
             first_errors=Func(
                 F("errors"),
                 function="jsonb_path_query_array",
@@ -203,7 +209,7 @@ def trajectory_list_page(
     queryset = trajectories_filtered(project, filters)
     if after is not None:
         queryset = queryset.filter(id__lt=after)
-    rows = list(
+    rows: list[Trajectory] = list(
         queryset.only(
             "id", "external_id", "task_key", "model_name", "step_count", "success", "outcome_reward"
         )

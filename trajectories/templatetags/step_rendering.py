@@ -1,0 +1,133 @@
+"""Rendering untrusted trajectory text: markdown, JSON and label badges.
+
+Everything a model wrote or a file carried is untrusted. Markdown is rendered with raw
+HTML switched off (an ``<img onerror=...>`` in a step shows as text, which is also what a
+researcher wants to see), and the result is then cleaned by nh3 with a short allow-list,
+so a gap in either layer is covered by the other.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import markdown as markdown_lib
+import nh3
+from django import template
+from django.utils.safestring import SafeString, mark_safe
+
+register = template.Library()
+
+ALLOWED_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5",
+    "h6", "hr", "i", "li", "ol", "p", "pre", "strong", "sub", "sup", "table", "tbody", "td",
+    "th", "thead", "tr", "ul",
+}  # fmt: skip
+ALLOWED_ATTRIBUTES = {
+    "a": {"href", "title"},
+    "abbr": {"title"},
+    "code": {"class"},  # language-xyz from fenced code blocks
+    "ol": {"start"},
+    "td": {"align"},
+    "th": {"align"},
+}
+ALLOWED_URL_SCHEMES = {"http", "https", "mailto"}
+
+_local = threading.local()
+
+
+def _converter() -> markdown_lib.Markdown:
+    # A Markdown instance is not thread-safe but is costly to build, so each thread keeps
+    # one and resets it between documents.
+    converter: markdown_lib.Markdown | None = getattr(_local, "converter", None)
+    if converter is None:
+        converter = markdown_lib.Markdown(
+            extensions=["fenced_code", "tables", "nl2br", "sane_lists"],
+            extension_configs={"tables": {"use_align_attribute": True}},
+        )
+        # Raw HTML in model output is shown as text, never interpreted.
+        converter.preprocessors.deregister("html_block")
+        converter.inlinePatterns.deregister("html")
+        # Backslash escapes would eat LaTeX (\( \) \\ in chains of thought); keep them.
+        converter.inlinePatterns.deregister("escape")
+        _local.converter = converter
+    return converter
+
+
+def render_markdown(text: str) -> str:
+    """Markdown to sanitized HTML. Plain function so it can be used outside templates."""
+    converter = _converter()
+    try:
+        html = converter.convert(text)
+    finally:
+        converter.reset()
+    return nh3.clean(
+        html,
+        tags=ALLOWED_TAGS,
+        attributes=ALLOWED_ATTRIBUTES,
+        url_schemes=ALLOWED_URL_SCHEMES,
+        link_rel="noopener noreferrer",
+    )
+
+
+@register.filter(name="markdown")
+def markdown_filter(text: str | None) -> SafeString:
+    if not text:
+        return mark_safe("")
+    # Safe to mark: render_markdown's output has been through nh3.
+    return mark_safe(render_markdown(str(text)))
+
+
+@register.filter
+def close_fences(text: str | None) -> str:
+    """Close a fenced code block that a truncated preview cut in half, so the rest of the
+    preview still renders as code rather than as stray backticks."""
+    if not text:
+        return ""
+    fences = re.findall(r"^\s*(```|~~~)", text, flags=re.MULTILINE)
+    if len(fences) % 2 == 1:
+        return f"{text}\n{fences[-1]}"
+    return text
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    """Indented JSON for display; the template escapes it like any other text."""
+    if value is None or value == "":
+        return ""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+@dataclass(frozen=True)
+class LabelDisplay:
+    name: str
+    color: str
+
+
+_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}")
+_DEFAULT_COLOR = "#6b7280"
+
+
+@register.filter
+def label_display(label: Any) -> LabelDisplay:
+    """A step label's value as its schema names and colours it (``bad`` in red for -1 in
+    the ternary schema). The colour goes into a style attribute, so only a hex colour is
+    accepted from the schema."""
+    for entry in label.schema.values or []:
+        if isinstance(entry, dict) and entry.get("value") == label.value:
+            color = str(entry.get("color", ""))
+            return LabelDisplay(
+                name=str(entry.get("name") or label.value),
+                color=color if _COLOR.fullmatch(color) else _DEFAULT_COLOR,
+            )
+    return LabelDisplay(name=str(label.value), color=_DEFAULT_COLOR)
+
+
+@register.filter
+def outcome_name(success: bool | None) -> str:
+    if success is None:
+        return "unknown"
+    return "success" if success else "failure"

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from trajectories import views
+
+urlpatterns = [
+    path("", views.project_list, name="project-list"),
+    path("p/<slug:slug>/", views.project_home, name="project-home"),
+    path("p/<slug:slug>/trajectories/", views.trajectory_list, name="trajectory-list"),
+    path("t/<int:pk>/", views.trajectory_detail, name="trajectory-detail"),
+    path("steps/<int:pk>/content/", views.step_content, name="step-content"),
+]
