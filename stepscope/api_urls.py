@@ -1,0 +1,16 @@
+"""/api/v1/: each app contributes its routes from its own ``api.py``."""
+
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from labeling.api import urlpatterns as labeling_urls
+from scoring.api import urlpatterns as scoring_urls
+from trajectories.api import urlpatterns as trajectories_urls
+
+urlpatterns = [
+    *trajectories_urls,
+    *labeling_urls,
+    *scoring_urls,
+    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]
