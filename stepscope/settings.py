@@ -46,6 +46,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "pgtrigger",
+    "pghistory",
     "trajectories",
     "labeling",
     "scoring",

@@ -20,7 +20,17 @@ def register(name: str) -> Callable[[Parser], Parser]:
 
 def parser_for(name: str) -> Parser:
     # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
-    from trajectories.formats import openai_messages, processbench, stepscope  # noqa: F401
+    from trajectories.formats import (  # noqa: F401
+        inspect_ai,
+        mapped,
+        math_shepherd,
+        openai_messages,
+        prm800k,
+        processbench,
+        stepscope,
+        swe_agent,
+        trl_stepwise,
+    )
 
     try:
         return PARSERS[name]

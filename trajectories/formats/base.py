@@ -70,6 +70,11 @@ class ParsedTrajectory:
     raw: Any = None
     # Where the record starts in the file: "line 12" or "record 3".
     location: str = ""
+    # A trajectory that continues another one from the same file: it repeats the
+    # parent's first ``branch_index`` steps and then takes its own step there (PRM800K's
+    # alternative completions). The import service links the two.
+    parent_external_id: str = ""
+    branch_index: int | None = None
 
 
 @dataclass(frozen=True)
