@@ -20,33 +20,59 @@ def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def _step_key(step: ParsedStep) -> list[Any]:
-    return [step.kind, step.role, step.agent, step.content, step.tool_name, step.tool_args]
+def _field(value: str) -> bytes:
+    data = value.encode()
+    return len(data).to_bytes(8, "big") + data
+
+
+def _step_bytes(step: ParsedStep) -> bytes:
+    """The step's identity fields, each length-prefixed so no two steps collide."""
+    tool_args = b"" if step.tool_args is None else _canonical(step.tool_args)
+    return b"".join(
+        (
+            _field(step.kind),
+            _field(step.role),
+            _field(step.agent),
+            _field(step.content),
+            _field(step.tool_name),
+            len(tool_args).to_bytes(8, "big") + tool_args,
+        )
+    )
 
 
 def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
     hashes = []
-    current = hashlib.sha256(_canonical(["task", task])).hexdigest()
+    current = hashlib.sha256(b"task" + _field(task)).digest()
     for step in steps:
-        current = hashlib.sha256(_canonical([current, _step_key(step)])).hexdigest()
-        hashes.append(current)
+        current = hashlib.sha256(current + _step_bytes(step)).digest()
+        hashes.append(current.hex())
     return hashes
 
 
-def content_hash(trajectory: ParsedTrajectory, source_format: str) -> str:
-    return hashlib.sha256(
+def content_hash(
+    trajectory: ParsedTrajectory, source_format: str, step_hashes: list[str] | None = None
+) -> str:
+    """Covers everything imported: the chained step hash, per-step flags and metadata,
+    labels, outcome and trajectory fields. ``step_hashes`` saves recomputing them."""
+    steps = (
+        step_hashes if step_hashes is not None else prefix_hashes(trajectory.task, trajectory.steps)
+    )
+    digest = hashlib.sha256(steps[-1].encode() if steps else b"")
+    digest.update(
         _canonical(
             [
                 source_format,
                 trajectory.external_id,
-                trajectory.task,
+                trajectory.task_key,
                 trajectory.ground_truth,
                 trajectory.model_name,
                 trajectory.outcome_reward,
                 trajectory.success,
-                [[*_step_key(step), step.labelable, step.metadata] for step in trajectory.steps],
-                [[label.step_index, label.value, label.annotator] for label in trajectory.labels],
+                trajectory.first_error_index,
                 trajectory.metadata,
+                [[step.labelable, step.metadata or None] for step in trajectory.steps],
+                [[label.step_index, label.value, label.annotator] for label in trajectory.labels],
             ]
         )
-    ).hexdigest()
+    )
+    return digest.hexdigest()

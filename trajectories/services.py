@@ -11,9 +11,9 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
 from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
+from trajectories import pgcopy
 from trajectories.formats import parser_for
 from trajectories.formats.base import FileError, ParsedTrajectory, RecordError
 from trajectories.hashing import content_hash, prefix_hashes
@@ -160,86 +160,104 @@ def _write_chunk(
     records: list[ParsedTrajectory],
     counts: _Counts,
 ) -> None:
-    by_hash: dict[str, ParsedTrajectory] = {}
+    by_hash: dict[str, tuple[ParsedTrajectory, list[str]]] = {}
     for record in records:
-        by_hash.setdefault(content_hash(record, source_format), record)
+        step_hashes = prefix_hashes(record.task, record.steps)
+        digest = content_hash(record, source_format, step_hashes=step_hashes)
+        by_hash.setdefault(digest, (record, step_hashes))
     existing = set(
         Trajectory.objects.filter(project=project, content_hash__in=list(by_hash)).values_list(
             "content_hash", flat=True
         )
     )
     counts.unchanged += len(records) - len(by_hash) + len(existing)
-    new = [(h, r) for h, r in by_hash.items() if h not in existing]
+    new = [(digest, *pair) for digest, pair in by_hash.items() if digest not in existing]
     if not new:
         return
 
     trajectory_ids = _allocate_ids(Trajectory, len(new))
-    step_total = sum(len(r.steps) for _, r in new)
+    step_total = sum(len(record.steps) for _, record, _ in new)
     step_ids = iter(_allocate_ids(Step, step_total))
     annotators: dict[str, int] = {}
-    now = timezone.now()
-    label_rows: list[tuple[Any, ...]] = []
-    step_rows: list[tuple[Any, ...]] = []
-    for trajectory_id, (_, record) in zip(trajectory_ids, new, strict=True):
-        hashes = prefix_hashes(record.task, record.steps)
+    text, json_text = pgcopy.text, pgcopy.json_text
+    submitted = StepLabel.Status.SUBMITTED.value
+    now = timezone.now().isoformat()
+    trajectory_rows: list[str] = []
+    source_rows: list[str] = []
+    step_rows: list[str] = []
+    label_rows: list[str] = []
+    for trajectory_id, (digest, record, step_hashes) in zip(trajectory_ids, new, strict=True):
+        trajectory_rows.append(
+            pgcopy.row(
+                (
+                    trajectory_id, project.pk, record.external_id, source_format,
+                    record.task_key, record.task, record.ground_truth, record.model_name,
+                    record.outcome_reward, record.success, pgcopy.Json(record.metadata),
+                    len(record.steps), digest, batch.pk, now,
+                )
+            )
+        )  # fmt: skip
+        source_rows.append(
+            pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw)))
+        )
         ids_for_steps = [next(step_ids) for _ in record.steps]
         for index, (step, step_id, prefix) in enumerate(
-            zip(record.steps, ids_for_steps, hashes, strict=True)
+            zip(record.steps, ids_for_steps, step_hashes, strict=True)
         ):
+            # Steps are most of the rows: format them directly rather than via row().
             step_rows.append(
-                (
-                    step_id, trajectory_id, index, step.kind, step.role, step.agent,
-                    step.content, step.tool_name,
-                    None if step.tool_args is None else Jsonb(step.tool_args),
-                    Jsonb(step.metadata), step.labelable, prefix,
-                )
-            )  # fmt: skip
+                f"{step_id}\t{trajectory_id}\t{index}\t{text(step.kind)}\t{text(step.role)}"
+                f"\t{text(step.agent)}\t{text(step.content)}\t{text(step.tool_name)}"
+                f"\t{json_text(step.tool_args)}\t{json_text(step.metadata)}"
+                f"\t{'t' if step.labelable else 'f'}\t{prefix}\n"
+            )
         for label in record.labels:
             if label.annotator not in annotators:
                 annotators[label.annotator] = imported_annotator(label.annotator).pk
             label_rows.append(
-                (
-                    ids_for_steps[label.step_index], annotators[label.annotator], schema.pk,
-                    label.value, Jsonb([]), "", StepLabel.Status.SUBMITTED, False, now, now,
-                )
-            )  # fmt: skip
+                f"{ids_for_steps[label.step_index]}\t{annotators[label.annotator]}\t{schema.pk}"
+                f"\t{int(label.value)}\t[]\t\t{submitted}\tf\t{now}\t{now}\n"
+            )
 
-    with connection.cursor() as wrapper:
-        cursor = wrapper.cursor
-        with cursor.copy(
-            "COPY trajectories_trajectory (id, project_id, external_id, source_format, task_key,"
-            " task, ground_truth, model_name, outcome_reward, success, metadata, step_count,"
-            " content_hash, import_batch_id, branch_index, parent_id, created_at) FROM STDIN"
-        ) as copy:
-            for trajectory_id, (digest, record) in zip(trajectory_ids, new, strict=True):
-                copy.write_row(
-                    (
-                        trajectory_id, project.pk, record.external_id, source_format,
-                        record.task_key, record.task, record.ground_truth, record.model_name,
-                        record.outcome_reward, record.success, Jsonb(record.metadata),
-                        len(record.steps), digest, batch.pk, None, None, now,
-                    )
-                )  # fmt: skip
-        with cursor.copy(
-            "COPY trajectories_trajectorysource (trajectory_id, location, raw) FROM STDIN"
-        ) as copy:
-            for trajectory_id, (_, record) in zip(trajectory_ids, new, strict=True):
-                copy.write_row((trajectory_id, record.location[:100], Jsonb(record.raw)))
-        with cursor.copy(
-            "COPY trajectories_step (id, trajectory_id, index, kind, role, agent, content,"
-            " tool_name, tool_args, metadata, labelable, prefix_hash) FROM STDIN"
-        ) as copy:
-            for row in step_rows:
-                copy.write_row(row)
-        if label_rows:
-            with cursor.copy(
-                "COPY labeling_steplabel (step_id, annotator_id, schema_id, value, tags,"
-                " rationale, status, saw_model_scores, created_at, updated_at) FROM STDIN"
-            ) as copy:
-                for row in label_rows:
-                    copy.write_row(row)
+    _copy(
+        "trajectories_trajectory (id, project_id, external_id, source_format, task_key, task,"
+        " ground_truth, model_name, outcome_reward, success, metadata, step_count,"
+        " content_hash, import_batch_id, created_at)",
+        trajectory_rows,
+    )
+    _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+    _copy(
+        "trajectories_step (id, trajectory_id, index, kind, role, agent, content, tool_name,"
+        " tool_args, metadata, labelable, prefix_hash)",
+        step_rows,
+    )
+    _copy(
+        "labeling_steplabel (step_id, annotator_id, schema_id, value, tags, rationale, status,"
+        " saw_model_scores, created_at, updated_at)",
+        label_rows,
+    )
     counts.created += len(new)
     counts.steps += step_total
+
+
+def _copy(table_and_columns: str, rows: list[str], batch_chars: int = 1 << 20) -> None:
+    """COPY pre-encoded text rows, sent in pieces of about ``batch_chars``."""
+    if not rows:
+        return
+    with (
+        connection.cursor() as wrapper,
+        wrapper.cursor.copy(f"COPY {table_and_columns} FROM STDIN") as copy,
+    ):
+        piece: list[str] = []
+        size = 0
+        for row in rows:
+            piece.append(row)
+            size += len(row)
+            if size >= batch_chars:
+                copy.write("".join(piece))
+                piece, size = [], 0
+        if piece:
+            copy.write("".join(piece))
 
 
 def _allocate_ids(model: type[Trajectory] | type[Step], count: int) -> list[int]:

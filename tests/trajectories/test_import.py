@@ -195,3 +195,29 @@ def test_raw_source_is_kept_apart(tmp_path: Path) -> None:
     source = TrajectorySource.objects.get(trajectory=trajectory)
     assert source.raw is not None and source.raw["id"] == "gsm8k-0"
     assert source.location == "record 0"
+
+
+def test_awkward_text_survives_copy_exactly(tmp_path: Path) -> None:
+    awkward = "tab\there\nnew line\r\nback\\slash \\N not null, émoji 🙂 and \\t literal"
+    record = {
+        "id": "awk",
+        "task": awkward,
+        "metadata": {"note": awkward},
+        "steps": [
+            {"role": "assistant", "content": awkward, "tool_args": {"q": awkward}},
+            {"role": "user", "content": ""},
+        ],
+    }
+    path = tmp_path / "awkward.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    project = project_create(slug="s", name="s")
+    trajectory_import(project=project, source_format="stepscope", path=path)
+
+    trajectory = Trajectory.objects.get(external_id="awk")
+    assert trajectory.task == awkward
+    assert trajectory.metadata == {"note": awkward}
+    first, second = trajectory.steps.order_by("index")
+    assert first.content == awkward
+    assert first.tool_args == {"q": awkward}
+    assert second.content == ""
+    assert second.labelable is False
