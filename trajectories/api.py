@@ -3,14 +3,28 @@ user's projects, so anything outside them is a 404, as on the pages."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, pagination, viewsets
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import projects_for_user
-from trajectories.serializers import ProjectSerializer, StepSerializer, TrajectorySerializer
+from trajectories import services
+from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.selectors import can_manage_data, project_get_for_user, projects_for_user
+from trajectories.serializers import (
+    ImportBatchSerializer,
+    ImportRequestSerializer,
+    ProjectSerializer,
+    StepSerializer,
+    TrajectorySerializer,
+)
 
 
 class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
@@ -65,9 +79,55 @@ class StepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return queryset
 
 
+class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+    """``POST`` a file (queued for a worker; 202) or a JSON list of trajectories in our
+    format (imported at once; 201). ``GET /imports/{id}/`` reports status and errors."""
+
+    serializer_class = ImportBatchSerializer
+    pagination_class = ByIdCursor
+
+    def get_queryset(self) -> QuerySet[ImportBatch]:
+        return ImportBatch.objects.filter(
+            project__in=projects_for_user(self.request.user)
+        ).select_related("project")
+
+    @extend_schema(request=ImportRequestSerializer, responses=ImportBatchSerializer)
+    def create(self, request: Request) -> Response:
+        incoming = ImportRequestSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        project = project_get_for_user(request.user, data["project"])
+        if not can_manage_data(request.user, project):
+            raise PermissionDenied("Only researchers and admins import data.")
+        user = cast(User, request.user)
+        try:
+            if "file" in data:
+                batch = services.import_upload_start(
+                    project=project,
+                    user=user,
+                    source_format=data["format"],
+                    upload=data["file"],
+                    skip_invalid=data["skip_invalid"],
+                    mapping=data.get("mapping"),
+                )
+                return Response(ImportBatchSerializer(batch).data, status=202)
+            batch = services.trajectory_records_import(
+                project=project,
+                user=user,
+                records=data["trajectories"],
+                skip_invalid=data["skip_invalid"],
+            )
+        except services.ImportRejected as rejected:
+            return Response(ImportBatchSerializer(rejected.batch).data, status=400)
+        except ValueError as error:
+            raise ValidationError({"format": str(error)}) from None
+        return Response(ImportBatchSerializer(batch).data, status=201)
+
+
 router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
 router.register("trajectories", TrajectoryViewSet, basename="trajectory")
 router.register("steps", StepViewSet, basename="step")
+router.register("imports", ImportViewSet, basename="import")
 
 urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]

@@ -3,6 +3,9 @@ the state, so a filtered list can be bookmarked and shared."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django import forms
 
 from trajectories.selectors import TrajectoryFilters
@@ -40,3 +43,42 @@ class TrajectoryFilterForm(forms.Form):
     def cursor(self) -> int | None:
         self.is_valid()
         return self.cleaned_data.get("after")
+
+
+FORMAT_CHOICES = [
+    ("stepscope", "Stepscope JSONL"),
+    ("openai-messages", "OpenAI chat messages with tool calls (tau-bench, mini-swe-agent)"),
+    ("processbench", "ProcessBench"),
+    ("prm800k", "PRM800K"),
+    ("math-shepherd", "Math-Shepherd"),
+    ("trl-stepwise", "TRL stepwise supervision"),
+    ("swe-agent", "SWE-agent .traj"),
+    ("inspect", "Inspect AI log (.json or .eval)"),
+    ("mapped", "Anything, with a mapping"),
+]
+
+
+class ImportUploadForm(forms.Form):
+    source_format = forms.ChoiceField(label="Format", choices=FORMAT_CHOICES)
+    file = forms.FileField()
+    mapping = forms.FileField(
+        required=False, help_text="For the mapped format: a JSON mapping (see docs/formats.md)."
+    )
+    skip_invalid = forms.BooleanField(
+        required=False,
+        label="Import the valid records and report the rest",
+        help_text="Otherwise one bad record rejects the whole file.",
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        mapping_file = cleaned.get("mapping")
+        cleaned["mapping_json"] = None
+        if cleaned.get("source_format") == "mapped" and mapping_file is None:
+            self.add_error("mapping", "The mapped format needs a mapping file.")
+        elif mapping_file is not None:
+            try:
+                cleaned["mapping_json"] = json.loads(mapping_file.read().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as error:
+                self.add_error("mapping", f"Not a JSON file: {error}")
+        return cleaned

@@ -51,6 +51,7 @@ class Membership(models.Model):
 
 class ImportBatch(models.Model):
     class Status(models.TextChoices):
+        QUEUED = "queued"
         RUNNING = "running"
         DONE = "done"
         FAILED = "failed"
@@ -59,6 +60,13 @@ class ImportBatch(models.Model):
     file_name = models.CharField(max_length=500)
     source_format = models.CharField(max_length=40)
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    # An uploaded file waiting for (or being read by) a worker, under MEDIA_ROOT.
+    stored_path = models.CharField(max_length=500, blank=True)
+    mapping = models.JSONField(null=True, blank=True)
+    skip_invalid = models.BooleanField(default=False)
+    # Records read so far, written from outside the import transaction for progress bars.
+    processed_count = models.PositiveIntegerField(default=0)
+    file_size = models.PositiveBigIntegerField(null=True, blank=True)
     created_count = models.PositiveIntegerField(default=0)
     unchanged_count = models.PositiveIntegerField(default=0)
     rejected_count = models.PositiveIntegerField(default=0)

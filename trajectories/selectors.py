@@ -247,3 +247,22 @@ def steps_for_trajectory_page(trajectory: Trajectory) -> QuerySet[Step]:
         .prefetch_related(Prefetch("labels", queryset=labels))
         .order_by("index")
     )
+
+
+def import_batch_get_for_user(user: AnyUser, pk: int) -> ImportBatch:
+    batch = (
+        ImportBatch.objects.select_related("project", "created_by")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if batch is None:
+        raise Http404("No such import.")
+    return batch
+
+
+def can_manage_data(user: AnyUser, project: Project) -> bool:
+    """Researchers and admins import, score and export; annotators label."""
+    return membership_role(user, project) in {
+        Membership.Role.RESEARCHER,
+        Membership.Role.ADMIN,
+    }

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from trajectories.models import Project, Step, Trajectory
+from trajectories.forms import FORMAT_CHOICES
+from trajectories.models import ImportBatch, Project, Step, Trajectory
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
@@ -33,3 +34,39 @@ class StepSerializer(serializers.ModelSerializer[Step]):
             "id", "trajectory", "index", "kind", "role", "agent", "content", "tool_name",
             "tool_args", "metadata", "labelable", "prefix_hash",
         ]  # fmt: skip
+
+
+class ImportBatchSerializer(serializers.ModelSerializer[ImportBatch]):
+    project = serializers.SlugRelatedField[Project](slug_field="slug", read_only=True)
+
+    class Meta:
+        model = ImportBatch
+        fields = [
+            "id", "project", "file_name", "source_format", "status", "skip_invalid",
+            "processed_count", "created_count", "unchanged_count", "rejected_count",
+            "step_count", "errors", "created_at", "finished_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):
+    """Either ``file`` (multipart; imported by a worker) or ``trajectories`` (a JSON list
+    of records in Stepscope's own format; imported at once, for small pushes)."""
+
+    project = serializers.SlugField()
+    format = serializers.ChoiceField(choices=FORMAT_CHOICES, default="stepscope")
+    file = serializers.FileField(required=False)
+    trajectories = serializers.ListField(
+        child=serializers.DictField(), required=False, max_length=10_000
+    )
+    mapping = serializers.JSONField(required=False)
+    skip_invalid = serializers.BooleanField(default=False)
+
+    def validate(self, attrs: dict[str, object]) -> dict[str, object]:
+        if ("file" in attrs) == ("trajectories" in attrs):
+            raise serializers.ValidationError("Send either a file or a list of trajectories.")
+        if "trajectories" in attrs and attrs["format"] != "stepscope":
+            raise serializers.ValidationError(
+                {"format": "A JSON list of trajectories must be in the stepscope format."}
+            )
+        return attrs

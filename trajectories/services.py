@@ -4,24 +4,34 @@ which parses a file with a Django-free parser and writes it in bulk with ``COPY`
 from __future__ import annotations
 
 import dataclasses
+import json
+import shutil
+import tempfile
+import time
+import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
+from django.conf import settings
 from django.contrib.auth.models import User
+from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
 from django.utils import timezone
 
 from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
 from trajectories import pgcopy
 from trajectories.formats import parser_for
-from trajectories.formats.base import FileError, ParsedTrajectory, RecordError
+from trajectories.formats.base import FileError, ParsedTrajectory, Parser, RecordError
 from trajectories.hashing import content_hash, prefix_hashes
 from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
 
 # Trajectories written per COPY round trip; bounds memory for large files.
 IMPORT_CHUNK = 2000
 IMPORTED_ANNOTATOR_PREFIX = "import:"
+# Errors kept on a batch; the count of all of them is kept too.
+MAX_ERRORS_KEPT = 1000
 
 
 def project_create(
@@ -74,6 +84,18 @@ class _Counts:
     errors: list[RecordError] = dataclasses.field(default_factory=list)
 
 
+def parser_get(source_format: str, mapping: dict[str, Any] | None = None) -> Parser:
+    """The parser for ``--format``; the ``mapped`` format needs its mapping. Raises
+    ValueError naming the problem (unknown format, bad mapping)."""
+    if source_format == "mapped":
+        from trajectories.formats.mapped import load_mapping, parser_with_mapping
+
+        if mapping is None:
+            raise ValueError("the mapped format needs a mapping (--mapping FILE)")
+        return parser_with_mapping(load_mapping(mapping))
+    return parser_for(source_format)
+
+
 def trajectory_import(
     *,
     project: Project,
@@ -81,8 +103,9 @@ def trajectory_import(
     path: Path,
     user: User | None = None,
     skip_invalid: bool = False,
+    mapping: dict[str, Any] | None = None,
 ) -> ImportBatch:
-    """Import one file into ``project``.
+    """Import one file into ``project``, in this process.
 
     Re-importing a trajectory already present (same content hash) changes nothing. By
     default the import is all-or-nothing: if any record is malformed, nothing from the
@@ -90,24 +113,130 @@ def trajectory_import(
     and :class:`ImportRejected` is raised. With ``skip_invalid`` the good records are
     written and the bad ones reported.
     """
-    parser = parser_for(source_format)
+    parser = parser_get(source_format, mapping)
     batch = ImportBatch.objects.create(
-        project=project, file_name=path.name, source_format=source_format, created_by=user
+        project=project,
+        file_name=path.name,
+        source_format=source_format,
+        created_by=user,
+        mapping=mapping,
+        skip_invalid=skip_invalid,
+        file_size=path.stat().st_size,
     )
+    _import_into(batch, path, parser)
+    if batch.status == ImportBatch.Status.FAILED:
+        raise ImportRejected(batch)
+    return batch
+
+
+def trajectory_records_import(
+    *,
+    project: Project,
+    records: list[dict[str, Any]],
+    user: User | None = None,
+    skip_invalid: bool = False,
+) -> ImportBatch:
+    """Import a few trajectories given as Stepscope-format records (an API push), at once,
+    through the same parser and writer as a file."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "api-push.jsonl"
+        with path.open("w", encoding="utf-8") as out:
+            for record in records:
+                out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return trajectory_import(
+            project=project,
+            source_format="stepscope",
+            path=path,
+            user=user,
+            skip_invalid=skip_invalid,
+        )
+
+
+def import_upload_start(
+    *,
+    project: Project,
+    user: User,
+    source_format: str,
+    upload: UploadedFile,
+    skip_invalid: bool = False,
+    mapping: dict[str, Any] | None = None,
+) -> ImportBatch:
+    """Store an uploaded file and queue its import on the ``default`` queue."""
+    from trajectories.tasks import import_run
+
+    parser_get(source_format, mapping)  # fail now, not in the worker, on a bad format
+    name = Path(upload.name or "upload").name[:200]
+    folder = Path(settings.MEDIA_ROOT) / "imports" / uuid.uuid4().hex
+    folder.mkdir(parents=True)
+    stored = folder / name
+    with stored.open("wb") as out:
+        for piece in upload.chunks():
+            out.write(piece)
+    with transaction.atomic():
+        batch = ImportBatch.objects.create(
+            project=project,
+            file_name=name,
+            source_format=source_format,
+            status=ImportBatch.Status.QUEUED,
+            stored_path=str(stored),
+            mapping=mapping,
+            skip_invalid=skip_invalid,
+            file_size=stored.stat().st_size,
+            created_by=user,
+        )
+        transaction.on_commit(lambda: import_run.delay(batch.pk))
+    return batch
+
+
+def import_batch_run(*, batch_id: int) -> ImportBatch:
+    """Run a queued import (the Celery task's body). Safe to run again after a worker
+    died: the import is one transaction, so a rerun starts from a clean slate, and a
+    finished batch is left as it is."""
+    with transaction.atomic():
+        batch = ImportBatch.objects.select_for_update().get(pk=batch_id)
+        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
+            return batch
+        batch.status = ImportBatch.Status.RUNNING
+        batch.save(update_fields=["status"])
+    path = Path(batch.stored_path)
+    try:
+        parser = parser_get(batch.source_format, batch.mapping)
+    except ValueError as error:
+        parser = None
+        problem = RecordError(location="file", field="", message=str(error))
+    if parser is None or not path.is_file():
+        if parser is not None:
+            problem = RecordError(location="file", field="", message="the uploaded file is gone")
+        batch.status = ImportBatch.Status.FAILED
+        batch.errors = [dataclasses.asdict(problem)]
+        batch.rejected_count = 1
+        batch.finished_at = timezone.now()
+        batch.save()
+        return batch
+    _import_into(batch, path, parser)
+    shutil.rmtree(path.parent, ignore_errors=True)
+    return batch
+
+
+def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
     counts = _Counts()
+    skip_invalid = batch.skip_invalid
+    file_failed = False
+    progress = _Progress(batch.pk)
     try:
         with transaction.atomic():
             # One import per project at a time: the content-hash check and the COPY
             # must not interleave with another import of the same rows.
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, project.pk])
-            schema = _default_schema(project)
+                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, batch.project_id])
+            schema = _default_schema(batch.project)
             for chunk in _chunks(parser(path), IMPORT_CHUNK):
                 records = [r for r in chunk if isinstance(r, ParsedTrajectory)]
                 counts.errors.extend(r for r in chunk if isinstance(r, RecordError))
+                progress.report(len(chunk))
                 if counts.errors and not skip_invalid:
                     continue  # keep parsing to report every error, write nothing more
-                _write_chunk(project, batch, schema, source_format, records, counts)
+                _write_chunk(batch.project, batch, schema, batch.source_format, records, counts)
             if counts.errors and not skip_invalid:
                 raise _Rollback
     except _Rollback:
@@ -115,19 +244,53 @@ def trajectory_import(
     except FileError as error:
         counts.errors.append(RecordError(location="file", field="", message=str(error)))
         counts.created = counts.steps = 0
+        file_failed = True
+    finally:
+        progress.close()
 
-    rejected_all = bool(counts.errors) and not skip_invalid
-    batch.status = ImportBatch.Status.FAILED if rejected_all else ImportBatch.Status.DONE
+    failed = file_failed or (bool(counts.errors) and not skip_invalid)
+    batch.status = ImportBatch.Status.FAILED if failed else ImportBatch.Status.DONE
     batch.created_count = counts.created
     batch.unchanged_count = counts.unchanged
     batch.rejected_count = len(counts.errors)
     batch.step_count = counts.steps
-    batch.errors = [dataclasses.asdict(e) for e in counts.errors[:1000]]
+    batch.processed_count = progress.done
+    batch.errors = [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]]
     batch.finished_at = timezone.now()
     batch.save()
-    if rejected_all:
-        raise ImportRejected(batch)
-    return batch
+
+
+class _Progress:
+    """Writes ``processed_count`` on its own autocommit connection, so a progress bar
+    sees it while the import's transaction is still open. At most once a second."""
+
+    def __init__(self, batch_id: int) -> None:
+        self.batch_id = batch_id
+        self.done = 0
+        self.last = 0.0
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def report(self, records: int) -> None:
+        self.done += records
+        now = time.monotonic()
+        if now - self.last < 1.0:
+            return
+        self.last = now
+        if self.conn is None:
+            params = {
+                k: v
+                for k, v in connection.get_connection_params().items()
+                if k not in {"cursor_factory", "context"}
+            }
+            self.conn = psycopg.connect(**params, autocommit=True)
+        self.conn.execute(
+            "UPDATE trajectories_importbatch SET processed_count = %s WHERE id = %s",
+            (self.done, self.batch_id),
+        )
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
 
 
 class _Rollback(Exception):

@@ -6,13 +6,17 @@ projects is a 404. HTMX requests get a template partial instead of the whole pag
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django_htmx.middleware import HtmxDetails
 
-from trajectories import selectors
-from trajectories.forms import TrajectoryFilterForm
+from trajectories import selectors, services
+from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -76,3 +80,38 @@ def step_content(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "trajectories/step_content.html#step-content", context)
     return render(request, "trajectories/step_content.html", context)
+
+
+@login_required
+def import_new(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    project = selectors.project_get_for_user(request.user, slug)
+    if not selectors.can_manage_data(request.user, project):
+        raise PermissionDenied("Only researchers and admins import data.")
+    form = ImportUploadForm(request.POST or None, request.FILES or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            batch = services.import_upload_start(
+                project=project,
+                user=cast(User, request.user),  # login_required
+                source_format=form.cleaned_data["source_format"],
+                upload=form.cleaned_data["file"],
+                skip_invalid=form.cleaned_data["skip_invalid"],
+                mapping=form.cleaned_data["mapping_json"],
+            )
+        except ValueError as error:
+            form.add_error(None, str(error))
+        else:
+            return redirect("import-detail", pk=batch.pk)
+    status = 400 if request.method == "POST" else 200
+    return render(
+        request, "trajectories/import_new.html", {"project": project, "form": form}, status=status
+    )
+
+
+@login_required
+def import_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    batch = selectors.import_batch_get_for_user(request.user, pk)
+    context = {"project": batch.project, "batch": batch}
+    if request.htmx:
+        return render(request, "trajectories/import_detail.html#import-status", context)
+    return render(request, "trajectories/import_detail.html", context)

@@ -1,0 +1,13 @@
+"""Celery tasks of the trajectories app: thin wrappers that take ids."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from trajectories.services import import_batch_run
+
+
+@shared_task(name="trajectories.import_run", acks_late=True)
+def import_run(batch_id: int) -> dict[str, int | str]:
+    batch = import_batch_run(batch_id=batch_id)
+    return {"batch": batch.pk, "status": batch.status, "created": batch.created_count}
