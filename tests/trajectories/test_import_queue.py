@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -29,7 +30,7 @@ def researcher(project: Project) -> User:
 
 
 @pytest.fixture(autouse=True)
-def media_in_tmp(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def media_in_tmp(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
 
 
@@ -163,7 +164,9 @@ def test_api_push_with_a_bad_record_writes_nothing(project: Project, researcher:
 
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
-def test_api_file_upload_is_queued(project: Project, researcher: User, celery_worker: object) -> None:
+def test_api_file_upload_is_queued(
+    project: Project, researcher: User, celery_worker: object
+) -> None:
     upload = SimpleUploadedFile("gsm8k.json", PROCESSBENCH.read_bytes())
     response = api_for(researcher).post(
         "/api/v1/imports/",
