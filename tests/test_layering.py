@@ -18,6 +18,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Django-free modules outside trajectories/formats/; those not written yet are skipped.
 CANDIDATES = (
     "trajectories/hashing.py",
+    "trajectories/pgcopy.py",
+    "trajectories/synthetic.py",
     "trajectories/batches.py",
     "scoring/attribution.py",
     "scoring/prm.py",
@@ -62,6 +64,8 @@ def test_module_list_covers_the_parsers() -> None:
         assert f"trajectories.formats.{name}" in modules
     assert "trajectories.formats" in modules
     assert "trajectories.hashing" in modules
+    assert "scoring.attribution" in modules
+    assert "labeling.agreement" in modules
 
 
 def test_probe_sees_django_when_it_is_imported() -> None:
