@@ -69,6 +69,8 @@ def content_hash(
                 trajectory.outcome_reward,
                 trajectory.success,
                 trajectory.first_error_index,
+                trajectory.parent_external_id,
+                trajectory.branch_index,
                 trajectory.metadata,
                 [[step.labelable, step.metadata or None] for step in trajectory.steps],
                 [[label.step_index, label.value, label.annotator] for label in trajectory.labels],

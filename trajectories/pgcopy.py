@@ -28,8 +28,9 @@ def text(value: str) -> str:
     if "\\" in value or "\n" in value or "\t" in value or "\r" in value:
         value = value.translate(_ESCAPES)
     if "\x00" in value:
-        # PostgreSQL text cannot hold NUL; the parsers reject it, this is the last guard.
-        raise ValueError("text contains a NUL character")
+        raise ValueError("text contains a NUL character, which PostgreSQL cannot store")
+    if not value.isascii():
+        value.encode("utf-8")  # raises UnicodeEncodeError (a ValueError) on lone surrogates
     return value
 
 
@@ -40,7 +41,10 @@ def json_text(value: Any) -> str:
         return "{}"
     if value == [] and isinstance(value, list):
         return "[]"
-    return text(json.dumps(value, ensure_ascii=False, allow_nan=False))
+    encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    if "\\u0000" in encoded:
+        raise ValueError("JSON contains a NUL character, which PostgreSQL's jsonb cannot store")
+    return text(encoded)
 
 
 def field(value: Any) -> str:

@@ -82,6 +82,8 @@ class _Counts:
     unchanged: int = 0
     steps: int = 0
     errors: list[RecordError] = dataclasses.field(default_factory=list)
+    # (new trajectory id, its parent's external id) for rollouts that continue another.
+    children: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
 
 def parser_get(source_format: str, mapping: dict[str, Any] | None = None) -> Parser:
@@ -239,6 +241,7 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
                 _write_chunk(batch.project, batch, schema, batch.source_format, records, counts)
             if counts.errors and not skip_invalid:
                 raise _Rollback
+            _link_parents(batch.project_id, counts.children)
     except _Rollback:
         counts.created = counts.steps = 0
     except FileError as error:
@@ -324,16 +327,23 @@ def _write_chunk(
     counts: _Counts,
 ) -> None:
     by_hash: dict[str, tuple[ParsedTrajectory, list[str]]] = {}
+    hashed = 0
     for record in records:
-        step_hashes = prefix_hashes(record.task, record.steps)
-        digest = content_hash(record, source_format, step_hashes=step_hashes)
+        try:
+            step_hashes = prefix_hashes(record.task, record.steps)
+            digest = content_hash(record, source_format, step_hashes=step_hashes)
+        except ValueError:  # a lone surrogate cannot be encoded, so cannot be stored
+            counts.errors.append(_unstorable(record))
+            continue
+        hashed += 1
         by_hash.setdefault(digest, (record, step_hashes))
     existing = set(
         Trajectory.objects.filter(project=project, content_hash__in=list(by_hash)).values_list(
             "content_hash", flat=True
         )
     )
-    counts.unchanged += len(records) - len(by_hash) + len(existing)
+    # Repeats within the file and trajectories already in the project are unchanged.
+    counts.unchanged += hashed - len(by_hash) + len(existing)
     new = [(digest, *pair) for digest, pair in by_hash.items() if digest not in existing]
     if not new:
         return
@@ -349,31 +359,40 @@ def _write_chunk(
     source_rows: list[str] = []
     step_rows: list[str] = []
     label_rows: list[str] = []
+    written_steps = 0
     for trajectory_id, (digest, record, step_hashes) in zip(trajectory_ids, new, strict=True):
-        trajectory_rows.append(
-            pgcopy.row(
-                (
-                    trajectory_id, project.pk, record.external_id, source_format,
-                    record.task_key, record.task, record.ground_truth, record.model_name,
-                    record.outcome_reward, record.success, pgcopy.Json(record.metadata),
-                    len(record.steps), digest, batch.pk, now,
-                )
-            )
-        )  # fmt: skip
-        source_rows.append(
-            pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw)))
-        )
         ids_for_steps = [next(step_ids) for _ in record.steps]
-        for index, (step, step_id, prefix) in enumerate(
-            zip(record.steps, ids_for_steps, step_hashes, strict=True)
-        ):
-            # Steps are most of the rows: format them directly rather than via row().
-            step_rows.append(
-                f"{step_id}\t{trajectory_id}\t{index}\t{text(step.kind)}\t{text(step.role)}"
-                f"\t{text(step.agent)}\t{text(step.content)}\t{text(step.tool_name)}"
-                f"\t{json_text(step.tool_args)}\t{json_text(step.metadata)}"
-                f"\t{'t' if step.labelable else 'f'}\t{prefix}\n"
-            )
+        try:
+            rows = (
+                pgcopy.row(
+                    (
+                        trajectory_id, project.pk, record.external_id, source_format,
+                        record.task_key, record.task, record.ground_truth, record.model_name,
+                        record.outcome_reward, record.success, pgcopy.Json(record.metadata),
+                        len(record.steps), digest, batch.pk, record.branch_index, now,
+                    )
+                ),
+                pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw))),
+                [
+                    # Steps are most of the rows: formatted directly rather than via row().
+                    f"{step_id}\t{trajectory_id}\t{index}\t{text(step.kind)}\t{text(step.role)}"
+                    f"\t{text(step.agent)}\t{text(step.content)}\t{text(step.tool_name)}"
+                    f"\t{json_text(step.tool_args)}\t{json_text(step.metadata)}"
+                    f"\t{'t' if step.labelable else 'f'}\t{prefix}\n"
+                    for index, (step, step_id, prefix) in enumerate(
+                        zip(record.steps, ids_for_steps, step_hashes, strict=True)
+                    )
+                ],
+            )  # fmt: skip
+        except ValueError:  # NUL or a lone surrogate: PostgreSQL cannot store it
+            counts.errors.append(_unstorable(record))
+            continue
+        trajectory_rows.append(rows[0])
+        source_rows.append(rows[1])
+        step_rows.extend(rows[2])
+        written_steps += len(record.steps)
+        if record.parent_external_id:
+            counts.children.append((trajectory_id, record.parent_external_id))
         for label in record.labels:
             if label.annotator not in annotators:
                 annotators[label.annotator] = imported_annotator(label.annotator).pk
@@ -385,7 +404,7 @@ def _write_chunk(
     _copy(
         "trajectories_trajectory (id, project_id, external_id, source_format, task_key, task,"
         " ground_truth, model_name, outcome_reward, success, metadata, step_count,"
-        " content_hash, import_batch_id, created_at)",
+        " content_hash, import_batch_id, branch_index, created_at)",
         trajectory_rows,
     )
     _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
@@ -399,8 +418,60 @@ def _write_chunk(
         " saw_model_scores, created_at, updated_at)",
         label_rows,
     )
-    counts.created += len(new)
-    counts.steps += step_total
+    counts.created += len(trajectory_rows)
+    counts.steps += written_steps
+
+
+def _unstorable(record: ParsedTrajectory) -> RecordError:
+    """Name the first field holding text PostgreSQL cannot store (NUL, lone surrogates)."""
+    candidates: list[tuple[str, Any]] = [
+        ("id", record.external_id),
+        ("task", record.task),
+        ("task_key", record.task_key),
+        ("ground_truth", record.ground_truth),
+        ("model", record.model_name),
+        ("metadata", record.metadata),
+    ]
+    for index, step in enumerate(record.steps):
+        for name in ("kind", "role", "agent", "content", "tool_name", "tool_args", "metadata"):
+            candidates.append((f"steps.{index}.{name}", getattr(step, name)))
+    candidates.append(("(source record)", record.raw))
+    for name, value in candidates:
+        if not _storable(value):
+            return RecordError(record.location, name, "contains a NUL character or invalid Unicode")
+    return RecordError(record.location, "", "contains text PostgreSQL cannot store")
+
+
+def _storable(value: Any) -> bool:
+    try:
+        if isinstance(value, str):
+            pgcopy.text(value)
+        elif value is not None:
+            pgcopy.json_text(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _link_parents(project_id: int, children: list[tuple[int, str]]) -> None:
+    """Point each continuation at the trajectory it continues: the newest one in the
+    project with that external id (from this file or an earlier import)."""
+    if not children:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            UPDATE trajectories_trajectory AS child SET parent_id = parent.id
+            FROM unnest(%s::bigint[], %s::text[]) AS link(child_id, parent_external_id)
+            JOIN LATERAL (
+                SELECT id FROM trajectories_trajectory
+                WHERE project_id = %s AND external_id = link.parent_external_id
+                ORDER BY id DESC LIMIT 1
+            ) AS parent ON true
+            WHERE child.id = link.child_id
+            """,
+            [[c for c, _ in children], [p for _, p in children], project_id],
+        )
 
 
 def _copy(table_and_columns: str, rows: list[str], batch_chars: int = 1 << 20) -> None:

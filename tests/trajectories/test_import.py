@@ -221,3 +221,100 @@ def test_awkward_text_survives_copy_exactly(tmp_path: Path) -> None:
     assert first.tool_args == {"q": awkward}
     assert second.content == ""
     assert second.labelable is False
+
+
+def test_prm800k_alternatives_are_linked_to_the_chosen_path() -> None:
+    phase2 = REALDATA / "prm800k_sample" / "phase2_train_sample.jsonl"
+    summary, _ = run_import("--project", "prm", "--create", "--format", "prm800k", str(phase2))
+    assert summary["rejected"] == 0
+    children = Trajectory.objects.filter(project__slug="prm", parent__isnull=False)
+    assert children.exists()
+    for child in children.select_related("parent"):
+        assert child.parent is not None and child.branch_index is not None
+        # A continuation shares its parent's steps before the branch point, so it shares
+        # their prefix hashes too, and differs at the branch step.
+        shared = child.branch_index
+        own = list(child.steps.order_by("index").values_list("prefix_hash", flat=True))
+        parent = list(child.parent.steps.order_by("index").values_list("prefix_hash", flat=True))
+        assert own[:shared] == parent[:shared]
+        assert len(own) == shared + 1
+        # The parent either took another completion there or stopped (found_error).
+        assert len(parent) == shared or own[shared] != parent[shared]
+    # Every rating is an imported label, counted once (README: +1: 69, -1: 21, 0: 17).
+    values = list(
+        StepLabel.objects.filter(step__trajectory__project__slug="prm").values_list(
+            "value", flat=True
+        )
+    )
+    assert (values.count(1), values.count(-1), values.count(0)) == (69, 21, 17)
+
+
+def test_mapped_import_of_a_directory_of_one_record_files(tmp_path: Path) -> None:
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for n in range(3):
+        record = {
+            "question_ID": f"q{n}",
+            "question": f"What is {n} + {n}?",
+            "is_correct": n != 1,
+            "history": [
+                {"role": "user", "content": f"What is {n} + {n}?", "name": "asker"},
+                {"role": "assistant", "content": f"{n} + {n} = {2 * n}", "name": "solver"},
+            ],
+            "mistake_step": "1" if n == 1 else None,
+        }
+        (folder / f"{n}.json").write_text(json.dumps(record))
+    mapping = tmp_path / "mapping.json"
+    mapping.write_text(
+        json.dumps(
+            {
+                "id": "question_ID",
+                "task": "question",
+                "task_key": "question_ID",
+                "outcome": "is_correct",
+                "steps": "history",
+                "step": {"content": "content", "role": "role", "agent": "name"},
+                "first_error_index": "mistake_step",
+            }
+        )
+    )
+    summary, err = run_import(
+        "--project", "m", "--create", "--format", "mapped", "--mapping", str(mapping), str(folder)
+    )
+    assert summary["created"] == 3, err
+    assert len(summary["batch"]) == 3
+    wrong = Trajectory.objects.get(external_id="q1")
+    assert wrong.success is False
+    assert list(wrong.steps.values_list("agent", flat=True)) == ["asker", "solver"]
+    assert StepLabel.objects.get(step__trajectory=wrong, step__index=1).value == -1
+
+
+def test_mapped_format_without_a_mapping_is_a_command_error(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match="mapping"):
+        call_command("import_trajectories", "--project", "x", "--create", "--format", "mapped", "f")
+
+
+@pytest.mark.parametrize(
+    ("content", "field"),
+    [("nul \x00 byte", "steps.1.content"), ("lone \ud800 surrogate", "steps.1.content")],
+)
+def test_text_postgres_cannot_store_is_a_record_error(
+    tmp_path: Path, content: str, field: str
+) -> None:
+    good = {"id": "good", "task": "t", "steps": [{"content": "fine"}]}
+    bad = {"id": "bad", "task": "t", "steps": [{"content": "fine"}, {"content": content}]}
+    path = tmp_path / "damaged.jsonl"
+    path.write_text(
+        json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8", errors="surrogatepass"
+    )
+    project = project_create(slug="s", name="s")
+    with pytest.raises(ImportRejected) as rejected:
+        trajectory_import(project=project, source_format="stepscope", path=path)
+    assert rejected.value.batch.errors[0]["location"] == "line 2"
+    assert not Trajectory.objects.exists()
+
+    batch = trajectory_import(
+        project=project, source_format="stepscope", path=path, skip_invalid=True
+    )
+    assert (batch.created_count, batch.rejected_count) == (1, 1)
+    assert batch.errors[0]["field"] == field

@@ -129,6 +129,8 @@ def _trajectory(record: Any, index: int, location: str) -> ParsedTrajectory:
         external_id = str(record_id)
     else:
         external_id = str(index)
+    if external_id.strip() in {"", ":"}:
+        raise FieldError("id" if record_id is not None else "task_id", "is empty")
 
     reward = _optional(record, "reward", (int, float))
     return ParsedTrajectory(

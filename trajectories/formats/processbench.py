@@ -49,6 +49,8 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
     if not isinstance(record, dict):
         raise FieldError("", f"expected an object, got {type(record).__name__}")
     external_id = require(record, "id", (str, int))
+    if str(external_id).strip() == "":
+        raise FieldError("id", "is empty")
     problem = require(record, "problem", str)
     generator = require(record, "generator", str)
     raw_steps = require(record, "steps", list)

@@ -1,4 +1,8 @@
-"""python manage.py import_trajectories --project SLUG [--create] --format FORMAT PATH..."""
+"""python manage.py import_trajectories --project SLUG [--create] --format FORMAT
+[--mapping FILE] [--skip-invalid] PATH...
+
+PATH is a file or a directory; a directory stands for every .json, .jsonl, .traj and
+.eval file below it, in sorted order. Each file is its own all-or-nothing import."""
 
 from __future__ import annotations
 
@@ -8,9 +12,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from trajectories.formats import parser_for
 from trajectories.models import Project
-from trajectories.services import ImportRejected, project_create, trajectory_import
+from trajectories.services import ImportRejected, parser_get, project_create, trajectory_import
+
+IMPORTABLE_SUFFIXES = {".json", ".jsonl", ".traj", ".eval"}
 
 
 class Command(BaseCommand):
@@ -21,6 +26,7 @@ class Command(BaseCommand):
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--create", action="store_true", help="create the project if missing")
         parser.add_argument("--format", required=True, dest="source_format")
+        parser.add_argument("--mapping", type=Path, help="JSON mapping for --format mapped")
         parser.add_argument(
             "--skip-invalid",
             action="store_true",
@@ -29,14 +35,22 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         source_format: str = options["source_format"]
+        mapping = None
+        if options["mapping"] is not None:
+            try:
+                mapping = json.loads(options["mapping"].read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+                message = f"{options['mapping']}: not a readable JSON mapping: {error}"
+                raise CommandError(message) from None
         try:
-            parser_for(source_format)
+            parser_get(source_format, mapping)
         except ValueError as error:
             raise CommandError(str(error)) from None
         project = Project.objects.filter(slug=options["project"]).first()
+        if project is None and not options["create"]:
+            raise CommandError(f"no project {options['project']!r}; pass --create to make it")
+        paths = _expand(options["paths"])
         if project is None:
-            if not options["create"]:
-                raise CommandError(f"no project {options['project']!r}; pass --create to make it")
             project = project_create(slug=options["project"], name=options["project"])
 
         summary: dict[str, Any] = {
@@ -48,15 +62,14 @@ class Command(BaseCommand):
         }
         batches = []
         failed = False
-        for path in options["paths"]:
-            if not path.is_file():
-                raise CommandError(f"{path}: no such file")
+        for path in paths:
             try:
                 batch = trajectory_import(
                     project=project,
                     source_format=source_format,
                     path=path,
                     skip_invalid=options["skip_invalid"],
+                    mapping=mapping,
                 )
             except ImportRejected as rejected:
                 batch = rejected.batch
@@ -78,3 +91,20 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(summary))
         if failed:
             raise SystemExit(1)
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(
+                p for p in path.rglob("*") if p.is_file() and p.suffix in IMPORTABLE_SUFFIXES
+            )
+            if not found:
+                raise CommandError(f"{path}: no .json, .jsonl, .traj or .eval files in it")
+            files.extend(found)
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise CommandError(f"{path}: no such file or directory")
+    return files

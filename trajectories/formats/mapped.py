@@ -1,0 +1,496 @@
+"""The generic mapped importer: a small JSON mapping names where a file keeps each
+trajectory's fields, so a format nobody wrote a parser for imports without code.
+
+Paths are dotted (``a.b.0.c``): object keys, and list positions as numbers (``-1`` is the
+last item). A mapping looks like::
+
+    {"records": "samples", "id": "question_ID", "task": "question",
+     "steps": "history", "step": {"content": "content", "role": "role", "agent": "name"},
+     "first_error_index": "mistake_step", "metadata": ["level", "mistake_reason"]}
+
+docs/formats.md describes every key. Values are coerced only where the meaning is plain
+(``"7"`` is the index 7, ``0``/``1`` and ``"true"``/``"false"`` are outcomes, numbers
+are text where text is expected, null is "none"); anything else is an error naming the
+record and the path in it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterator
+from collections.abc import Mapping as AnyMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trajectories.formats import jsonstream, register
+from trajectories.formats.base import (
+    STEP_KINDS,
+    FieldError,
+    FileError,
+    ParsedLabel,
+    ParsedStep,
+    ParsedTrajectory,
+    Parser,
+    ParseResult,
+    RecordError,
+)
+
+ANNOTATOR = "import:mapped"
+PATH_KEYS = (
+    "records",
+    "id",
+    "task",
+    "task_key",
+    "ground_truth",
+    "model",
+    "outcome",
+    "reward",
+    "steps",
+    "first_error_index",
+)
+MAPPING_KEYS = (*PATH_KEYS, "step", "metadata")
+REQUIRED_KEYS = ("task", "steps")
+STEP_KEYS = ("content", "role", "agent", "kind", "tool_name")
+# Steps with these roles are inputs to the agent, not its decisions, so not labelable.
+INPUT_ROLES = ("system", "developer", "user", "tool")
+INTEGER = re.compile(r"-?\d+")
+NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
+OUTCOME_WORDS = {"true": True, "false": False, "1": True, "0": False}
+MISSING = jsonstream.MISSING
+
+
+class MappingError(ValueError):
+    """The mapping itself is wrong; the message names the mapping key."""
+
+
+@dataclass(frozen=True)
+class StepFields:
+    """Paths inside one step object. Empty means not mapped."""
+
+    content: str
+    role: str = ""
+    agent: str = ""
+    kind: str = ""
+    tool_name: str = ""
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """Where a record keeps each field, as dotted paths. Empty means not mapped."""
+
+    task: str
+    steps: str
+    records: str = ""
+    id: str = ""
+    task_key: str = ""
+    ground_truth: str = ""
+    model: str = ""
+    outcome: str = ""
+    reward: str = ""
+    # None: each step is a plain string.
+    step: StepFields | None = None
+    first_error_index: str = ""
+    # (metadata key, path) pairs, in the mapping's order.
+    metadata: tuple[tuple[str, str], ...] = ()
+
+
+def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
+    """A validated :class:`Mapping` from a mapping file (path) or its decoded JSON."""
+    if isinstance(source, AnyMapping):
+        data: Any = source
+    else:
+        try:
+            data = jsonstream.load_file(Path(source))
+        except FileError as error:
+            raise MappingError(f"mapping file {error}") from error
+    if not isinstance(data, AnyMapping):
+        raise MappingError(f"a mapping is a JSON object, got {type(data).__name__}")
+    for key in data:
+        if key not in MAPPING_KEYS:
+            raise MappingError(
+                f"mapping key {key!r}: unknown; expected one of {', '.join(MAPPING_KEYS)}"
+            )
+    for key in REQUIRED_KEYS:
+        if key not in data:
+            raise MappingError(f"mapping key {key!r}: is missing")
+    paths = {key: _path_setting(data, key) for key in PATH_KEYS if key in data}
+    return Mapping(
+        **paths,
+        step=_step_fields(data["step"]) if data.get("step") is not None else None,
+        metadata=_metadata_setting(data.get("metadata")),
+    )
+
+
+def parse_mapped(path: Path, mapping: Mapping) -> Iterator[ParseResult]:
+    """Yield one trajectory or error per record of ``path``, read as ``mapping`` says."""
+    entries = _records(path, mapping) if mapping.records else jsonstream.iter_records(path)
+    for entry in entries:
+        if isinstance(entry, RecordError):
+            yield entry
+            continue
+        location, record = entry
+        try:
+            yield _trajectory(record, location, mapping)
+        except FieldError as error:
+            yield RecordError(location, error.field, error.message)
+
+
+def parser_with_mapping(mapping: Mapping | Path | str | AnyMapping[str, Any]) -> Parser:
+    """A parser with the same signature as every other format's, bound to ``mapping``."""
+    bound = mapping if isinstance(mapping, Mapping) else load_mapping(mapping)
+
+    def parse(path: Path) -> Iterator[ParseResult]:
+        return parse_mapped(path, bound)
+
+    return parse
+
+
+@register("mapped")
+def parse(path: Path) -> Iterator[ParseResult]:
+    """Registered so ``--format mapped`` is listed; without a mapping it cannot read."""
+    raise ValueError(
+        "the mapped format needs a mapping: pass --mapping FILE, or in code use "
+        "parser_with_mapping(load_mapping(FILE))"
+    )
+
+
+# The mapping
+
+
+def _path_setting(data: AnyMapping[str, Any], key: str) -> str:
+    value = data[key]
+    if not isinstance(value, str):
+        raise MappingError(
+            f"mapping key {key!r}: expected a dotted path string, got {type(value).__name__}"
+        )
+    _check_path(value, key)
+    return value
+
+
+def _check_path(value: str, key: str) -> None:
+    if not value or any(not segment for segment in value.split(".")):
+        raise MappingError(f"mapping key {key!r}: {value!r} is not a dotted path such as 'a.b.0.c'")
+
+
+def _step_fields(value: Any) -> StepFields:
+    if not isinstance(value, AnyMapping):
+        raise MappingError(
+            f"mapping key 'step': expected an object of paths, got {type(value).__name__}"
+        )
+    for key in value:
+        if key not in STEP_KEYS:
+            raise MappingError(
+                f"mapping key 'step.{key}': unknown; expected one of {', '.join(STEP_KEYS)}"
+            )
+    if "content" not in value:
+        raise MappingError("mapping key 'step.content': is missing")
+    fields = {}
+    for key, path in value.items():
+        if not isinstance(path, str):
+            raise MappingError(
+                f"mapping key 'step.{key}': expected a dotted path string, "
+                f"got {type(path).__name__}"
+            )
+        _check_path(path, f"step.{key}")
+        fields[key] = path
+    return StepFields(**fields)
+
+
+def _metadata_setting(value: Any) -> tuple[tuple[str, str], ...]:
+    """``metadata`` is a list of paths (each stored under its own path as the key) or an
+    object from metadata key to path."""
+    if value is None:
+        return ()
+    if isinstance(value, list):
+        pairs = []
+        for number, path in enumerate(value):
+            if not isinstance(path, str):
+                raise MappingError(
+                    f"mapping key 'metadata.{number}': expected a dotted path string, "
+                    f"got {type(path).__name__}"
+                )
+            pairs.append((path, path))
+    elif isinstance(value, AnyMapping):
+        pairs = []
+        for name, path in value.items():
+            if not isinstance(path, str):
+                raise MappingError(
+                    f"mapping key 'metadata.{name}': expected a dotted path string, "
+                    f"got {type(path).__name__}"
+                )
+            pairs.append((name, path))
+    else:
+        raise MappingError(
+            "mapping key 'metadata': expected a list of paths or an object of "
+            f"name to path, got {type(value).__name__}"
+        )
+    for name, path in pairs:
+        _check_path(path, f"metadata.{name}")
+    return tuple(pairs)
+
+
+# Reading records
+
+
+def _records(path: Path, mapping: Mapping) -> Iterator[tuple[str, Any]]:
+    """The items of the list at ``mapping.records``, streamed when the path is object
+    keys only (ijson cannot pick one list position), else from the whole file."""
+    keys = tuple(mapping.records.split("."))
+    if any(INTEGER.fullmatch(key) for key in keys):
+        found = _get(jsonstream.load_file(path), mapping.records)
+        if not isinstance(found, list):
+            raise FileError(_records_problem(path, mapping, _json_kind(found)))
+        for index, record in enumerate(found):
+            yield f"record {index}", record
+        return
+    count = 0
+    for entry in jsonstream.iter_array(path, keys):
+        count += 1
+        yield entry
+    if count == 0:
+        kind = jsonstream.kind_at(path, keys)
+        if kind != "array":
+            raise FileError(_records_problem(path, mapping, kind))
+
+
+def _records_problem(path: Path, mapping: Mapping, kind: str | None) -> str:
+    where = f"{path}: mapping key 'records': {mapping.records!r}"
+    if kind is None:
+        return f"{where} is not in the file"
+    return f"{where} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}, expected a list of records"
+
+
+def _json_kind(value: Any) -> str | None:
+    if value is MISSING:
+        return None
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+def _get(value: Any, path: str) -> Any:
+    """The value at a dotted path, or MISSING."""
+    for key in path.split("."):
+        if isinstance(value, dict):
+            if key not in value:
+                return MISSING
+            value = value[key]
+        elif isinstance(value, list) and INTEGER.fullmatch(key):
+            index = int(key)
+            if not -len(value) <= index < len(value):
+                return MISSING
+            value = value[index]
+        else:
+            return MISSING
+    return value
+
+
+# One record
+
+
+def _trajectory(record: Any, location: str, mapping: Mapping) -> ParsedTrajectory:
+    if not isinstance(record, dict):
+        raise FieldError("", f"expected a record object, got {type(record).__name__}")
+    task = _text(record, mapping.task, required=True)
+    steps = _steps(record, mapping)
+    first_error = _first_error_index(record, mapping.first_error_index, len(steps))
+    success = _outcome(record, mapping.outcome)
+    reward = _reward(record, mapping.reward)
+    if reward is None and success is not None:
+        reward = 1.0 if success else 0.0
+    if mapping.id:
+        external_id = _text(record, mapping.id, required=True)
+        if not external_id.strip():
+            raise FieldError(mapping.id, "is empty")
+    else:
+        # Without an id the record's content names it, so re-imports still match.
+        canonical = json.dumps(record, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        digest = hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
+        external_id = "mapped-" + digest[:16]
+    metadata = {}
+    for name, path in mapping.metadata:
+        value = _get(record, path)
+        if value is not MISSING:
+            metadata[name] = value
+    return ParsedTrajectory(
+        external_id=external_id,
+        task=task,
+        steps=steps,
+        task_key=_text(record, mapping.task_key),
+        ground_truth=_text(record, mapping.ground_truth),
+        model_name=_text(record, mapping.model),
+        outcome_reward=reward,
+        success=success,
+        first_error_index=first_error,
+        metadata=metadata,
+        labels=_labels(steps, first_error, mapping.first_error_index),
+        raw=record,
+        location=location,
+    )
+
+
+def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
+    raw_steps = _get(record, mapping.steps)
+    if raw_steps is MISSING:
+        raise FieldError(mapping.steps, "is missing")
+    if not isinstance(raw_steps, list):
+        raise FieldError(mapping.steps, f"expected a list of steps, got {_type_name(raw_steps)}")
+    if not raw_steps:
+        raise FieldError(mapping.steps, "is empty; a trajectory needs at least one step")
+    fields = mapping.step
+    steps = []
+    for index, raw in enumerate(raw_steps):
+        path = f"{mapping.steps}.{index}"
+        if fields is None:
+            if raw is None or isinstance(raw, bool | dict | list):
+                raise FieldError(
+                    path,
+                    f"expected a string step (the mapping has no 'step'), got {_type_name(raw)}",
+                )
+            steps.append(
+                ParsedStep(kind="thought", role="assistant", content=str(raw), labelable=True)
+            )
+            continue
+        if not isinstance(raw, dict):
+            raise FieldError(path, f"expected a step object, got {_type_name(raw)}")
+        content = _text(raw, fields.content, required=True, nullable=True, prefix=path)
+        role = _text(raw, fields.role, prefix=path) or "assistant"
+        kind = _text(raw, fields.kind, prefix=path) or "message"
+        if kind not in STEP_KINDS:
+            raise FieldError(
+                f"{path}.{fields.kind}", f"is {kind!r}; expected one of {', '.join(STEP_KINDS)}"
+            )
+        steps.append(
+            ParsedStep(
+                kind=kind,
+                role=role,
+                content=content,
+                labelable=role not in INPUT_ROLES,
+                agent=_text(raw, fields.agent, prefix=path),
+                tool_name=_text(raw, fields.tool_name, prefix=path),
+            )
+        )
+    return steps
+
+
+def _labels(steps: list[ParsedStep], first_error: int | None, path: str) -> list[ParsedLabel]:
+    """As for ProcessBench: +1 on each labelable step before the first error, -1 on it,
+    nothing after it (never judged); +1 on every labelable step when it is -1."""
+    if first_error is None:
+        return []
+    if first_error >= 0 and not steps[first_error].labelable:
+        raise FieldError(
+            path,
+            f"points at step {first_error}, whose role {steps[first_error].role!r} "
+            "is an input and cannot be labeled",
+        )
+    judged = len(steps) if first_error == -1 else first_error + 1
+    return [
+        ParsedLabel(step_index=index, value=-1 if index == first_error else 1, annotator=ANNOTATOR)
+        for index in range(judged)
+        if steps[index].labelable
+    ]
+
+
+# Values
+
+
+def _text(
+    record: dict[str, Any],
+    path: str,
+    *,
+    required: bool = False,
+    nullable: bool = False,
+    prefix: str = "",
+) -> str:
+    """Text at ``path``: a string, or a number written out. An unmapped, missing or null
+    optional field is ``""``."""
+    if not path:
+        return ""
+    name = f"{prefix}.{path}" if prefix else path
+    value = _get(record, path)
+    if value is MISSING:
+        if required:
+            raise FieldError(name, "is missing")
+        return ""
+    if value is None:
+        if required and not nullable:
+            raise FieldError(name, "is null")
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise FieldError(name, f"expected text, got {_type_name(value)}")
+
+
+def _first_error_index(record: dict[str, Any], path: str, step_count: int) -> int | None:
+    if not path:
+        return None
+    value = _get(record, path)
+    if value is MISSING or value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        index = value
+    elif isinstance(value, float) and value.is_integer():
+        index = int(value)
+    elif isinstance(value, str) and INTEGER.fullmatch(value.strip()):
+        index = int(value.strip())
+    else:
+        raise FieldError(path, f"expected a step index, got {_describe(value)}")
+    if not -1 <= index < step_count:
+        raise FieldError(
+            path,
+            f"is {index}; expected -1 (no error) or a step index from 0 to {step_count - 1}",
+        )
+    return index
+
+
+def _outcome(record: dict[str, Any], path: str) -> bool | None:
+    if not path:
+        return None
+    value = _get(record, path)
+    if value is MISSING or value is None:
+        return None
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int | float) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in OUTCOME_WORDS:
+        return OUTCOME_WORDS[value.strip().lower()]
+    raise FieldError(path, f"expected true/false or 1/0, got {_describe(value)}")
+
+
+def _reward(record: dict[str, Any], path: str) -> float | None:
+    if not path:
+        return None
+    value = _get(record, path)
+    if value is MISSING or value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str) and NUMBER.fullmatch(value.strip()):
+        number = float(value.strip())
+        if math.isfinite(number):
+            return number
+    raise FieldError(path, f"expected a number, got {_describe(value)}")
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"{value[:40]!r}..."
+    return _type_name(value)
