@@ -407,5 +407,7 @@ def test_json_that_is_not_a_log_is_a_file_error(tmp_path: Path) -> None:
 
     with pytest.raises(FileError, match=r"a\.json: not an Inspect log"):
         list(parse(array))
-    with pytest.raises(FileError, match=r"b\.json: not valid JSON at record 0: parse error"):
+    with pytest.raises(
+        FileError, match=r"b\.json: not valid JSON at record 0: .*\(line 1, column \d+\)"
+    ):
         list(parse(broken))

@@ -343,7 +343,9 @@ def test_broken_array_is_a_file_error_with_position(tmp_path: Path) -> None:
     path = tmp_path / "runs.json"
     path.write_text('[\n  {"task_id": 1,\n   "traj": [}\n]\n', encoding="utf-8")
 
-    with pytest.raises(FileError, match=r"runs\.json: not valid JSON: .* \(line 3, column 13\)"):
+    with pytest.raises(
+        FileError, match=r"runs\.json: not valid JSON at record 0: .* \(line 3, column 13\)"
+    ):
         list(parse(path))
 
 

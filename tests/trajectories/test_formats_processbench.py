@@ -165,7 +165,9 @@ def test_not_json_file_is_a_file_error_with_position(tmp_path: Path) -> None:
     path = tmp_path / "gsm8k.json"
     path.write_text('[\n  {"id": "a",\n   "steps": [}\n]\n', encoding="utf-8")
 
-    with pytest.raises(FileError, match=r"gsm8k\.json: not valid JSON: .* \(line 3, column 14\)"):
+    with pytest.raises(
+        FileError, match=r"gsm8k\.json: not valid JSON at record 0: .* \(line 3, column 14\)"
+    ):
         list(parse(path))
 
 

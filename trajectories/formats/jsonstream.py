@@ -14,6 +14,7 @@ one is a FileError naming the record where reading stopped.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,7 +44,7 @@ def iter_records(path: Path) -> Iterator[Entry]:
     JSON Lines when the first line is a JSON value on its own, otherwise one (usually
     pretty-printed) object, reported as ``record 0``.
     """
-    first = _first_byte(path)
+    first = first_byte(path)
     if first == b"[":
         yield from iter_array(path)
     elif first == b"{":
@@ -107,9 +108,26 @@ def iter_array(path: Path, keys: tuple[str, ...] = ()) -> Iterator[tuple[str, An
                 yield f"record {count}", value
                 count += 1
         except STREAM_ERRORS as error:
-            raise FileError(
-                f"{path}: not valid JSON at record {count}: {_ijson_message(error)}"
-            ) from error
+            detail = _position(path) or _ijson_message(error)
+            raise FileError(f"{path}: not valid JSON at record {count}: {detail}") from error
+
+
+# Files up to this size are read again whole on a syntax error, for a line and column.
+POSITION_RECHECK_BYTES = 64 * 1024 * 1024
+
+
+def _position(path: Path) -> str:
+    """ijson does not say where a syntax error is; for files that are not huge, the
+    standard parser does: its message with line and column, or "" if it has none."""
+    if path.stat().st_size > POSITION_RECHECK_BYTES:
+        return ""
+    try:
+        jsonio.loads(path.read_bytes().removeprefix(BOM))
+    except json.JSONDecodeError as error:
+        return f"{error.msg} (line {error.lineno}, column {error.colno})"
+    except ValueError:
+        return ""
+    return ""
 
 
 def value_at(path: Path, keys: tuple[str, ...]) -> Any:
@@ -166,7 +184,7 @@ def _open(path: Path) -> IO[bytes]:
     return handle
 
 
-def _first_byte(path: Path) -> bytes:
+def first_byte(path: Path) -> bytes:
     with _open(path) as handle:
         while chunk := handle.read(65536):
             stripped = chunk.lstrip(WHITESPACE)

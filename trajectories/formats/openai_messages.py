@@ -17,10 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trajectories.formats import jsonio, register
+from trajectories.formats import jsonio, jsonstream, register
 from trajectories.formats.base import (
     FieldError,
-    FileError,
     ParsedStep,
     ParsedTrajectory,
     ParseResult,
@@ -52,51 +51,14 @@ def parse(path: Path) -> Iterator[ParseResult]:
 
 
 def _entries(path: Path) -> Iterator[Entry]:
-    text = jsonio.read_text(path)
-    start = text.lstrip()[:1]
-    if start == "[":
-        runs = jsonio.load_text(path, text)
-        for index, record in enumerate(runs):
-            yield f"record {index}", index, record
-    elif start == "{":
-        try:
-            record = jsonio.loads(text)
-        except ValueError as whole_error:
-            # A file of one run per line fails as a whole but parses line by line. If the
-            # first line does not parse either, the file is one broken object: report the
-            # position of the whole-file error, which is where the mistake is.
-            first_line = next(line for line in text.split("\n") if line.strip())
-            try:
-                jsonio.loads(first_line)
-            except ValueError:
-                raise jsonio.file_error(path, whole_error) from whole_error
-            yield from _lines(text)
+    """Runs one at a time: a JSON array streamed item by item, JSON Lines line by line,
+    or one run object."""
+    for index, entry in enumerate(jsonstream.iter_records(path)):
+        if isinstance(entry, RecordError):
+            yield entry
         else:
-            yield "record 0", 0, record
-    elif not start:
-        raise FileError(f"{path}: is empty")
-    else:
-        raise FileError(
-            f"{path}: expected a JSON array of runs, a run object or JSON Lines of runs; "
-            f"the file starts with {start!r}"
-        )
-
-
-def _lines(text: str) -> Iterator[Entry]:
-    # Split on "\n" only: str.splitlines would also split on characters such as U+2028
-    # that may legally appear unescaped inside JSON strings.
-    index = 0
-    for number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        location = f"line {number}"
-        try:
-            record = jsonio.loads(line)
-        except ValueError as error:
-            yield RecordError(location, "", f"not valid JSON: {jsonio.error_message(error)}")
-        else:
+            location, record = entry
             yield location, index, record
-        index += 1
 
 
 def _trajectory(record: Any, index: int, location: str) -> ParsedTrajectory:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trajectories.formats import jsonio, register
+from trajectories.formats import jsonstream, register
 from trajectories.formats.base import (
     FieldError,
     FileError,
@@ -30,9 +30,10 @@ ANNOTATOR = "import:processbench"
 
 @register("processbench")
 def parse(path: Path) -> Iterator[ParseResult]:
-    records = _load_array(path)
-    for index, record in enumerate(records):
-        location = f"record {index}"
+    first = jsonstream.first_byte(path)
+    if first != b"[":
+        raise FileError(f"{path}: expected a JSON array of ProcessBench items")
+    for location, record in jsonstream.iter_array(path):
         try:
             yield _trajectory(record, location)
         except FieldError as error:
@@ -89,12 +90,3 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
         raw=record,
         location=location,
     )
-
-
-def _load_array(path: Path) -> list[Any]:
-    data = jsonio.load_file(path)
-    if not isinstance(data, list):
-        raise FileError(
-            f"{path}: expected a JSON array of ProcessBench items, got {type(data).__name__}"
-        )
-    return data
