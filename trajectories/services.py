@@ -388,7 +388,8 @@ def _write_chunk(
             counts.errors.append(_unstorable(record))
             continue
         trajectory_rows.append(rows[0])
-        source_rows.append(rows[1])
+        if record.raw is not None:
+            source_rows.append(rows[1])
         step_rows.extend(rows[2])
         written_steps += len(record.steps)
         if record.parent_external_id:

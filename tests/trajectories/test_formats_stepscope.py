@@ -110,7 +110,8 @@ def test_every_field_is_read(tmp_path: Path) -> None:
     assert trajectory.success is True
     assert trajectory.first_error_index == -1
     assert trajectory.metadata == {"seed": 7, "tags": ["demo"]}
-    assert trajectory.raw == FULL_RECORD
+    # The format is lossless, so no separate raw copy is kept (to_record rebuilds it).
+    assert trajectory.raw is None
     assert trajectory.location == "line 1"
     assert trajectory.steps == [
         ParsedStep(

@@ -179,7 +179,9 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
         first_error_index=first_error_index,
         metadata=_optional(record, "metadata", dict, {}),
         labels=labels,
-        raw=record,
+        # Our own format is lossless, so the parsed trajectory is the record; keeping a
+        # second copy would double what an import writes.
+        raw=None,
         location=location,
     )
 
