@@ -42,9 +42,9 @@ from trajectories.pgcopy import json_text, text  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
 
 TAU_BENCH = REPO.parent / "shared" / "realdata" / "tau_bench" / "gpt-4o-airline.json"
-WORDS = (
-    "we compute the total then subtract the remaining amount so each part gives".split()
-    + "therefore next step check value answer equals times plus minus half".split()
+WORDS = tuple(
+    "we compute the total then subtract the remaining amount so each part gives"
+    " therefore next step check value answer equals times plus minus half".split(" ")
 )
 
 
