@@ -43,8 +43,32 @@ from trajectories.services import project_create, trajectory_import  # noqa: E40
 
 TAU_BENCH = REPO.parent / "shared" / "realdata" / "tau_bench" / "gpt-4o-airline.json"
 WORDS = tuple(
-    "we compute the total then subtract the remaining amount so each part gives"
-    " therefore next step check value answer equals times plus minus half".split(" ")
+    [
+        "we",
+        "compute",
+        "the",
+        "total",
+        "then",
+        "subtract",
+        "the",
+        "remaining",
+        "amount",
+        "so",
+        "each",
+        "part",
+        "gives",
+        "therefore",
+        "next",
+        "step",
+        "check",
+        "value",
+        "answer",
+        "equals",
+        "times",
+        "plus",
+        "minus",
+        "half",
+    ]
 )
 
 
