@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test test-system lint format typecheck bench install services worker migrate demo clean
+.PHONY: run stop test test-system lint format typecheck bench install services worker migrate demo clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,17 @@ run: demo worker
 stop:
 	$(PY) -m stepscope.services down
 
-test: services
+# The browser tests drive Debian's Chromium (Playwright cannot download browsers here).
+browser:
+	@command -v chromium >/dev/null || { \
+	    echo "installing Debian's chromium for the browser tests"; \
+	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+
+test: services browser
 	$(PY) -m pytest
 
 # The same suite against the system PostgreSQL and Redis (what docker-compose provides).
-test-system: install
+test-system: install browser
 	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/stepscope} \
 	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0} \
 	$(PY) -m pytest
