@@ -1,23 +1,60 @@
-"""Label schemas and step labels. Imported labels (ProcessBench, PRM800K, ...) are step
-labels by a non-login annotator named after their source, e.g. ``import:processbench``."""
+"""Label schemas, step labels, trajectory verdicts, adjudicated labels and labeling queues.
+
+Imported labels (ProcessBench, PRM800K, ...) are step labels by a non-login annotator named
+after their source, e.g. ``import:processbench``; the importer writes them with ``COPY``, so
+every NOT NULL column added here carries a database default (``db_default``).
+
+Every change to a step label, a trajectory label or a final label is kept by a
+statement-level trigger (django-pghistory) in an event table: nothing an annotator submits
+is ever lost, undo reads the previous value from there, and the step history page shows it.
+Statement-level triggers keep a bulk ``COPY`` of imported labels fast (one insert into the
+event table per statement, not one per row).
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import re
+from typing import Any, ClassVar
 
+import pghistory
+import pgtrigger
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from trajectories.models import Project, Step
+from trajectories.models import Project, Step, Trajectory
 
 TERNARY_VALUES = [
     {"value": -1, "name": "bad", "color": "#d64545", "key": "1"},
     {"value": 0, "name": "neutral", "color": "#9a9a9a", "key": "2"},
     {"value": 1, "name": "good", "color": "#2f9e44", "key": "3"},
 ]
+BINARY_VALUES = [
+    {"value": -1, "name": "incorrect", "color": "#d64545", "key": "1"},
+    {"value": 1, "name": "correct", "color": "#2f9e44", "key": "2"},
+]
+DEFAULT_ERROR_TAGS = [
+    "calculation error",
+    "logic error",
+    "wrong tool",
+    "bad tool arguments",
+    "hallucinated fact",
+    "misread the task",
+    "redundant step",
+    "unrecoverable",
+    "correctable",
+]
+# Keys the labeling page uses for itself; a schema value may not take them.
+RESERVED_KEYS = frozenset("jkftrcunsgh?x")
+_HEX_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}")
+_FALLBACK_COLOR = "#6b7280"
 
 
 class LabelSchema(models.Model):
+    """One version of a project's step-label schema. A schema is identified by project and
+    name; editing its values or tags makes a new version (the old row stays, with the labels
+    that point to it) and only the newest active version is offered for labeling."""
+
     class Kind(models.TextChoices):
         TERNARY = "ternary"
         BINARY = "binary"
@@ -27,8 +64,11 @@ class LabelSchema(models.Model):
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="label_schemas")
     name = models.CharField(max_length=100, default="step quality")
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.TERNARY)
-    # [{"value": -1, "name": "bad", "color": "#d64545", "key": "1"}, ...]
+    # [{"value": -1, "name": "bad", "color": "#d64545", "key": "1", "error": true}, ...]
+    # "error" marks the value that counts as an error (first-error mode); without it the
+    # lowest value of a ternary or binary schema does.
     values = models.JSONField(default=list)
+    # Names of the error-taxonomy tags an annotator may attach to a label (multi-select).
     error_tags = models.JSONField(default=list, blank=True)
     ask_rationale = models.BooleanField(default=False)
     first_error_mode = models.BooleanField(default=False)
@@ -46,6 +86,45 @@ class LabelSchema(models.Model):
     def __str__(self) -> str:
         return f"{self.name} v{self.version}"
 
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        """The values as dicts with a safe colour, in schema order."""
+        entries = []
+        for entry in self.values or []:
+            if not isinstance(entry, dict) or not isinstance(entry.get("value"), int):
+                continue
+            color = str(entry.get("color", ""))
+            entries.append(
+                {
+                    "value": entry["value"],
+                    "name": str(entry.get("name") or entry["value"]),
+                    "key": str(entry.get("key") or ""),
+                    "color": color if _HEX_COLOR.fullmatch(color) else _FALLBACK_COLOR,
+                    "error": entry["value"] == self.error_value,
+                }
+            )
+        return entries
+
+    @property
+    def allowed_values(self) -> set[int]:
+        return {e["value"] for e in self.values or [] if isinstance(e, dict) and "value" in e}
+
+    @property
+    def error_value(self) -> int | None:
+        """The value that marks a step as wrong (first-error mode, corrections), if any."""
+        flagged = [e["value"] for e in self.values or [] if isinstance(e, dict) and e.get("error")]
+        if flagged:
+            return int(flagged[0])
+        if self.kind in (self.Kind.TERNARY, self.Kind.BINARY) and self.allowed_values:
+            return min(self.allowed_values)
+        return None
+
+    def entry_for(self, value: int | None) -> dict[str, Any] | None:
+        for entry in self.entries:
+            if entry["value"] == value:
+                return entry
+        return None
+
 
 class StepLabel(models.Model):
     class Status(models.TextChoices):
@@ -56,10 +135,15 @@ class StepLabel(models.Model):
     annotator = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="step_labels"
     )
-    schema = models.ForeignKey(LabelSchema, on_delete=models.PROTECT, related_name="labels")
+    # RESTRICT: a schema with labels cannot be deleted on its own, but deleting its project
+    # (which deletes the labels too) may go through.
+    schema = models.ForeignKey(LabelSchema, on_delete=models.RESTRICT, related_name="labels")
     value = models.IntegerField()
     tags = models.JSONField(default=list, blank=True)
     rationale = models.TextField(blank=True)
+    # On a step labelled as an error: what the step should have said (PRM800K's human
+    # completion). Feeds step-level preference pairs in exports.
+    correction = models.TextField(blank=True, default="", db_default="")
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.SUBMITTED)
     saw_model_scores = models.BooleanField(default=False)
     time_spent_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -76,3 +160,213 @@ class StepLabel(models.Model):
 
     def __str__(self) -> str:
         return f"{self.value} on {self.step_id} by {self.annotator_id}"
+
+
+StepLabelEvent: Any = pghistory.create_event_model(
+    StepLabel,
+    pghistory.InsertEvent(),
+    # Re-posting the same label (a double click, a retried request) changes only the
+    # timestamps and the time spent, and leaves no event.
+    pghistory.UpdateEvent(condition=pghistory.AnyChange(exclude=["updated_at", "time_spent_ms"])),
+    pghistory.DeleteEvent(),
+    model_name="StepLabelEvent",
+    context_field=pghistory.ContextJSONField(),
+    context_id_field=pghistory.ContextUUIDField(),
+    level=pgtrigger.Statement,
+    meta={"indexes": [models.Index(fields=["step", "annotator"], name="steplabelevent_step")]},
+    abstract=False,
+)
+
+
+class TrajectoryLabel(models.Model):
+    """One annotator's verdict on a whole trajectory, and the record of their work on it:
+    a draft while they label its steps, submitted when they finish."""
+
+    class Outcome(models.TextChoices):
+        CORRECT = "correct"
+        INCORRECT = "incorrect"
+        UNSURE = "unsure"
+
+    class FinishReason(models.TextChoices):
+        SOLUTION = "solution"
+        FOUND_ERROR = "found_error", "found error"
+        GIVE_UP = "give_up", "give up"
+        BAD_PROBLEM = "bad_problem", "bad problem"
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        SUBMITTED = "submitted"
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="verdicts")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="trajectory_labels"
+    )
+    outcome = models.CharField(max_length=20, choices=Outcome.choices, blank=True, db_default="")
+    # The earliest step this annotator labelled as an error; kept current by the label service.
+    first_error_index = models.PositiveIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(
+        max_length=20, choices=FinishReason.choices, blank=True, db_default=""
+    )
+    comment = models.TextField(blank=True, db_default="")
+    # "Flag this trajectory": the problem itself is bad (ambiguous, wrong ground truth).
+    flagged = models.BooleanField(default=False, db_default=False)
+    status = models.CharField(
+        max_length=10, choices=Status.choices, default=Status.DRAFT, db_default=Status.DRAFT
+    )
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["trajectory", "annotator"], name="trajectorylabel_unique_per_annotator"
+            )
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["annotator", "status"], name="trajlabel_annotator_status"),
+            models.Index(
+                fields=["trajectory"], condition=models.Q(flagged=True), name="trajlabel_flagged"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.finish_reason or self.status} on {self.trajectory_id} by {self.annotator_id}"
+
+
+TrajectoryLabelEvent: Any = pghistory.create_event_model(
+    TrajectoryLabel,
+    pghistory.InsertEvent(),
+    pghistory.UpdateEvent(condition=pghistory.AnyChange(exclude=["updated_at"])),
+    pghistory.DeleteEvent(),
+    model_name="TrajectoryLabelEvent",
+    context_field=pghistory.ContextJSONField(),
+    context_id_field=pghistory.ContextUUIDField(),
+    abstract=False,
+)
+
+
+class FinalLabel(models.Model):
+    """The adjudicated label of a step, set by a reviewer after comparing the annotators'
+    labels. Its own label source (``adjudicated``), never mixed with annotators' labels."""
+
+    step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="final_labels")
+    schema = models.ForeignKey(LabelSchema, on_delete=models.RESTRICT, related_name="final_labels")
+    value = models.IntegerField()
+    tags = models.JSONField(default=list, blank=True)
+    rationale = models.TextField(blank=True)
+    correction = models.TextField(blank=True)
+    adjudicator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="final_labels"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["step", "schema"], name="finallabel_unique_per_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"final {self.value} on {self.step_id}"
+
+
+FinalLabelEvent: Any = pghistory.create_event_model(
+    FinalLabel,
+    pghistory.InsertEvent(),
+    pghistory.UpdateEvent(condition=pghistory.AnyChange(exclude=["updated_at"])),
+    pghistory.DeleteEvent(),
+    model_name="FinalLabelEvent",
+    context_field=pghistory.ContextJSONField(),
+    context_id_field=pghistory.ContextUUIDField(),
+    abstract=False,
+)
+
+
+class Queue(models.Model):
+    """What to label and by whom: a fixed selection of a project's trajectories, each to be
+    labelled by ``overlap`` different annotators. "Next item" leases one item to one
+    annotator for ``lease_seconds``."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="queues")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    overlap = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(20)]
+    )
+    lease_seconds = models.PositiveIntegerField(
+        default=30 * 60, validators=[MinValueValidator(60), MaxValueValidator(7 * 24 * 3600)]
+    )
+    # Who may take items; nobody listed means every member of the project.
+    assignees = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="assigned_queues"
+    )
+    # The filters the selection was made with, for the record.
+    selection = models.JSONField(default=dict, blank=True)
+    is_active = models.BooleanField(default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at", "-id"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "name"], name="queue_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class QueueItem(models.Model):
+    queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="queue_items")
+    position = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["queue", "trajectory"], name="queueitem_unique")
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["queue", "position", "id"], name="queueitem_order"),
+            models.Index(fields=["trajectory"], name="queueitem_trajectory"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.trajectory_id} in {self.queue_id}"
+
+
+class QueueAssignment(models.Model):
+    """One annotator's hold on one queue item. A ``leased`` assignment whose ``expires_at``
+    has passed no longer counts towards the item's overlap; its annotator may resume it
+    while the item still has room. An item is never handed to the same annotator twice
+    (unique per item and annotator)."""
+
+    class Status(models.TextChoices):
+        LEASED = "leased"
+        SUBMITTED = "submitted"
+        RELEASED = "released"  # skipped by the annotator
+        EXPIRED = "expired"  # lease ran out and the slot went to someone else
+
+    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="assignments")
+    annotator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="queue_assignments"
+    )
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.LEASED)
+    leased_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    submitted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["item", "annotator"], name="assignment_unique")
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["item", "status"], name="assignment_item_status"),
+            models.Index(fields=["annotator", "status"], name="assignment_annotator_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id} to {self.annotator_id} ({self.status})"

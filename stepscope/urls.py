@@ -8,4 +8,5 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("stepscope.api_urls")),
     path("", include("trajectories.urls")),
+    path("", include("labeling.urls")),
 ]

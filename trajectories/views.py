@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django_htmx.middleware import HtmxDetails
 
+from labeling.views.common import labeling_surface
 from trajectories import selectors, services
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 
@@ -57,13 +58,9 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 @login_required
 def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    trajectory = selectors.trajectory_get_for_user(request.user, pk)
-    context = {
-        "project": trajectory.project,
-        "trajectory": trajectory,
-        "steps": selectors.steps_for_trajectory_page(trajectory),
-        "preview_chars": selectors.STEP_PREVIEW_CHARS,
-    }
+    # The trajectory page is the labeling surface: its context (steps with labels, the
+    # user's schema, progress, lease and verdict) comes from labeling, in constant queries.
+    context = labeling_surface(request, pk)
     return render(request, "trajectories/trajectory_detail.html", context)
 
 

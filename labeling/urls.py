@@ -1,0 +1,25 @@
+from django.urls import path
+
+from labeling.views import labels, queues, review, schemas
+
+urlpatterns = [
+    # The labeling surface (the trajectory page itself is trajectories' ``trajectory-detail``).
+    path("steps/<int:pk>/label/", labels.step_label, name="step-label"),
+    path("steps/<int:pk>/history/", labels.step_history, name="step-history"),
+    path("t/<int:pk>/steps/", labels.trajectory_steps, name="trajectory-steps"),
+    path("t/<int:pk>/undo/", labels.label_undo, name="label-undo"),
+    path("t/<int:pk>/submit/", labels.trajectory_submit, name="trajectory-submit"),
+    path("p/<slug:slug>/guidelines/", labels.guidelines, name="guidelines"),
+    # Queues.
+    path("p/<slug:slug>/queues/", queues.queue_list, name="queue-list"),
+    path("p/<slug:slug>/queues/new/", queues.queue_create, name="queue-create"),
+    path("q/<int:pk>/", queues.queue_detail, name="queue-detail"),
+    path("q/<int:pk>/next/", queues.queue_next, name="queue-next"),
+    path("q/<int:pk>/skip/", queues.queue_skip, name="queue-skip"),
+    path("q/<int:pk>/active/", queues.queue_active, name="queue-active"),
+    # Review and schemas.
+    path("p/<slug:slug>/review/", review.review_list, name="review-list"),
+    path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
+    path("steps/<int:pk>/final/", review.final_label, name="final-label"),
+    path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
+]

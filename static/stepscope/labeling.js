@@ -1,0 +1,322 @@
+/* Stepscope labeling keys.
+
+   The page works without this script (every button is a form, every link a real href);
+   the script adds the keyboard, a highlighted current step, moving on after a label, and
+   error messages shown in the page. Labels are saved by the forms' own HTMX posts: a key
+   press only clicks the button the mouse would.
+
+     j / k        next / previous step          t / r / c   tags / rationale / correction
+     schema keys  label the current step        u           undo the last label
+     f            mark the first error          h           the step's label history
+     s            finish (submit)               n           next item in the queue
+     g            guidelines                    ?           shortcuts
+     Esc          close what is open            Ctrl+Enter  save an open editor
+*/
+(function () {
+  "use strict";
+
+  const root = document.querySelector("[data-labeling]");
+  if (!root) return;
+
+  const review = root.hasAttribute("data-review");
+  let currentId = null; // id of the current row element, stable across swaps
+  let since = performance.now(); // when the current step became current (time spent)
+  let pending = null; // a move waiting for the next page of steps: {count, advance}
+
+  // --- Rows and the current step -------------------------------------------------------
+
+  function rows() {
+    return Array.from(root.querySelectorAll("[data-row]"));
+  }
+
+  function current() {
+    return currentId ? document.getElementById(currentId) : null;
+  }
+
+  function setCurrent(row, scroll, keepClock) {
+    const before = current();
+    if (before) {
+      before.classList.remove("is-current");
+      before.removeAttribute("aria-current");
+    }
+    if (!row) {
+      currentId = null;
+      return;
+    }
+    currentId = row.id;
+    row.classList.add("is-current");
+    row.setAttribute("aria-current", "step");
+    if (!keepClock) since = performance.now();
+    if (scroll !== false) row.scrollIntoView({ block: "center", behavior: "auto" });
+  }
+
+  function loadMore() {
+    const more = document.getElementById("steps-more");
+    if (more && window.htmx) window.htmx.trigger(more, "stepscope:more");
+    return Boolean(more);
+  }
+
+  function move(delta) {
+    const all = rows();
+    if (!all.length) return;
+    const here = current();
+    let index = here ? all.indexOf(here) + delta : delta > 0 ? 0 : all.length - 1;
+    if (index >= all.length) {
+      // Past the last loaded step: load the next page and move once it is in.
+      if (loadMore()) pending = { count: all.length, advance: false };
+      else focusFinish();
+      return;
+    }
+    index = Math.max(0, index);
+    setCurrent(all[index]);
+  }
+
+  function isDone(row) {
+    return row.classList.contains("is-labelled") || row.classList.contains("after-first-error");
+  }
+
+  // After a label: the next step that still needs one, else the finish panel.
+  function advance(fromRow) {
+    const all = rows();
+    const start = fromRow ? all.indexOf(fromRow) + 1 : 0;
+    for (let i = start; i < all.length; i += 1) {
+      if (!isDone(all[i])) {
+        setCurrent(all[i]);
+        return;
+      }
+    }
+    if (loadMore()) {
+      pending = { count: all.length, advance: true };
+      return;
+    }
+    const firstOpen = all.find(function (row) { return !isDone(row); });
+    if (firstOpen) setCurrent(firstOpen);
+    else focusFinish();
+  }
+
+  function focusFinish() {
+    const submit = document.getElementById("finish-submit");
+    if (!submit) return;
+    submit.scrollIntoView({ block: "center" });
+    submit.focus();
+  }
+
+  // --- First-error mode ----------------------------------------------------------------
+
+  // Steps after the annotator's first error are not asked for; the progress counter
+  // carries the index, and rows loaded or swapped later are marked the same way.
+  function markAfterFirstError() {
+    if (root.dataset.firstErrorMode !== "true") return;
+    const progress = document.getElementById("label-progress");
+    const raw = progress ? progress.dataset.firstError : "";
+    const first = raw === "" || raw === undefined ? null : Number(raw);
+    rows().forEach(function (row) {
+      const after = first !== null && Number(row.dataset.index) > first;
+      row.classList.toggle("after-first-error", after);
+    });
+  }
+
+  // --- Actions -------------------------------------------------------------------------
+
+  function clickIn(row, selector) {
+    const button = row && row.querySelector(".label-form " + selector);
+    if (button && !button.disabled) {
+      button.click();
+      return true;
+    }
+    return false;
+  }
+
+  function openEditor(field) {
+    const row = current();
+    const link = row && row.querySelector("[data-editor]");
+    if (!link || !window.htmx) return;
+    if (field === "correction" && root.dataset.errorValue !== "" &&
+        row.dataset.value !== root.dataset.errorValue) {
+      flash("A correction goes with a step labelled as an error: label it first.");
+      return;
+    }
+    const url = link.getAttribute("hx-get").replace(/field=[a-z]+/, "field=" + field);
+    window.htmx.ajax("GET", url, { target: "#step-editor-" + row.dataset.step, swap: "innerHTML" });
+  }
+
+  function closeEditors() {
+    root.querySelectorAll(".step-editor, .step-extra").forEach(function (box) {
+      box.innerHTML = "";
+    });
+    const row = current();
+    if (row) row.scrollIntoView({ block: "nearest" });
+    if (document.activeElement && document.activeElement !== document.body) {
+      document.activeElement.blur();
+    }
+  }
+
+  function toggleHistory() {
+    const row = current();
+    if (!row || !window.htmx) return;
+    const box = document.getElementById("step-extra-" + row.dataset.step);
+    const link = row.querySelector("[data-history]");
+    if (!box || !link) return;
+    if (box.innerHTML.trim()) box.innerHTML = "";
+    else window.htmx.ajax("GET", link.getAttribute("hx-get"), { target: box, swap: "innerHTML" });
+  }
+
+  function undo() {
+    const url = root.dataset.undoUrl;
+    if (url && window.htmx && root.dataset.canLabel === "true") {
+      window.htmx.ajax("POST", url, { target: current() || "#steps", swap: "outerHTML" });
+    }
+  }
+
+  function nextItem() {
+    const form = document.getElementById("queue-next-form");
+    if (form) form.requestSubmit();
+  }
+
+  function openDialog(id) {
+    const dialog = document.getElementById(id);
+    if (dialog && !dialog.open) dialog.showModal();
+  }
+
+  function flash(message) {
+    const box = document.getElementById("flash");
+    if (!box) return;
+    box.innerHTML = "";
+    const p = document.createElement("p");
+    p.className = "flash-message";
+    p.textContent = message;
+    box.appendChild(p);
+  }
+
+  // --- Keys ----------------------------------------------------------------------------
+
+  function typing(target) {
+    return target instanceof HTMLElement &&
+      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+  }
+
+  document.addEventListener("keydown", function (event) {
+    const target = event.target;
+    const editor = target instanceof Element ? target.closest("[data-editor-form]") : null;
+
+    // Inside an editor: Ctrl/Cmd+Enter saves, Enter on a checkbox or radio saves, Esc closes.
+    if (editor) {
+      const choice = target.type === "checkbox" || target.type === "radio";
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey || choice)) {
+        event.preventDefault();
+        editor.requestSubmit();
+      } else if (event.key === "Escape") {
+        event.preventDefault();
+        closeEditors();
+      }
+      return;
+    }
+    if (event.key === "Escape") {
+      closeEditors();
+      return;
+    }
+    if (event.defaultPrevented || event.ctrlKey || event.metaKey || event.altKey) return;
+    if (typing(target) || document.querySelector("dialog[open]")) return;
+
+    const key = event.key;
+    let handled = true;
+    if (key === "j") move(1);
+    else if (key === "k") move(-1);
+    else if (key === "?") openDialog("shortcuts-dialog");
+    else if (key === "g") openDialog("guidelines-dialog");
+    else if (review) handled = current() ? clickIn(current(), 'button[data-key="' + CSS.escape(key) + '"]') : false;
+    else if (key === "f") handled = clickIn(current(), 'button[name="first_error"]');
+    else if (key === "t") openEditor("tags");
+    else if (key === "r") openEditor("rationale");
+    else if (key === "c") openEditor("correction");
+    else if (key === "u") undo();
+    else if (key === "h") toggleHistory();
+    else if (key === "s") focusFinish();
+    else if (key === "n") nextItem();
+    else handled = current() ? clickIn(current(), 'button[name="value"][data-key="' + CSS.escape(key) + '"]') : false;
+    if (handled) event.preventDefault();
+  });
+
+  // Clicking into a step makes it current, so the keys act where the mouse is.
+  root.addEventListener("click", function (event) {
+    const row = event.target instanceof Element ? event.target.closest("[data-row]") : null;
+    if (row && row.id !== currentId) setCurrent(row, false, true);
+  });
+
+  root.querySelectorAll("[data-dialog]").forEach(function (opener) {
+    opener.addEventListener("click", function (event) {
+      event.preventDefault();
+      openDialog(opener.dataset.dialog);
+    });
+  });
+
+  // --- HTMX ----------------------------------------------------------------------------
+
+  // Send the time spent on the step with its label.
+  document.body.addEventListener("htmx:configRequest", function (event) {
+    const form = event.detail.elt;
+    if (form instanceof Element && form.matches(".label-form, [data-editor-form]")) {
+      event.detail.parameters.time_spent_ms = Math.round(performance.now() - since);
+    }
+  });
+
+  // A refused request (4xx) carries a message: show it in the page instead of dropping it.
+  document.body.addEventListener("htmx:beforeSwap", function (event) {
+    const status = event.detail.xhr.status;
+    if (status >= 400 && status < 500) {
+      event.detail.shouldSwap = true;
+      event.detail.isError = false;
+      event.detail.target = document.getElementById("flash");
+    } else if (status >= 500) {
+      flash("The server failed to save this (" + status + "). Nothing was lost that was saved before; try again.");
+    }
+  });
+
+  document.body.addEventListener("htmx:sendError", function () {
+    flash("The server cannot be reached. This label was not saved; try again.");
+  });
+
+  document.body.addEventListener("htmx:beforeRequest", function (event) {
+    const box = document.getElementById("flash");
+    if (box && event.detail.elt !== box) box.innerHTML = "";
+  });
+
+  document.body.addEventListener("htmx:afterSettle", function () {
+    // A swapped row is a new element: give it the current mark back.
+    const row = current();
+    if (row && !row.classList.contains("is-current")) {
+      row.classList.add("is-current");
+      row.setAttribute("aria-current", "step");
+    }
+    markAfterFirstError();
+    const all = rows();
+    if (pending && all.length > pending.count) {
+      const lastBefore = all[pending.count - 1];
+      const advancing = pending.advance;
+      pending = null;
+      if (advancing) advance(lastBefore);
+      else setCurrent(all.indexOf(lastBefore) >= 0 ? all[all.indexOf(lastBefore) + 1] : all[0]);
+    }
+  });
+
+  document.body.addEventListener("stepscope:labelled", function (event) {
+    const row = document.getElementById("step-" + event.detail.step);
+    markAfterFirstError();
+    if (event.detail.stop) focusFinish();
+    else advance(row);
+  });
+
+  document.body.addEventListener("stepscope:undone", function (event) {
+    // Undo lands on the step it changed.
+    const row = document.getElementById("step-" + event.detail.step);
+    if (row) setCurrent(row);
+    markAfterFirstError();
+  });
+
+  // Start on the first step that still needs a label (or the one in the URL's #fragment).
+  const fromHash = window.location.hash ? document.getElementById(window.location.hash.slice(1)) : null;
+  const start = fromHash && fromHash.hasAttribute("data-row") ? fromHash
+    : rows().find(function (row) { return !isDone(row); }) || rows()[0];
+  if (start) setCurrent(start, Boolean(fromHash) || window.scrollY > 0 || rows().indexOf(start) > 0);
+  markAfterFirstError();
+})();
