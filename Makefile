@@ -60,6 +60,7 @@ format: install
 
 bench: migrate
 	$(PY) bench/ingest.py
+	$(PY) bench/label_load.py
 
 clean: stop
 	rm -rf .stepscope staticfiles
