@@ -1,0 +1,139 @@
+"""Label sources: which labels stand as the reference in a comparison or an export.
+
+    human:<username>    one annotator's submitted labels
+    human:majority      the value most human annotators gave (a tie gives no label)
+    human:adjudicated   a reviewer's final label
+    import:<source>     labels that came with imported data, e.g. import:processbench
+    model:<scorer>      a scorer's step scores, >= threshold good (+1), else bad (-1)
+    consensus           human:majority where there is one, else model:<scorer>
+
+Each source resolves to SQL yielding ``(step_id, value)`` rows for one project, so
+comparisons and exports can join it with steps and scores inside PostgreSQL instead of
+loading labels into Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trajectories.models import Project
+
+IMPORTED_PREFIX = "import:"
+KINDS = ("human", "import", "model", "consensus")
+
+
+@dataclass(frozen=True)
+class LabelSource:
+    kind: str
+    name: str = ""
+    threshold: float = 0.5
+    scorer: str = ""  # for consensus: the model that fills in where humans did not label
+
+    def __str__(self) -> str:
+        if self.kind == "consensus":
+            return f"consensus({self.scorer})"
+        return f"{self.kind}:{self.name}"
+
+
+def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -> LabelSource:
+    """Parse ``--labels``; a ValueError names what is wrong and what is accepted."""
+    text = text.strip()
+    if text == "consensus":
+        if not scorer:
+            raise ValueError("consensus needs a scorer to fill in where humans did not label")
+        return LabelSource("consensus", threshold=threshold, scorer=scorer)
+    kind, _, name = text.partition(":")
+    if kind not in KINDS or not name:
+        raise ValueError(
+            f"unknown label source {text!r}; use human:<username>, human:majority,"
+            " human:adjudicated, import:<source>, model:<scorer> or consensus"
+        )
+    if not 0.0 <= threshold <= 1.0:
+        raise ValueError(f"threshold {threshold} is outside 0..1")
+    return LabelSource(kind, name, threshold=threshold)
+
+
+def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[object]]:
+    """SQL selecting ``(step_id, value)`` for every step of ``project`` that the source
+    labels; raises ValueError when the named annotator or scorer does not exist."""
+    if source.kind == "human" and source.name == "majority":
+        return _majority_sql(project)
+    if source.kind == "human" and source.name == "adjudicated":
+        return (
+            "SELECT f.step_id, f.value FROM labeling_finallabel f"
+            " JOIN trajectories_step s ON s.id = f.step_id"
+            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+            " WHERE t.project_id = %s",
+            [project.pk],
+        )
+    if source.kind in ("human", "import"):
+        username = source.name if source.kind == "human" else IMPORTED_PREFIX + source.name
+        if source.kind == "human" and username.startswith(IMPORTED_PREFIX):
+            raise ValueError(f"{username!r} is an import source; use {username}")
+        return (
+            "SELECT l.step_id, l.value FROM labeling_steplabel l"
+            " JOIN auth_user u ON u.id = l.annotator_id"
+            " JOIN trajectories_step s ON s.id = l.step_id"
+            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+            " WHERE t.project_id = %s AND u.username = %s AND l.status = 'submitted'",
+            [project.pk, username],
+        )
+    if source.kind == "model":
+        return _model_sql(project, source.name, source.threshold)
+    majority, majority_params = _majority_sql(project)
+    model, model_params = _model_sql(project, source.scorer, source.threshold)
+    return (
+        f"SELECT COALESCE(h.step_id, m.step_id) AS step_id, COALESCE(h.value, m.value) AS value"
+        f" FROM ({majority}) h FULL OUTER JOIN ({model}) m ON m.step_id = h.step_id",
+        [*majority_params, *model_params],
+    )
+
+
+def _majority_sql(project: Project) -> tuple[str, list[object]]:
+    # Count each value per step over human annotators' submitted labels; keep the value
+    # with the strictly highest count.
+    return (
+        "SELECT step_id, value FROM ("
+        "  SELECT step_id, value, n,"
+        "         rank() OVER (PARTITION BY step_id ORDER BY n DESC) AS place,"
+        "         count(*) OVER (PARTITION BY step_id, n) AS sharing"
+        "  FROM ("
+        "    SELECT l.step_id, l.value, count(*) AS n FROM labeling_steplabel l"
+        "    JOIN auth_user u ON u.id = l.annotator_id"
+        "    JOIN trajectories_step s ON s.id = l.step_id"
+        "    JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        "    WHERE t.project_id = %s AND l.status = 'submitted'"
+        "      AND u.username NOT LIKE 'import:%%'"
+        "    GROUP BY l.step_id, l.value"
+        "  ) counted"
+        ") ranked WHERE place = 1 AND sharing = 1",
+        [project.pk],
+    )
+
+
+def _model_sql(project: Project, scorer_name: str, threshold: float) -> tuple[str, list[object]]:
+    scorer_id = scorer_id_for(project, scorer_name)
+    return (
+        "SELECT sc.step_id, CASE WHEN sc.value >= %s THEN 1 ELSE -1 END AS value"
+        " FROM scoring_stepscore sc"
+        " JOIN trajectories_step s ON s.id = sc.step_id"
+        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        " WHERE t.project_id = %s AND sc.scorer_id = %s",
+        [threshold, project.pk, scorer_id],
+    )
+
+
+def scorer_id_for(project: Project, name: str) -> int:
+    """The newest scorer called ``name`` usable in ``project`` (its own, or global)."""
+    from django.db.models import Q
+
+    from scoring.models import Scorer
+
+    scorer = (
+        Scorer.objects.filter(Q(project=project) | Q(project__isnull=True), name=name)
+        .order_by("-id")
+        .first()
+    )
+    if scorer is None:
+        raise ValueError(f"no scorer named {name!r} in project {project.slug!r}")
+    return scorer.pk
