@@ -15,6 +15,7 @@ loading labels into Python.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from trajectories.models import Project
 
@@ -53,7 +54,7 @@ def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -
     return LabelSource(kind, name, threshold=threshold)
 
 
-def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[object]]:
+def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[Any]]:
     """SQL selecting ``(step_id, value)`` for every step of ``project`` that the source
     labels; raises ValueError when the named annotator or scorer does not exist."""
     if source.kind == "human" and source.name == "majority":
@@ -89,7 +90,7 @@ def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[o
     )
 
 
-def _majority_sql(project: Project) -> tuple[str, list[object]]:
+def _majority_sql(project: Project) -> tuple[str, list[Any]]:
     # Count each value per step over human annotators' submitted labels; keep the value
     # with the strictly highest count.
     return (
@@ -111,7 +112,7 @@ def _majority_sql(project: Project) -> tuple[str, list[object]]:
     )
 
 
-def _model_sql(project: Project, scorer_name: str, threshold: float) -> tuple[str, list[object]]:
+def _model_sql(project: Project, scorer_name: str, threshold: float) -> tuple[str, list[Any]]:
     scorer_id = scorer_id_for(project, scorer_name)
     return (
         "SELECT sc.step_id, CASE WHEN sc.value >= %s THEN 1 ELSE -1 END AS value"
