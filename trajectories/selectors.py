@@ -266,3 +266,89 @@ def can_manage_data(user: AnyUser, project: Project) -> bool:
         Membership.Role.RESEARCHER,
         Membership.Role.ADMIN,
     }
+
+
+# --- Debugging rollouts: side-by-side comparison ----------------------------------------
+
+
+@dataclass
+class CompareStep:
+    pk: int
+    index: int
+    kind: str
+    role: str
+    agent: str
+    content: str
+    content_length: int
+    tool_name: str
+    tool_args: object
+    labelable: bool
+    prefix_hash: str
+    labels: list[tuple[str, int]]  # (annotator username, value), submitted only
+
+
+def comparison_partner(trajectory: Trajectory) -> Trajectory | None:
+    """A successful rollout of the same task, preferring the one that shares the longest
+    prefix with ``trajectory`` (so the comparison starts where they part)."""
+    if not trajectory.task_key:
+        return None
+    siblings = (
+        Trajectory.objects.filter(
+            project_id=trajectory.project_id, task_key=trajectory.task_key, success=True
+        )
+        .exclude(pk=trajectory.pk)
+        .annotate(
+            shared=Count(
+                "steps",
+                filter=Q(
+                    steps__prefix_hash__in=Step.objects.filter(trajectory=trajectory).values(
+                        "prefix_hash"
+                    )
+                ),
+            )
+        )
+        .order_by("-shared", "id")
+    )
+    return siblings.select_related("project").first()
+
+
+def rollouts_of_task(trajectory: Trajectory, limit: int = 50) -> QuerySet[Trajectory]:
+    return (
+        Trajectory.objects.filter(project_id=trajectory.project_id, task_key=trajectory.task_key)
+        .exclude(pk=trajectory.pk)
+        .only("id", "external_id", "success", "outcome_reward", "step_count", "model_name")
+        .order_by("-success", "id")[:limit]
+    )
+
+
+def compare_steps(trajectory: Trajectory, *, with_labels: bool) -> list[CompareStep]:
+    """The steps of one side, with text cut to the preview length, in two queries."""
+    steps = list(
+        Step.objects.filter(trajectory=trajectory)
+        .annotate(preview=Left("content", STEP_PREVIEW_CHARS), length=Length("content"))
+        .values_list(
+            "pk", "index", "kind", "role", "agent", "preview", "length", "tool_name",
+            "tool_args", "labelable", "prefix_hash",
+        )
+        .order_by("index")
+    )  # fmt: skip
+    labels: dict[int, list[tuple[str, int]]] = {}
+    if with_labels:
+        rows = (
+            StepLabel.objects.filter(step__trajectory=trajectory, status="submitted")
+            .order_by("annotator__username")
+            .values_list("step_id", "annotator__username", "value")
+        )
+        for step_id, username, value in rows:
+            labels.setdefault(step_id, []).append((username, value))
+    return [CompareStep(*row, labels=labels.get(row[0], [])) for row in steps]
+
+
+def first_errors(steps: list[CompareStep]) -> dict[str, int]:
+    """Per label source (annotator), the index of the first step it labelled bad."""
+    found: dict[str, int] = {}
+    for step in steps:
+        for username, value in step.labels:
+            if value < 0 and username not in found:
+                found[username] = step.index
+    return found
