@@ -21,6 +21,7 @@ CANDIDATES = (
     "trajectories/pgcopy.py",
     "trajectories/synthetic.py",
     "trajectories/alignment.py",
+    "trajectories/prefix_tree.py",
     "trajectories/batches/__init__.py",
     "trajectories/batches/inputs.py",
     "trajectories/batches/labels.py",

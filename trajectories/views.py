@@ -16,7 +16,7 @@ from django.shortcuts import redirect, render
 from django_htmx.middleware import HtmxDetails
 
 from labeling.views.common import labeling_surface
-from trajectories import alignment, selectors, services
+from trajectories import alignment, prefix_tree, selectors, services
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import Trajectory
 
@@ -166,3 +166,26 @@ def _align_input(steps: list[selectors.CompareStep]) -> list[alignment.AlignStep
         alignment.AlignStep(s.index, s.prefix_hash, s.role, s.content, s.tool_name, s.tool_args)
         for s in steps
     ]
+
+
+@login_required
+def task_tree(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """A task's rollouts merged where their steps are identical, with the Monte Carlo
+    value (mean outcome, Beta-binomial interval) of every prefix."""
+    project = selectors.project_get_for_user(request.user, slug)
+    task_key = request.GET.get("task", "")
+    rollouts = selectors.task_rollouts(project, task_key) if task_key else None
+    rows = []
+    if rollouts and rollouts.trajectories:
+        for segment in prefix_tree.segments(rollouts.hashes, rollouts.outcomes):
+            steps = rollouts.steps[segment.rollout]
+            rows.append(
+                {
+                    "segment": segment,
+                    "first": steps[segment.start_index],
+                    "last": steps[segment.start_index + segment.length - 1],
+                    "trajectory": rollouts.trajectories[segment.rollout],
+                }
+            )
+    context = {"project": project, "task_key": task_key, "rollouts": rollouts, "rows": rows}
+    return render(request, "trajectories/task_tree.html", context)
