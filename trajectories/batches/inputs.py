@@ -1,0 +1,145 @@
+"""What an export reads: plain snapshots of trajectories and their steps, and the
+options that shape the records.
+
+The Django side fills these from PostgreSQL in streamed chunks (tests and notebooks
+build them by hand). A step carries its *resolved* label, the one the chosen label
+source gives (``human:majority``, ``model:<scorer>`` thresholded, ``mc``, ...), still
+unmapped: the builders apply the neutral mapping from :class:`ExportOptions`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trajectories.batches.labels import Neutral, parse_neutral
+
+PairValue = Literal["label", "score", "credit"]
+SftMode = Literal["success", "before_first_error"]
+StepReward = Literal["label", "score"]
+PromptsPer = Literal["task", "trajectory"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportStep:
+    index: int
+    kind: str
+    role: str
+    content: str
+    labelable: bool
+    # Hash of steps 0..index (trajectories/hashing.py): rollouts sharing a prefix share it.
+    prefix_hash: str
+    agent: str = ""
+    tool_name: str = ""
+    tool_args: Any = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # The resolved label from the chosen label source: -1, 0, +1, or None.
+    label: int | None = None
+    # The chosen scorer's probability that the step is correct (0..1).
+    score: float | None = None
+    # The chosen attribution run's credit or advantage for the step.
+    credit: float | None = None
+    # An annotator's corrected text for the step, when one exists.
+    correction: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportTrajectory:
+    id: int
+    external_id: str
+    task: str
+    steps: Sequence[ExportStep]
+    task_key: str = ""
+    ground_truth: str = ""
+    model_name: str = ""
+    outcome_reward: float | None = None
+    success: bool | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source_format: str = ""
+    # Every annotator's label, per step in step order: ``[[(annotator, value), ...], ...]``.
+    # Only the lossless ``stepscope`` format writes these; empty means no labels at all.
+    labels_by_annotator: Sequence[Sequence[tuple[str, int]]] = ()
+    # The trajectory-level verdict as stored; the other formats derive the first error
+    # from the resolved step labels instead (labels.first_error_position).
+    first_error_index: int | None = None
+
+    @property
+    def group_key(self) -> str:
+        return task_group_key(self.task_key, self.task)
+
+
+def task_group_key(task_key: str, task: str) -> str:
+    """What groups rollouts of one task, for splits and sibling pairs: the task key, or
+    for a trajectory imported without one, a hash of its task text (so unkeyed
+    trajectories of different tasks never fall into one group)."""
+    if task_key:
+        return task_key
+    return "task-" + hashlib.sha256(task.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGroup:
+    """The trajectories of one task, as they arrive, with the split the task falls in.
+
+    ``index`` counts the groups of ``split`` before this one, and ``trajectory_offset``
+    the trajectories of ``split`` before this group; verl-style prompt records number
+    themselves with them.
+    """
+
+    key: str
+    split: str
+    index: int
+    trajectory_offset: int
+    trajectories: Sequence[ExportTrajectory]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExportOptions:
+    """Choices that shape the records. ``neutral`` has no default on purpose."""
+
+    neutral: Neutral
+    # trl-stepwise and prm800k: end a trajectory's steps at its first error (inclusive).
+    stop_at_first_error: bool = True
+    # dpo: the value two sibling steps are compared on, and the least difference that
+    # makes a pair. Labels are -1/0/+1 (a +1 against a -1 differs by 2); scores lie in
+    # 0..1, so a score comparison wants a margin well under 1.
+    pair_value: PairValue = "label"
+    min_margin: float = 1.0
+    corrections: bool = True
+    # sft: whole successful trajectories, or each trajectory's steps before its first error.
+    sft: SftMode = "success"
+    # rl: the per-step reward column (the mapped label as a float, or the scorer's score).
+    step_reward: StepReward = "label"
+    # rl prompts (verl): data_source ("" means the trajectory's source format), ability,
+    # and one prompt per task or per trajectory.
+    data_source: str = ""
+    ability: str = "general"
+    prompts_per: PromptsPer = "task"
+    # prm800k: the record's labeler field.
+    labeler: str = "stepscope"
+
+    def __post_init__(self) -> None:
+        # The Django side passes the --neutral text as it came; a frozen dataclass needs
+        # object.__setattr__ to store the parsed value.
+        object.__setattr__(self, "neutral", parse_neutral(self.neutral))
+        _check_choice("pair_value", self.pair_value, ("label", "score", "credit"))
+        _check_choice("sft", self.sft, ("success", "before_first_error"))
+        _check_choice("step_reward", self.step_reward, ("label", "score"))
+        _check_choice("prompts_per", self.prompts_per, ("task", "trajectory"))
+        if (
+            isinstance(self.min_margin, bool)
+            or not isinstance(self.min_margin, int | float)
+            or not math.isfinite(self.min_margin)
+            or self.min_margin < 0
+        ):
+            raise ValueError(f"min_margin is {self.min_margin!r}; expected a number >= 0")
+        if not self.labeler.strip():
+            raise ValueError("labeler is empty")
+
+
+def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} is {value!r}; expected one of {', '.join(choices)}")
