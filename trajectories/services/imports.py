@@ -1,5 +1,5 @@
-"""Writes for projects and trajectories. Imports go through :func:`trajectory_import`,
-which parses a file with a Django-free parser and writes it in bulk with ``COPY``."""
+"""Imports: a file (or an API push) parsed by a Django-free parser and written in bulk
+with ``COPY`` in one all-or-nothing transaction."""
 
 from __future__ import annotations
 
@@ -25,47 +25,13 @@ from trajectories import pgcopy
 from trajectories.formats import parser_for
 from trajectories.formats.base import FileError, ParsedTrajectory, Parser, RecordError
 from trajectories.hashing import content_hash, prefix_hashes
-from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.services.projects import imported_annotator
 
 # Trajectories written per COPY round trip; bounds memory for large files.
 IMPORT_CHUNK = 2000
-IMPORTED_ANNOTATOR_PREFIX = "import:"
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
-
-
-def project_create(
-    *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
-) -> Project:
-    """A project with the default ternary label schema; ``owner`` becomes its admin."""
-    with transaction.atomic():
-        project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
-        LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
-        if owner is not None:
-            Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
-    return project
-
-
-def membership_set(*, project: Project, user: User, role: str) -> Membership:
-    membership, _ = Membership.objects.update_or_create(
-        project=project, user=user, defaults={"role": role}
-    )
-    return membership
-
-
-def imported_annotator(name: str) -> User:
-    """The non-login user that stands for a label source such as ``import:processbench``.
-
-    Names without the ``import:`` prefix get it, so an imported file can never attribute
-    labels to a real account.
-    """
-    if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
-        name = IMPORTED_ANNOTATOR_PREFIX + name
-    user, created = User.objects.get_or_create(username=name[:150], defaults={"is_active": False})
-    if created:
-        user.set_unusable_password()
-        user.save(update_fields=["password"])
-    return user
 
 
 class ImportRejected(Exception):

@@ -1,0 +1,32 @@
+"""Writes for the trajectories app, by topic: projects, imports and exports. The names
+below are the app's service interface; callers import them from here."""
+
+from trajectories.services.imports import (
+    IMPORT_CHUNK,
+    ImportRejected,
+    import_batch_run,
+    import_upload_start,
+    parser_get,
+    trajectory_import,
+    trajectory_records_import,
+)
+from trajectories.services.projects import (
+    IMPORTED_ANNOTATOR_PREFIX,
+    imported_annotator,
+    membership_set,
+    project_create,
+)
+
+__all__ = [
+    "IMPORTED_ANNOTATOR_PREFIX",
+    "IMPORT_CHUNK",
+    "ImportRejected",
+    "import_batch_run",
+    "import_upload_start",
+    "imported_annotator",
+    "membership_set",
+    "parser_get",
+    "project_create",
+    "trajectory_import",
+    "trajectory_records_import",
+]

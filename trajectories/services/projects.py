@@ -1,0 +1,45 @@
+"""Writes for projects and their members."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from labeling.models import TERNARY_VALUES, LabelSchema
+from trajectories.models import Membership, Project
+
+IMPORTED_ANNOTATOR_PREFIX = "import:"
+
+
+def project_create(
+    *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
+) -> Project:
+    """A project with the default ternary label schema; ``owner`` becomes its admin."""
+    with transaction.atomic():
+        project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
+        LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
+        if owner is not None:
+            Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    return project
+
+
+def membership_set(*, project: Project, user: User, role: str) -> Membership:
+    membership, _ = Membership.objects.update_or_create(
+        project=project, user=user, defaults={"role": role}
+    )
+    return membership
+
+
+def imported_annotator(name: str) -> User:
+    """The non-login user that stands for a label source such as ``import:processbench``.
+
+    Names without the ``import:`` prefix get it, so an imported file can never attribute
+    labels to a real account.
+    """
+    if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
+        name = IMPORTED_ANNOTATOR_PREFIX + name
+    user, created = User.objects.get_or_create(username=name[:150], defaults={"is_active": False})
+    if created:
+        user.set_unusable_password()
+        user.save(update_fields=["password"])
+    return user
