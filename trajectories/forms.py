@@ -82,3 +82,45 @@ class ImportUploadForm(forms.Form):
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 self.add_error("mapping", f"Not a JSON file: {error}")
         return cleaned
+
+
+EXPORT_FORMAT_CHOICES = [
+    ("trl-stepwise", "TRL stepwise (prompt, completions, labels)"),
+    ("stepscope", "Stepscope JSONL (lossless)"),
+    ("prm800k", "PRM800K-style"),
+    ("processbench", "ProcessBench-style"),
+    ("dpo", "DPO pairs (prompt, chosen, rejected)"),
+    ("kto", "KTO (prompt, completion, label)"),
+    ("sft", "SFT chat messages"),
+    ("rl", "RL batch with per-step rewards (Parquet)"),
+]
+
+
+class ExportForm(forms.Form):
+    format = forms.ChoiceField(choices=EXPORT_FORMAT_CHOICES)
+    labels = forms.CharField(
+        max_length=200,
+        initial="human:majority",
+        help_text="human:<user>, human:majority, human:adjudicated, import:<source>,"
+        " model:<scorer>, consensus",
+    )
+    neutral = forms.ChoiceField(
+        choices=[
+            ("", "choose…"),
+            ("positive", "positive"),
+            ("negative", "negative"),
+            ("drop", "drop"),
+            ("keep", "keep (where the format has a neutral value)"),
+        ],
+        help_text="What a neutral label becomes. Never implicit.",
+    )
+    selection = forms.CharField(required=False, max_length=100, help_text="A saved selection.")
+    split = forms.CharField(required=False, max_length=200, help_text="e.g. train=0.9,test=0.1")
+    seed = forms.IntegerField(initial=0, required=False)
+    scorer = forms.CharField(required=False, max_length=100, help_text="Scores to include.")
+    threshold = forms.FloatField(initial=0.5, min_value=0.0, max_value=1.0, required=False)
+    container = forms.ChoiceField(
+        required=False,
+        choices=[("", "default"), ("jsonl", "JSONL"), ("json", "JSON"), ("parquet", "Parquet")],
+    )
+    compress = forms.BooleanField(required=False, label="gzip")

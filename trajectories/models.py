@@ -178,3 +178,65 @@ class Step(models.Model):
 
 
 __all__ = ["ImportBatch", "Membership", "Project", "Step", "Trajectory", "TrajectorySource"]
+
+
+class Selection(models.Model):
+    """A saved, named filter over a project's trajectories (the trajectory list's filters).
+    Exports freeze its definition into their manifest."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="selections")
+    name = models.SlugField(max_length=100)
+    definition = models.JSONField(default=dict, blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "name"], name="selection_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ExportJob(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="export_jobs")
+    format = models.CharField(max_length=30)
+    container = models.CharField(max_length=10, blank=True)  # jsonl, json or parquet
+    compress = models.BooleanField(default=False)
+    label_source = models.CharField(max_length=200)
+    neutral = models.CharField(max_length=10)
+    options = models.JSONField(default=dict, blank=True)
+    # The selection's definition as it was when the export started.
+    selection_name = models.CharField(max_length=100, blank=True)
+    selection = models.JSONField(default=dict, blank=True)
+    split = models.CharField(max_length=200, blank=True)
+    seed = models.IntegerField(default=0)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    done = models.PositiveIntegerField(default=0)  # trajectories read so far
+    total = models.PositiveIntegerField(default=0)
+    out_dir = models.CharField(max_length=500, blank=True)
+    files = models.JSONField(default=list, blank=True)  # [{"name", "sha256", "rows", "bytes"}]
+    manifest = models.JSONField(null=True, blank=True)
+    row_count = models.PositiveBigIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.format} export {self.pk}"

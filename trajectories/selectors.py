@@ -23,7 +23,7 @@ from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
 from labeling.models import StepLabel
-from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
+from trajectories.models import ExportJob, ImportBatch, Membership, Project, Step, Trajectory
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -421,3 +421,14 @@ def task_rollouts(project: Project, task_key: str) -> TaskRollouts:
         unknown_outcome=len(candidates[:TREE_MAX_ROLLOUTS]) - len(kept),
         truncated=truncated,
     )
+
+
+def export_job_get_for_user(user: AnyUser, pk: int) -> ExportJob:
+    job = (
+        ExportJob.objects.select_related("project")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if job is None:
+        raise Http404("No such export.")
+    return job

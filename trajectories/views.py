@@ -6,19 +6,21 @@ projects is a 404. HTMX requests get a template partial instead of the whole pag
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import cast
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django_htmx.middleware import HtmxDetails
 
 from labeling.views.common import labeling_surface
 from trajectories import alignment, prefix_tree, selectors, services
-from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
-from trajectories.models import Trajectory
+from trajectories.forms import ExportForm, ImportUploadForm, TrajectoryFilterForm
+from trajectories.models import ExportJob, Trajectory
+from trajectories.services import exports
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -189,3 +191,67 @@ def task_tree(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             )
     context = {"project": project, "task_key": task_key, "rollouts": rollouts, "rows": rows}
     return render(request, "trajectories/task_tree.html", context)
+
+
+@login_required
+def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The project's exports, and a form for a new one (researchers and admins)."""
+    project = selectors.project_get_for_user(request.user, slug)
+    can_export = selectors.can_manage_data(request.user, project)
+    form = ExportForm(request.POST or None)
+    status = 200
+    if request.method == "POST":
+        if not can_export:
+            raise PermissionDenied("Only researchers and admins export data.")
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                export_request = exports.export_request_build(
+                    project=project,
+                    format=data["format"],
+                    labels=data["labels"],
+                    neutral=data["neutral"],
+                    selection=data["selection"],
+                    split=data["split"],
+                    seed=data["seed"] or 0,
+                    container=data["container"],
+                    compress=data["compress"],
+                    threshold=data["threshold"] if data["threshold"] is not None else 0.5,
+                    scorer=data["scorer"],
+                )
+            except ValueError as error:
+                form.add_error(None, str(error))
+            else:
+                job = exports.export_start(
+                    project=project, user=cast(User, request.user), request=export_request
+                )
+                return redirect("export-detail", pk=job.pk)
+        status = 400
+    jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
+    context = {"project": project, "form": form, "jobs": jobs, "can_export": can_export}
+    return render(request, "trajectories/export_list.html", context, status=status)
+
+
+@login_required
+def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    job = selectors.export_job_get_for_user(request.user, pk)
+    if request.method == "POST":
+        if not selectors.can_manage_data(request.user, job.project):
+            raise PermissionDenied("Only researchers and admins cancel exports.")
+        job = exports.export_cancel(job=job)
+    context = {"project": job.project, "job": job}
+    if request.htmx:
+        return render(request, "trajectories/export_detail.html#export-status", context)
+    return render(request, "trajectories/export_detail.html", context)
+
+
+@login_required
+def export_download(request: HtmxHttpRequest, pk: int, name: str) -> FileResponse:
+    job = selectors.export_job_get_for_user(request.user, pk)
+    names = {f["name"] for f in job.files} | {"manifest.json"}
+    if job.status != ExportJob.Status.DONE or name not in names:
+        raise Http404("No such file in this export.")
+    path = Path(job.out_dir) / name
+    if not path.is_file():
+        raise Http404("The file is gone.")
+    return FileResponse(path.open("rb"), as_attachment=True, filename=name)

@@ -7,13 +7,11 @@ import dataclasses
 import json
 import shutil
 import tempfile
-import time
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import UploadedFile
@@ -26,6 +24,7 @@ from trajectories.formats import parser_for
 from trajectories.formats.base import FileError, ParsedTrajectory, Parser, RecordError
 from trajectories.hashing import content_hash, prefix_hashes
 from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import imported_annotator
 
 # Trajectories written per COPY round trip; bounds memory for large files.
@@ -190,7 +189,7 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
     counts = _Counts()
     skip_invalid = batch.skip_invalid
     file_failed = False
-    progress = _Progress(batch.pk)
+    progress = ProgressWriter("trajectories_importbatch", batch.pk, "processed_count")
     try:
         with transaction.atomic():
             # One import per project at a time: the content-hash check and the COPY
@@ -227,39 +226,6 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
     batch.errors = [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]]
     batch.finished_at = timezone.now()
     batch.save()
-
-
-class _Progress:
-    """Writes ``processed_count`` on its own autocommit connection, so a progress bar
-    sees it while the import's transaction is still open. At most once a second."""
-
-    def __init__(self, batch_id: int) -> None:
-        self.batch_id = batch_id
-        self.done = 0
-        self.last = 0.0
-        self.conn: psycopg.Connection[Any] | None = None
-
-    def report(self, records: int) -> None:
-        self.done += records
-        now = time.monotonic()
-        if now - self.last < 1.0:
-            return
-        self.last = now
-        if self.conn is None:
-            params = {
-                k: v
-                for k, v in connection.get_connection_params().items()
-                if k not in {"cursor_factory", "context"}
-            }
-            self.conn = psycopg.connect(**params, autocommit=True)
-        self.conn.execute(
-            "UPDATE trajectories_importbatch SET processed_count = %s WHERE id = %s",
-            (self.done, self.batch_id),
-        )
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
 
 
 class _Rollback(Exception):

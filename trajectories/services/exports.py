@@ -1,0 +1,415 @@
+"""Exports: a selection of trajectories, labelled by a chosen label source, written as
+training records by the Django-free writers in :mod:`trajectories.batches`.
+
+Reading is one query over a consistent snapshot (REPEATABLE READ), streamed through a
+server-side cursor in task order, so memory does not grow with the export and the same
+data always gives the same bytes. Files are written under temporary names and renamed
+only when complete (the writers' guarantee), so a failed or cancelled export never
+leaves a file that looks finished.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
+from trajectories import selectors
+from trajectories.batches import (
+    ExportOptions,
+    ExportResult,
+    ExportStep,
+    ExportTrajectory,
+    build_manifest,
+    parse_split_spec,
+    write_export,
+    write_manifest,
+)
+from trajectories.batches.export import export_format
+from trajectories.models import ExportJob, Project, Selection
+from trajectories.services.progress import ProgressWriter
+
+# Rows fetched per round trip from the server-side cursor.
+FETCH_ROWS = 5000
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """Validated export parameters (what the command, the page and the API share)."""
+
+    format: str
+    labels: LabelSource
+    options: ExportOptions
+    container: str = ""
+    compress: bool = False
+    selection_name: str = ""
+    selection: dict[str, Any] = dataclasses.field(default_factory=dict)
+    split: str = ""
+    seed: int = 0
+    scorer: str = ""  # a scorer whose step scores go along (dpo by score, rl rewards)
+
+
+class ExportCancelled(Exception):
+    pass
+
+
+def export_request_build(
+    *,
+    project: Project,
+    format: str,
+    labels: str,
+    neutral: str,
+    selection: str = "",
+    split: str = "",
+    seed: int = 0,
+    container: str = "",
+    compress: bool = False,
+    threshold: float = 0.5,
+    scorer: str = "",
+    options: dict[str, Any] | None = None,
+) -> ExportRequest:
+    """Check every parameter before anything is queued; ValueError says what is wrong."""
+    export = export_format(format)
+    source = label_source_parse(labels, threshold=threshold, scorer=scorer)
+    export_options = ExportOptions(neutral=neutral, **(options or {}))  # type: ignore[arg-type]
+    if split:
+        parse_split_spec(split)
+    definition: dict[str, Any] = {}
+    if selection:
+        saved = Selection.objects.filter(project=project, name=selection).first()
+        if saved is None:
+            raise ValueError(f"no selection named {selection!r} in project {project.slug!r}")
+        definition = dict(saved.definition)
+        _filters(definition)  # a stored definition that no longer parses is an error now
+    if container and container not in export.containers:
+        allowed = ", ".join(export.containers)
+        raise ValueError(f"{format} can be written as {allowed}, not {container}")
+    if scorer:
+        scorer_id_for(project, scorer)
+    label_source_sql(project, source)  # names a missing annotator's scorer now, not later
+    return ExportRequest(
+        format=format,
+        labels=source,
+        options=export_options,
+        container=container,
+        compress=compress,
+        selection_name=selection,
+        selection=definition,
+        split=split,
+        seed=seed,
+        scorer=scorer,
+    )
+
+
+def export_write(
+    *,
+    project: Project,
+    request: ExportRequest,
+    out_dir: Path,
+    progress: ProgressWriter | None = None,
+) -> dict[str, Any]:
+    """Write the export's files and manifest into ``out_dir``; return the manifest."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nested = connection.in_atomic_block
+    with transaction.atomic():
+        if not nested:
+            # One snapshot for the whole read: the export sees one state of the data.
+            # (Inside a caller's transaction, the caller's isolation applies.)
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        result: ExportResult = write_export(
+            export_trajectories(project, request, progress=progress),
+            format_name=request.format,
+            options=request.options,
+            out_dir=out_dir,
+            container=request.container or None,  # type: ignore[arg-type]
+            compress=request.compress,
+            splits=parse_split_spec(request.split) if request.split else None,
+            seed=request.seed,
+        )
+    manifest = build_manifest(
+        result,
+        selection={"name": request.selection_name, "definition": request.selection},
+        label_source=str(request.labels),
+        schema_revision=_schema_revision(project),
+        scorer_revisions=_scorer_revisions(project, request),
+    )
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def export_trajectories(
+    project: Project, request: ExportRequest, *, progress: ProgressWriter | None = None
+) -> Iterator[ExportTrajectory]:
+    """The selected trajectories in task order (task key, then task text, then id), each
+    with its steps, resolved labels and, when asked for, scores and corrections. Must run
+    inside a transaction (the cursor is server-side)."""
+    sql, params = _export_sql(project, request)
+    lossless = request.format == "stepscope"
+    with connection.connection.cursor(name=f"export_{project.pk}") as cursor:
+        cursor.itersize = FETCH_ROWS
+        cursor.execute(sql, params)
+        current: dict[str, Any] | None = None
+        steps: list[ExportStep] = []
+        per_annotator: list[list[tuple[str, int]]] = []
+        for row in cursor:
+            (
+                trajectory_id, external_id, task, task_key, ground_truth, model_name,
+                outcome_reward, success, metadata, source_format,
+                index, kind, role, agent, content, tool_name, tool_args, step_metadata,
+                labelable, prefix_hash, label, score, correction, annotators,
+            ) = row  # fmt: skip
+            if current is None or current["id"] != trajectory_id:
+                if current is not None:
+                    yield _trajectory(current, steps, per_annotator, lossless)
+                    _tick(progress)
+                current = {
+                    "id": trajectory_id,
+                    "external_id": external_id,
+                    "task": task,
+                    "task_key": task_key,
+                    "ground_truth": ground_truth,
+                    "model_name": model_name,
+                    "outcome_reward": outcome_reward,
+                    "success": success,
+                    "metadata": _json(metadata) or {},
+                    "source_format": source_format,
+                }
+                steps, per_annotator = [], []
+            steps.append(
+                ExportStep(
+                    index=index, kind=kind, role=role, content=content, labelable=labelable,
+                    prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
+                    tool_args=_json(tool_args), metadata=_json(step_metadata) or {}, label=label,
+                    score=score, correction=correction or None,
+                )
+            )  # fmt: skip
+            per_annotator.append([(name, value) for name, value in (_json(annotators) or [])])
+        if current is not None:
+            yield _trajectory(current, steps, per_annotator, lossless)
+            _tick(progress)
+
+
+def _json(value: Any) -> Any:
+    """Django sets psycopg to hand JSON columns over as text; decode them here."""
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def _tick(progress: ProgressWriter | None) -> None:
+    if progress is not None and progress.report(1) and progress.status() == "cancelled":
+        raise ExportCancelled
+
+
+def _trajectory(
+    fields: dict[str, Any],
+    steps: list[ExportStep],
+    per_annotator: list[list[tuple[str, int]]],
+    lossless: bool,
+) -> ExportTrajectory:
+    has_labels = lossless and any(per_annotator)
+    return ExportTrajectory(
+        steps=steps, labels_by_annotator=per_annotator if has_labels else (), **fields
+    )
+
+
+def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
+    known = {f.name for f in dataclasses.fields(selectors.TrajectoryFilters)}
+    unknown = set(definition) - known
+    if unknown:
+        raise ValueError(f"selection has unknown filters: {', '.join(sorted(unknown))}")
+    return selectors.TrajectoryFilters(**definition)
+
+
+def _export_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
+    chosen = selectors.trajectories_filtered(project, _filters(request.selection)).values("id")
+    chosen_sql, chosen_params = chosen.query.sql_with_params()
+    labels_sql, labels_params = label_source_sql(project, request.labels)
+    score_join, score_params = "LEFT JOIN LATERAL (SELECT NULL::float AS value) sc ON true", []
+    if request.scorer:
+        score_join = "LEFT JOIN scoring_stepscore sc ON sc.step_id = s.id AND sc.scorer_id = %s"
+        score_params = [scorer_id_for(project, request.scorer)]
+    wants_corrections = request.format == "dpo" and request.options.corrections
+    correction = (
+        "(SELECT c.correction FROM ("
+        "   SELECT f.correction, 0 AS rank FROM labeling_finallabel f"
+        "   WHERE f.step_id = s.id AND f.correction <> ''"
+        "   UNION ALL"
+        "   SELECT l.correction, 1 FROM labeling_steplabel l"
+        "   WHERE l.step_id = s.id AND l.correction <> '' AND l.status = 'submitted'"
+        " ) c ORDER BY c.rank LIMIT 1)"
+        if wants_corrections
+        else "NULL"
+    )
+    annotators = (
+        "(SELECT json_agg(json_build_array(u.username, l.value) ORDER BY u.username)"
+        " FROM labeling_steplabel l JOIN auth_user u ON u.id = l.annotator_id"
+        " WHERE l.step_id = s.id AND l.status = 'submitted')"
+        if request.format == "stepscope"
+        else "NULL"
+    )
+    sql = f"""
+        WITH ref AS MATERIALIZED ({labels_sql}),
+        picked AS (
+            SELECT t.id, row_number() OVER (ORDER BY t.task_key, md5(t.task), t.id) AS place
+            FROM trajectories_trajectory t WHERE t.id IN ({chosen_sql})
+        )
+        SELECT t.id, t.external_id, t.task, t.task_key, t.ground_truth, t.model_name,
+               t.outcome_reward, t.success, t.metadata, t.source_format,
+               s.index, s.kind, s.role, s.agent, s.content, s.tool_name, s.tool_args,
+               s.metadata, s.labelable, s.prefix_hash, ref.value, sc.value,
+               {correction}, {annotators}
+        FROM picked
+        JOIN trajectories_trajectory t ON t.id = picked.id
+        JOIN trajectories_step s ON s.trajectory_id = t.id
+        LEFT JOIN ref ON ref.step_id = s.id
+        {score_join}
+        ORDER BY picked.place, s.index
+    """
+    return sql, [*labels_params, *chosen_params, *score_params]
+
+
+def _schema_revision(project: Project) -> dict[str, Any] | None:
+    schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
+    if schema is None:
+        return None
+    return {"name": schema.name, "version": schema.version, "kind": schema.kind}
+
+
+def _scorer_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
+    from scoring.models import Scorer
+
+    names = {n for n in (request.scorer, request.labels.scorer) if n}
+    if request.labels.kind == "model":
+        names.add(request.labels.name)
+    revisions: dict[str, Any] = {}
+    for name in sorted(names):
+        scorer = Scorer.objects.get(pk=scorer_id_for(project, name))
+        revisions[name] = {"kind": scorer.kind, "revision": scorer.revision}
+    return revisions
+
+
+# --- Export jobs (the page and the API) ------------------------------------------------
+
+
+def export_start(*, project: Project, user: User, request: ExportRequest) -> ExportJob:
+    from trajectories.tasks import export_run
+
+    with transaction.atomic():
+        job = ExportJob.objects.create(
+            project=project,
+            format=request.format,
+            container=request.container,
+            compress=request.compress,
+            label_source=str(request.labels),
+            neutral=request.options.neutral.value,
+            options=_request_json(request),
+            selection_name=request.selection_name,
+            selection=request.selection,
+            split=request.split,
+            seed=request.seed,
+            total=selectors.trajectories_filtered(project, _filters(request.selection)).count(),
+            created_by=user,
+        )
+        transaction.on_commit(lambda: export_run.delay(job.pk))
+    return job
+
+
+def export_job_run(*, job_id: int) -> ExportJob:
+    """The Celery task's body. A redelivered job starts again from an empty folder; a
+    finished or cancelled one is left as it is."""
+    job = ExportJob.objects.select_related("project").get(pk=job_id)
+    if job.status not in (ExportJob.Status.QUEUED, ExportJob.Status.RUNNING):
+        return job
+    out_dir = Path(settings.MEDIA_ROOT) / "exports" / str(job.pk)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    ExportJob.objects.filter(pk=job.pk).update(status=ExportJob.Status.RUNNING, done=0)
+    progress = ProgressWriter("trajectories_exportjob", job.pk, "done")
+    try:
+        request = _request_from_job(job)
+        manifest = export_write(
+            project=job.project, request=request, out_dir=out_dir, progress=progress
+        )
+    except ExportCancelled:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        job.refresh_from_db()
+        return job
+    except Exception as error:  # recorded on the job for the page; the worker goes on
+        shutil.rmtree(out_dir, ignore_errors=True)
+        ExportJob.objects.filter(pk=job.pk).update(
+            status=ExportJob.Status.FAILED, error=str(error)[:2000], finished_at=timezone.now()
+        )
+        job.refresh_from_db()
+        return job
+    finally:
+        progress.close()
+    files = [{"name": name, **info} for name, info in sorted(manifest["files"].items())]
+    ExportJob.objects.filter(pk=job.pk).exclude(status=ExportJob.Status.CANCELLED).update(
+        status=ExportJob.Status.DONE,
+        done=manifest["counts"]["trajectories"],
+        out_dir=str(out_dir),
+        files=files,
+        manifest=manifest,
+        row_count=sum(f["rows"] for f in files),
+        finished_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    return job
+
+
+def export_cancel(*, job: ExportJob) -> ExportJob:
+    ExportJob.objects.filter(
+        pk=job.pk, status__in=[ExportJob.Status.QUEUED, ExportJob.Status.RUNNING]
+    ).update(status=ExportJob.Status.CANCELLED, finished_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def _request_json(request: ExportRequest) -> dict[str, Any]:
+    options = dataclasses.asdict(request.options)
+    options.pop("neutral")
+    return {
+        "options": options,
+        "labels": {
+            "text": _label_text(request.labels),
+            "threshold": request.labels.threshold,
+            "scorer": request.labels.scorer,
+        },
+        "scorer": request.scorer,
+    }
+
+
+def _label_text(source: LabelSource) -> str:
+    return "consensus" if source.kind == "consensus" else f"{source.kind}:{source.name}"
+
+
+def _request_from_job(job: ExportJob) -> ExportRequest:
+    stored = job.options
+    labels = stored["labels"]
+    return ExportRequest(
+        format=job.format,
+        labels=label_source_parse(
+            labels["text"], threshold=labels["threshold"], scorer=labels["scorer"]
+        ),
+        options=ExportOptions(neutral=job.neutral, **stored["options"]),  # type: ignore[arg-type]
+        container=job.container,
+        compress=job.compress,
+        selection_name=job.selection_name,
+        selection=job.selection,
+        split=job.split,
+        seed=job.seed,
+        scorer=stored.get("scorer", ""),
+    )
+
+
+def manifest_json(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True)
