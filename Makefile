@@ -61,6 +61,7 @@ format: install
 bench: migrate
 	$(PY) bench/ingest.py
 	$(PY) bench/label_load.py
+	$(PY) bench/scoring.py
 
 clean: stop
 	rm -rf .stepscope staticfiles

@@ -1,5 +1,176 @@
-"""REST endpoints of this app, mounted under /api/v1/ by stepscope/api_urls.py."""
+"""REST endpoints for scorers and scoring runs, mounted under /api/v1/ by
+stepscope/api_urls.py. Querysets start from the user's projects, so anything outside
+them is a 404; starting, cancelling and training need the researcher or admin role."""
 
-from django.urls import URLPattern, URLResolver
+from __future__ import annotations
 
-urlpatterns: list[URLPattern | URLResolver] = []
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, pagination, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+
+from scoring import selectors, services
+from scoring.models import Scorer, ScoringRun
+from scoring.serializers import (
+    ScorerSerializer,
+    ScorerTrainSerializer,
+    ScoringRunCreateSerializer,
+    ScoringRunSerializer,
+)
+from trajectories.models import Project
+from trajectories.selectors import TrajectoryFilters, project_get_for_user, projects_for_user
+
+
+class ByIdCursor(pagination.CursorPagination):
+    ordering = "-id"
+
+
+def _managed_project(request: Request, slug: str) -> Project:
+    project = project_get_for_user(request.user, slug)
+    if not selectors.can_manage_scoring(request.user, project):
+        raise PermissionDenied("Scoring needs the researcher or admin role in this project.")
+    return project
+
+
+class ScorerViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """``?project=SLUG`` lists the scorers that project may use. A scorer for every project
+    (no ``project``) and ``trust_remote_code`` need a staff account."""
+
+    serializer_class = ScorerSerializer
+    pagination_class = ByIdCursor
+
+    def get_queryset(self) -> QuerySet[Scorer]:
+        queryset = selectors.scorers_for_user(self.request.user).select_related("project")
+        slug = self.request.query_params.get("project")
+        if slug:
+            queryset = queryset.filter(Q(project__slug=slug) | Q(project__isnull=True))
+        return queryset
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = ScorerSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project: Project | None = data.get("project")
+        if project is not None:
+            project = _managed_project(request, project.slug)
+        elif not request.user.is_staff:
+            raise PermissionDenied("Only staff may add a scorer for every project.")
+        if data.get("trust_remote_code") and not request.user.is_staff:
+            raise PermissionDenied("Only staff may allow a model to run its own code.")
+        try:
+            scorer = services.scorer_create(
+                project=project,
+                name=data["name"],
+                kind=data["kind"],
+                model_ref=data.get("model_ref", ""),
+                revision=data.get("revision", ""),
+                parameters=data.get("parameters") or {},
+                queue=data.get("queue", "gpu"),
+                trust_remote_code=data.get("trust_remote_code", False),
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except services.ScoringError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=ScorerTrainSerializer, responses={202: ScoringRunSerializer})
+    @action(detail=False, methods=["post"])
+    def train(self, request: Request) -> Response:
+        """Train a new revision of a trained-head scorer on the project's labels."""
+        serializer = ScorerTrainSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = _managed_project(request, data["project"])
+        try:
+            run = services.scorer_train_start(
+                project=project,
+                name=data["name"],
+                user=request.user,  # type: ignore[arg-type]
+                encoder=data["encoder"],
+                parameters=data["parameters"],
+                neutral=data["neutral"],
+                holdout=data["holdout"],
+                score_after=data["score_after"],
+            )
+        except services.ScoringError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(ScoringRunSerializer(run).data, status=status.HTTP_202_ACCEPTED)
+
+
+class ScoringRunViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """``?project=SLUG`` narrows the list. Poll a run's detail for progress."""
+
+    serializer_class = ScoringRunSerializer
+    pagination_class = ByIdCursor
+
+    def get_queryset(self) -> QuerySet[ScoringRun]:
+        queryset = ScoringRun.objects.filter(
+            project__in=projects_for_user(self.request.user)
+        ).select_related("project", "scorer")
+        slug = self.request.query_params.get("project")
+        if slug:
+            queryset = queryset.filter(project__slug=slug)
+        return queryset
+
+    @extend_schema(request=ScoringRunCreateSerializer, responses={201: ScoringRunSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = ScoringRunCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = _managed_project(request, data["project"])
+        scorer = _scorer_by_name_or_id(project, data["scorer"])
+        filters = data.get("filters")
+        try:
+            run = services.scoring_run_start(
+                project=project,
+                scorer=scorer,
+                user=request.user,  # type: ignore[arg-type]
+                only_unscored=data["only_unscored"],
+                trajectory_ids=data.get("trajectories"),
+                filters=TrajectoryFilters(**filters) if filters else None,
+            )
+        except services.ScoringError as error:
+            raise ValidationError({"scorer": str(error)}) from None
+        return Response(ScoringRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: ScoringRunSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        if not selectors.can_manage_scoring(request.user, run.project):
+            raise PermissionDenied("Cancelling needs the researcher or admin role.")
+        run = services.scoring_run_cancel(run=run)
+        return Response(ScoringRunSerializer(run).data)
+
+
+def _scorer_by_name_or_id(project: Project, value: str) -> Scorer:
+    scorers = selectors.scorers_for_project(project)
+    scorer = (
+        scorers.filter(pk=int(value)).first()
+        if value.isdigit()
+        else selectors.scorer_latest(project, value)
+    )
+    if scorer is None:
+        raise ValidationError({"scorer": f"no scorer {value!r} for this project"})
+    return scorer
+
+
+# SimpleRouter: the API root view comes from trajectories/api.py.
+router = SimpleRouter()
+router.register("scorers", ScorerViewSet, basename="scorer")
+router.register("scoring-runs", ScoringRunViewSet, basename="scoring-run")
+
+urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]

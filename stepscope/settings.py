@@ -120,6 +120,11 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A task a dead worker took (never acknowledged) is handed out again after this long;
+# keep it above the longest chunk, or live chunks get delivered twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": env_int("STEPSCOPE_BROKER_VISIBILITY_TIMEOUT", 1800),
+}
 # Only unit tests may run tasks in-process; everything else goes through a worker.
 CELERY_TASK_ALWAYS_EAGER = False
 

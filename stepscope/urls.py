@@ -9,4 +9,5 @@ urlpatterns = [
     path("api/v1/", include("stepscope.api_urls")),
     path("", include("trajectories.urls")),
     path("", include("labeling.urls")),
+    path("", include("scoring.urls")),
 ]

@@ -1,0 +1,61 @@
+"""Django admin for scorers (where admins register PRMs), runs and step scores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+
+from scoring import prm
+from scoring.models import Scorer, ScoringRun, StepScore
+from trajectories.admin import BigTableAdmin
+
+
+class ScorerForm(forms.ModelForm):
+    class Meta:
+        model = Scorer
+        fields = [
+            "project", "name", "kind", "model_ref", "revision", "parameters",
+            "trust_remote_code", "queue", "created_by",
+        ]  # fmt: skip
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        try:
+            prm.params_for_kind(cleaned.get("kind", ""), cleaned.get("parameters") or {})
+        except prm.ScorerError as error:
+            raise forms.ValidationError({"parameters": str(error)}) from None
+        return cleaned
+
+
+@admin.register(Scorer)
+class ScorerAdmin(admin.ModelAdmin):
+    form = ScorerForm
+    list_display = ["name", "revision", "kind", "project", "queue", "model_ref", "created_at"]
+    list_filter = ["kind", "queue"]
+    search_fields = ["name", "model_ref", "project__slug"]
+    list_select_related = ["project"]
+    raw_id_fields = ["project", "created_by"]
+    readonly_fields = ["artifact", "created_at", "updated_at"]
+
+
+@admin.register(ScoringRun)
+class ScoringRunAdmin(BigTableAdmin):
+    list_display = ["id", "kind", "project", "scorer", "status", "done", "total", "created_at"]
+    list_filter = ["kind", "status"]
+    search_fields = ["=id", "project__slug", "scorer__name"]
+    list_select_related = ["project", "scorer"]
+    raw_id_fields = ["project", "scorer", "created_by"]
+    readonly_fields = ["created_at", "started_at", "finished_at"]
+    changelist_defer = ("selection", "parameters", "metrics", "error")
+
+
+@admin.register(StepScore)
+class StepScoreAdmin(BigTableAdmin):
+    list_display = ["id", "step", "scorer", "value", "run", "updated_at"]
+    list_filter = ["scorer"]
+    search_fields = ["=step__id", "=step__trajectory__id"]
+    list_select_related = ["scorer"]
+    raw_id_fields = ["step", "scorer", "run"]
+    changelist_defer = ("raw",)

@@ -1,0 +1,51 @@
+"""python manage.py score --project SLUG --scorer NAME [--only-unscored] [--wait]"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from scoring.management.waiting import project_or_error, run_summary, wait_for
+from scoring.models import ScoringRun
+from scoring.selectors import scorer_latest
+from scoring.services import ScoringError, scoring_run_start
+
+
+class Command(BaseCommand):
+    help = (
+        "Score a project's labelable steps with a scorer on its Celery queue; prints a"
+        " one-line JSON summary last."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--project", required=True, help="project slug")
+        parser.add_argument("--scorer", required=True, help="scorer name (newest revision)")
+        parser.add_argument("--only-unscored", action="store_true", help="skip scored steps")
+        parser.add_argument(
+            "--trajectory", type=int, action="append", dest="trajectories", metavar="ID",
+            help="score only this trajectory (repeatable)",
+        )  # fmt: skip
+        parser.add_argument("--wait", action="store_true", help="wait until the run ends")
+        parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        project = project_or_error(options["project"])
+        scorer = scorer_latest(project, options["scorer"])
+        if scorer is None:
+            raise CommandError(f"no scorer {options['scorer']!r} for project {project.slug!r}")
+        try:
+            run = scoring_run_start(
+                project=project,
+                scorer=scorer,
+                only_unscored=options["only_unscored"],
+                trajectory_ids=options["trajectories"],
+            )
+        except ScoringError as error:
+            raise CommandError(str(error)) from None
+        if options["wait"]:
+            run = wait_for(run, timeout=options["timeout"])
+        self.stdout.write(json.dumps(run_summary(run)))
+        if run.status == ScoringRun.Status.FAILED:
+            raise SystemExit(1)

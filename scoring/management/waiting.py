@@ -1,0 +1,51 @@
+"""Shared by the scoring commands: find the project, wait for a run, summarise it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.core.management.base import CommandError
+
+from scoring.models import ScoringRun
+from trajectories.models import Project
+
+
+def project_or_error(slug: str) -> Project:
+    project = Project.objects.filter(slug=slug).first()
+    if project is None:
+        raise CommandError(f"no project {slug!r}")
+    return project
+
+
+def wait_for(run: ScoringRun, *, timeout: float, poll: float = 0.5) -> ScoringRun:
+    """Poll the database until the run leaves queued/running (workers do the work)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if not run.is_active:
+            return run
+        if time.monotonic() > deadline:
+            raise CommandError(
+                f"run {run.pk} still {run.status} after {timeout:.0f}s ({run.done}/{run.total});"
+                " is a worker consuming its queue?"
+            )
+        time.sleep(poll)
+
+
+def run_summary(run: ScoringRun) -> dict[str, Any]:
+    return {
+        "run": run.pk,
+        "kind": run.kind,
+        "status": run.status,
+        "scorer": run.scorer.name if run.scorer else run.parameters.get("name"),
+        "scorer_id": run.scorer_id,
+        "revision": run.scorer.revision if run.scorer else None,
+        "total": run.total,
+        "done": run.done,
+        "truncated": run.truncated,
+        "steps_per_second": (
+            round(run.steps_per_second, 2) if run.steps_per_second is not None else None
+        ),
+        "error": run.error or None,
+    }

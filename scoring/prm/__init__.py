@@ -1,0 +1,42 @@
+"""Process reward models, Django-free: adapters that turn trajectory prefixes into one
+probability per step, and the trained head.
+
+Importing this package (and ``base``, ``prompts``, ``batching``, ``metrics``) loads
+neither torch nor Django; ``adapters``, ``head`` and ``tiny`` load torch and transformers.
+"""
+
+from scoring.prm.base import (
+    DEFAULT_ENCODER,
+    EXTERNAL,
+    KINDS,
+    MODEL_KINDS,
+    SEQUENCE_CLASSIFIER,
+    STEP_TAG_LM,
+    TOKEN_CLASSIFICATION,
+    TRAINED_HEAD,
+    ScorerError,
+    ScorerParams,
+    ScorerSpec,
+    StepInput,
+    StepResult,
+    TrajectoryInput,
+    params_for_kind,
+)
+
+__all__ = [
+    "DEFAULT_ENCODER",
+    "EXTERNAL",
+    "KINDS",
+    "MODEL_KINDS",
+    "SEQUENCE_CLASSIFIER",
+    "STEP_TAG_LM",
+    "TOKEN_CLASSIFICATION",
+    "TRAINED_HEAD",
+    "ScorerError",
+    "ScorerParams",
+    "ScorerSpec",
+    "StepInput",
+    "StepResult",
+    "TrajectoryInput",
+    "params_for_kind",
+]

@@ -1,0 +1,135 @@
+"""Named read queries for scoring. Lookups that start from a request go through a
+``*_for_user`` helper, which raises 404 outside the user's projects."""
+
+from __future__ import annotations
+
+from django.db.models import Exists, F, FloatField, OuterRef, Q, QuerySet
+from django.db.models.functions import Abs
+from django.http import Http404
+
+from labeling.models import StepLabel
+from scoring.models import Scorer, ScoringRun, StepScore
+from trajectories.models import Membership, Project, Step, Trajectory
+from trajectories.selectors import AnyUser, membership_role, projects_for_user
+
+RECENT_RUNS = 10
+# Who may start, cancel and train: researchers and admins of the project.
+MANAGING_ROLES = (Membership.Role.RESEARCHER, Membership.Role.ADMIN)
+
+
+def can_manage_scoring(user: AnyUser, project: Project) -> bool:
+    return membership_role(user, project) in MANAGING_ROLES
+
+
+def scorers_for_project(project: Project) -> QuerySet[Scorer]:
+    """Scorers a project may use: its own and the global ones."""
+    return Scorer.objects.filter(Q(project=project) | Q(project__isnull=True))
+
+
+def scorers_for_user(user: AnyUser) -> QuerySet[Scorer]:
+    return Scorer.objects.filter(Q(project__in=projects_for_user(user)) | Q(project__isnull=True))
+
+
+def scorer_get_for_user(user: AnyUser, pk: int) -> Scorer:
+    scorer = scorers_for_user(user).filter(pk=pk).first() if user.is_authenticated else None
+    if scorer is None:
+        raise Http404("No such scorer.")
+    return scorer
+
+
+def scorer_latest(project: Project, name: str) -> Scorer | None:
+    """The newest revision of ``name``; the project's own scorer wins over a global one."""
+    return (
+        scorers_for_project(project)
+        .filter(name=name)
+        .order_by(F("project_id").desc(nulls_last=True), "-id")
+        .first()
+    )
+
+
+def scorer_choices(project: Project) -> list[Scorer]:
+    """The newest revision of each scorer name the project may run (not external ones)."""
+    seen: dict[str, Scorer] = {}
+    queryset = (
+        scorers_for_project(project)
+        .exclude(kind=Scorer.Kind.EXTERNAL)
+        .exclude(kind=Scorer.Kind.TRAINED_HEAD, artifact__isnull=True)
+        .order_by("name", F("project_id").desc(nulls_last=True), "-id")
+    )
+    for scorer in queryset:
+        seen.setdefault(scorer.name, scorer)
+    return list(seen.values())
+
+
+def scoring_runs_recent(project: Project, limit: int = RECENT_RUNS) -> list[ScoringRun]:
+    return list(
+        ScoringRun.objects.filter(project=project).select_related("scorer").order_by("-id")[:limit]
+    )
+
+
+def scoring_run_get_for_user(user: AnyUser, pk: int) -> ScoringRun:
+    run = (
+        ScoringRun.objects.select_related("project", "scorer")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if run is None:
+        raise Http404("No such scoring run.")
+    return run
+
+
+def default_scorer(project: Project) -> Scorer | None:
+    """The scorer whose scores the project last finished: the one to show by default."""
+    run = (
+        ScoringRun.objects.filter(
+            project=project,
+            status=ScoringRun.Status.DONE,
+            kind__in=[ScoringRun.Kind.SCORE, ScoringRun.Kind.IMPORT],
+        )
+        .select_related("scorer")
+        .order_by("-finished_at", "-id")
+        .first()
+    )
+    return run.scorer if run else None
+
+
+def step_scores_for_trajectory(
+    trajectory: Trajectory, scorer: Scorer | None = None
+) -> dict[int, float]:
+    """Step id → score for one trajectory, from ``scorer`` or the project's default
+    scorer; empty when there is none. One query."""
+    scorer = scorer or default_scorer(trajectory.project)
+    if scorer is None:
+        return {}
+    return dict(
+        StepScore.objects.filter(step__trajectory=trajectory, scorer=scorer).values_list(
+            "step_id", "value"
+        )
+    )
+
+
+def latest_trained_head(project: Project) -> Scorer | None:
+    return (
+        Scorer.objects.filter(project=project, kind=Scorer.Kind.TRAINED_HEAD)
+        .exclude(artifact__isnull=True)
+        .order_by("-id")
+        .first()
+    )
+
+
+def steps_most_uncertain(project: Project, scorer: Scorer | None = None) -> QuerySet[Step]:
+    """Unlabeled labelable steps that have a score, most uncertain first (score closest
+    to 0.5), from ``scorer`` or the latest trained head: the steps whose labels teach the
+    head most. For a labeling queue's "most uncertain first" order."""
+    scorer = scorer or latest_trained_head(project)
+    if scorer is None:
+        return Step.objects.none()
+    score = StepScore.objects.filter(step=OuterRef("pk"), scorer=scorer).values("value")[:1]
+    return (
+        Step.objects.filter(trajectory__project=project, labelable=True)
+        .exclude(Exists(StepLabel.objects.filter(step=OuterRef("pk"))))
+        .annotate(score=score)
+        .filter(score__isnull=False)
+        .annotate(uncertainty=Abs(F("score") - 0.5, output_field=FloatField()))
+        .order_by("uncertainty", "trajectory_id", "index")
+    )

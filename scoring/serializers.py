@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from scoring import prm
+from scoring.models import Scorer, ScoringRun
+from scoring.services import NEUTRAL_CHOICES
+from trajectories.models import Project
+
+
+class ScorerSerializer(serializers.ModelSerializer[Scorer]):
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", queryset=Project.objects.all(), required=False, allow_null=True
+    )
+    metrics = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Scorer
+        fields = [
+            "id", "project", "name", "kind", "model_ref", "revision", "parameters",
+            "trust_remote_code", "queue", "metrics", "created_at",
+        ]  # fmt: skip
+        read_only_fields = ["id", "metrics", "created_at"]
+        # The service checks uniqueness with a message; the constraints are conditional.
+        validators: list[Any] = []
+
+    def get_metrics(self, scorer: Scorer) -> dict[str, Any] | None:
+        metrics: dict[str, Any] | None = (scorer.artifact or {}).get("metrics")
+        return metrics
+
+
+class ScoringRunSerializer(serializers.ModelSerializer[ScoringRun]):
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    scorer_name = serializers.CharField(source="scorer.name", read_only=True, default=None)
+
+    class Meta:
+        model = ScoringRun
+        fields = [
+            "id", "project", "scorer", "scorer_name", "kind", "status", "selection",
+            "parameters", "total", "done", "chunks_total", "chunks_done", "truncated",
+            "steps_per_second", "metrics", "error", "created_at", "started_at", "finished_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class TrajectoryFiltersSerializer(serializers.Serializer[Any]):
+    outcome = serializers.ChoiceField(["", "success", "failure", "unknown"], default="")
+    model_name = serializers.CharField(default="", allow_blank=True)
+    task_key = serializers.CharField(default="", allow_blank=True)
+    min_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    max_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+
+
+class ScoringRunCreateSerializer(serializers.Serializer[Any]):
+    """``scorer`` is a name (newest revision) or an id."""
+
+    project = serializers.SlugField()
+    scorer = serializers.CharField()
+    only_unscored = serializers.BooleanField(default=False)
+    trajectories = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
+    )
+    filters = TrajectoryFiltersSerializer(required=False)
+
+
+class ScorerTrainSerializer(serializers.Serializer[Any]):
+    project = serializers.SlugField()
+    name = serializers.CharField(max_length=100)
+    encoder = serializers.CharField(default=prm.DEFAULT_ENCODER, max_length=500)
+    parameters = serializers.DictField(default=dict)
+    neutral = serializers.ChoiceField(NEUTRAL_CHOICES, default="skip")
+    holdout = serializers.FloatField(default=0.2, min_value=0.01, max_value=0.99)
+    score_after = serializers.BooleanField(default=False)

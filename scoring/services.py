@@ -1,0 +1,654 @@
+"""Writes for scoring: scorers, runs, chunks, imported scores and head training.
+
+The web, the API and the management commands call these; Celery tasks call the
+``*_run``/``*_plan``/``*_score`` services that do the work on a worker. Only this module
+enqueues tasks, always on commit. torch and transformers are imported lazily, inside the
+functions that run on workers, so the web process never loads them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import InterfaceError, OperationalError, transaction
+from django.db.models import Avg, Exists, F, OuterRef, Q
+from django.utils import timezone
+
+from scoring import prm, tasks
+from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from trajectories.models import Project, Step, Trajectory
+from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+
+# A chunk whose worker died this many times fails the run rather than coming back.
+MAX_CHUNK_ATTEMPTS = 4
+# Rows per upsert statement when importing scores.
+IMPORT_BATCH = 5000
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
+# Database hiccups are retried by the task; anything else fails the run.
+TRANSIENT_ERRORS = (OperationalError, InterfaceError)
+
+
+class ScoringError(Exception):
+    """A request the scoring services refuse, with a message for the user."""
+
+
+# --- Scorers -------------------------------------------------------------------------------
+
+
+def scorer_create(
+    *,
+    name: str,
+    kind: str,
+    model_ref: str = "",
+    project: Project | None = None,
+    revision: str = "",
+    parameters: dict[str, Any] | None = None,
+    queue: str = "gpu",
+    trust_remote_code: bool = False,
+    user: User | None = None,
+) -> Scorer:
+    """A scorer; its parameters are checked against the kind before it is saved."""
+    parameters = dict(parameters or {})
+    scorer_check(kind=kind, model_ref=model_ref, parameters=parameters, queue=queue)
+    with transaction.atomic():
+        taken = Scorer.objects.filter(name=name, revision=revision, project=project).exists()
+        if taken:
+            raise ScoringError(f"a scorer {name!r} revision {revision!r} exists already")
+        return Scorer.objects.create(
+            project=project,
+            name=name,
+            kind=kind,
+            model_ref=model_ref,
+            revision=revision,
+            parameters=parameters,
+            queue=queue,
+            trust_remote_code=trust_remote_code,
+            created_by=user,
+        )
+
+
+def scorer_check(*, kind: str, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
+    try:
+        prm.params_for_kind(kind, parameters)
+    except prm.ScorerError as error:
+        raise ScoringError(str(error)) from None
+    if kind in prm.MODEL_KINDS and not model_ref:
+        raise ScoringError(f"a {kind} scorer needs a model reference (directory or hub id)")
+    if not _QUEUE_NAME.fullmatch(queue):
+        raise ScoringError("queue names are letters, digits, '.', '_' and '-'")
+
+
+def scorer_spec(scorer: Scorer) -> prm.ScorerSpec:
+    return prm.ScorerSpec(
+        kind=scorer.kind,
+        model_ref=scorer.model_ref,
+        params=prm.params_for_kind(scorer.kind, scorer.parameters),
+        revision="" if scorer.kind == Scorer.Kind.TRAINED_HEAD else scorer.revision,
+        trust_remote_code=scorer.trust_remote_code,
+        artifact=(scorer.artifact or {}).get("head"),
+    )
+
+
+# --- Scoring runs --------------------------------------------------------------------------
+
+
+def scoring_run_start(
+    *,
+    project: Project,
+    scorer: Scorer,
+    user: User | None = None,
+    only_unscored: bool = False,
+    trajectory_ids: Iterable[int] | None = None,
+    filters: TrajectoryFilters | None = None,
+) -> ScoringRun:
+    """A run over the project's labelable steps (all, a filter, or given trajectories),
+    planned into chunks by a task on the default queue."""
+    if scorer.project_id not in (None, project.pk):
+        raise ScoringError("that scorer belongs to another project")
+    if not scorer.runs_a_model:
+        raise ScoringError(
+            f"{scorer.name} holds scores computed elsewhere; add to them with import_scores"
+        )
+    if scorer.kind == Scorer.Kind.TRAINED_HEAD and not (scorer.artifact or {}).get("head"):
+        raise ScoringError(f"{scorer.name} has no trained head yet")
+    selection: dict[str, Any] = {"only_unscored": only_unscored}
+    if trajectory_ids is not None:
+        selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
+    if filters is not None and filters != TrajectoryFilters():
+        selection["filters"] = dataclasses.asdict(filters)
+    with transaction.atomic():
+        run = ScoringRun.objects.create(
+            project=project, scorer=scorer, kind=ScoringRun.Kind.SCORE, selection=selection,
+            created_by=user,
+        )  # fmt: skip
+        transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
+    return run
+
+
+def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
+    """(trajectory id, step id) of every step the run covers, in trajectory order."""
+    steps = Step.objects.filter(trajectory__project_id=run.project_id, labelable=True)
+    selection = run.selection
+    if "trajectory_ids" in selection:
+        steps = steps.filter(trajectory_id__in=selection["trajectory_ids"])
+    if "filters" in selection:
+        filters = TrajectoryFilters(**selection["filters"])
+        steps = steps.filter(trajectory__in=trajectories_filtered(run.project, filters))
+    if selection.get("only_unscored"):
+        scored = StepScore.objects.filter(step=OuterRef("pk"), scorer=run.scorer)
+        steps = steps.exclude(Exists(scored))
+    rows = steps.order_by("trajectory_id", "index").values_list("trajectory_id", "id")
+    yield from rows.iterator(chunk_size=10_000)
+
+
+def _group_into_chunks(
+    rows: Iterator[tuple[int, int]], chunk_steps: int
+) -> Iterator[tuple[list[int], list[int]]]:
+    """Whole trajectories per chunk (one forward pass reads all of a trajectory's steps),
+    closed once a chunk reaches ``chunk_steps`` steps."""
+    trajectories: list[int] = []
+    steps: list[int] = []
+    for trajectory_id, step_id in rows:
+        if not trajectories or trajectories[-1] != trajectory_id:
+            if len(steps) >= chunk_steps:
+                yield trajectories, steps
+                trajectories, steps = [], []
+            trajectories.append(trajectory_id)
+        steps.append(step_id)
+    if steps:
+        yield trajectories, steps
+
+
+def scoring_run_plan(*, run_id: int) -> None:
+    """Split a queued run into chunks and enqueue them on the scorer's queue. Safe to
+    redeliver: a planned run only has its unfinished chunks enqueued again."""
+    with transaction.atomic():
+        run = (
+            ScoringRun.objects.select_for_update(of=("self",))
+            .select_related("scorer")
+            .get(pk=run_id)
+        )
+        if run.status not in ScoringRun.ACTIVE or run.scorer is None:
+            return
+        if not run.chunks.exists():
+            params = prm.params_for_kind(run.scorer.kind, run.scorer.parameters)
+            chunks = [
+                ScoringChunk(run=run, number=number, trajectory_ids=t, step_ids=s)
+                for number, (t, s) in enumerate(
+                    _group_into_chunks(_selected_steps(run), params.chunk_steps)
+                )
+            ]
+            ScoringChunk.objects.bulk_create(chunks, batch_size=1000)
+            run.total = sum(len(c.step_ids) for c in chunks)
+            run.chunks_total = len(chunks)
+            if not chunks:
+                run.status = ScoringRun.Status.DONE
+                run.started_at = run.finished_at = timezone.now()
+            run.save(update_fields=["total", "chunks_total", "status", "started_at", "finished_at"])
+        pending = list(
+            run.chunks.filter(status=ScoringChunk.Status.PENDING).values_list("pk", flat=True)
+        )
+        queue = run.scorer.queue
+
+        def enqueue() -> None:
+            for chunk_id in pending:
+                tasks.score_chunk.apply_async(args=[chunk_id], queue=queue)
+
+        transaction.on_commit(enqueue)
+
+
+def scoring_chunk_score(*, chunk_id: int) -> None:
+    """Score one chunk on a worker and record it: the scores, the chunk and the run's
+    progress change in one transaction, so a chunk redelivered after a worker died
+    either finds its work done or does all of it."""
+    chunk = ScoringChunk.objects.select_related("run__scorer").filter(pk=chunk_id).first()
+    if chunk is None or chunk.status == ScoringChunk.Status.DONE:
+        return
+    run = chunk.run
+    if run.status not in ScoringRun.ACTIVE or run.scorer is None:
+        return
+    with transaction.atomic():
+        ScoringChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+        ScoringRun.objects.filter(pk=run.pk, status=ScoringRun.Status.QUEUED).update(
+            status=ScoringRun.Status.RUNNING, started_at=timezone.now()
+        )
+    if chunk.attempts + 1 > MAX_CHUNK_ATTEMPTS:
+        scoring_run_fail(
+            run_id=run.pk,
+            error=f"chunk {chunk.number} was started {MAX_CHUNK_ATTEMPTS} times and never"
+            " finished (its worker died each time: out of memory?)",
+        )
+        return
+    try:
+        results = _score(run.scorer, chunk)
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as error:
+        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        raise
+    _chunk_finish(chunk, results)
+
+
+def _trajectory_inputs(chunk: ScoringChunk) -> list[prm.TrajectoryInput]:
+    """The chunk's trajectories, each cut after its last step to score."""
+    wanted = set(chunk.step_ids)
+    tasks_by_id = dict(
+        Trajectory.objects.filter(pk__in=chunk.trajectory_ids).values_list("pk", "task")
+    )
+    steps: dict[int, list[prm.StepInput]] = {pk: [] for pk in tasks_by_id}
+    rows = (
+        Step.objects.filter(trajectory_id__in=chunk.trajectory_ids)
+        .order_by("trajectory_id", "index")
+        .values_list("trajectory_id", "pk", "role", "content", "labelable")
+    )
+    for trajectory_id, pk, role, content, labelable in rows.iterator(chunk_size=2000):
+        steps[trajectory_id].append(
+            prm.StepInput(pk, content, role, labelable=labelable, score=pk in wanted)
+        )
+    inputs = []
+    for trajectory_id, items in steps.items():
+        last = max((i for i, s in enumerate(items) if s.score), default=-1)
+        if last >= 0:
+            inputs.append(
+                prm.TrajectoryInput(
+                    trajectory_id, tasks_by_id[trajectory_id], tuple(items[: last + 1])
+                )
+            )
+    return inputs
+
+
+def _score(scorer: Scorer, chunk: ScoringChunk) -> list[prm.StepResult]:
+    from scoring.prm import adapters
+
+    model = adapters.scorer_load(scorer_spec(scorer))
+    return model.score(_trajectory_inputs(chunk))
+
+
+def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
+        run = ScoringRun.objects.select_for_update().get(pk=chunk.run_id)
+        if locked.status == ScoringChunk.Status.DONE or run.status not in ScoringRun.ACTIVE:
+            return
+        assert run.scorer_id is not None  # score runs always have their scorer
+        scores_upsert(run=run, scorer_id=run.scorer_id, results=results)
+        locked.status = ScoringChunk.Status.DONE
+        locked.finished_at = now
+        locked.save(update_fields=["status", "finished_at"])
+        run.done += len(locked.step_ids)
+        run.chunks_done += 1
+        run.truncated += sum(1 for r in results if r.truncated)
+        fields = ["done", "chunks_done", "truncated"]
+        if run.chunks_done >= run.chunks_total:
+            run.status = ScoringRun.Status.DONE
+            run.finished_at = now
+            seconds = (now - (run.started_at or run.created_at)).total_seconds()
+            run.steps_per_second = run.done / seconds if seconds > 0 else None
+            fields += ["status", "finished_at", "steps_per_second"]
+        run.save(update_fields=fields)
+
+
+def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResult]) -> int:
+    """Insert or overwrite one score per (step, scorer); steps deleted meanwhile are
+    skipped."""
+    if not results:
+        return 0
+    existing = set(
+        Step.objects.filter(pk__in=[r.key for r in results]).values_list("pk", flat=True)
+    )
+    rows = [
+        StepScore(
+            step_id=r.key,
+            scorer_id=scorer_id,
+            run=run,
+            value=min(1.0, max(0.0, r.value)),
+            raw=r.raw,
+        )
+        for r in results
+        if r.key in existing
+    ]
+    StepScore.objects.bulk_create(
+        rows,
+        batch_size=2000,
+        update_conflicts=True,
+        unique_fields=["step", "scorer"],
+        update_fields=["run", "value", "raw", "updated_at"],
+    )
+    return len(rows)
+
+
+def scoring_run_fail(*, run_id: int, error: str) -> None:
+    ScoringRun.objects.filter(pk=run_id, status__in=ScoringRun.ACTIVE).update(
+        status=ScoringRun.Status.FAILED, error=error[:4000], finished_at=timezone.now()
+    )
+
+
+def scoring_run_cancel(*, run: ScoringRun) -> ScoringRun:
+    """Stop a queued or running run: chunks not yet finished are skipped. Scores already
+    written stay."""
+    ScoringRun.objects.filter(pk=run.pk, status__in=ScoringRun.ACTIVE).update(
+        status=ScoringRun.Status.CANCELLED, finished_at=timezone.now()
+    )
+    run.refresh_from_db()
+    return run
+
+
+# --- Scores computed elsewhere ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportProblem:
+    line: int
+    message: str
+
+
+class ScoresRejected(Exception):
+    """The file had bad lines and nothing was written."""
+
+    def __init__(self, problems: list[ImportProblem]) -> None:
+        super().__init__(f"{len(problems)} line(s) rejected")
+        self.problems = problems
+
+
+class _Rollback(Exception):
+    pass
+
+
+def scores_import(
+    *,
+    project: Project,
+    scorer_name: str,
+    path: Path,
+    user: User | None = None,
+    skip_invalid: bool = False,
+) -> tuple[ScoringRun, list[ImportProblem]]:
+    """Store scores computed elsewhere, one JSON object a line:
+    ``{"trajectory": external_id, "step": index, "value": p}``, the step index as
+    Stepscope numbers the trajectory's steps. The scorer is created (kind ``external``)
+    if the project has none of that name. All or nothing unless ``skip_invalid``."""
+    problems: list[ImportProblem] = []
+    stored = 0
+    try:
+        with transaction.atomic():
+            scorer = _scorer_for_import(project, scorer_name, user)
+            run = ScoringRun.objects.create(
+                project=project, scorer=scorer, kind=ScoringRun.Kind.IMPORT,
+                status=ScoringRun.Status.RUNNING, selection={"file": path.name},
+                created_by=user, started_at=timezone.now(),
+            )  # fmt: skip
+            for batch in _batched(_score_lines(path, problems), IMPORT_BATCH):
+                results = _resolve_steps(project, batch, problems)
+                if problems and not skip_invalid:
+                    continue  # keep reading to report every problem, write nothing
+                stored += scores_upsert(run=run, scorer_id=scorer.pk, results=results)
+            if problems and not skip_invalid:
+                raise _Rollback
+            run.status = ScoringRun.Status.DONE
+            run.total = run.done = stored
+            run.finished_at = timezone.now()
+            run.save(update_fields=["status", "total", "done", "finished_at"])
+    except _Rollback:
+        raise ScoresRejected(problems) from None
+    return run, problems
+
+
+def _scorer_for_import(project: Project, name: str, user: User | None) -> Scorer:
+    from scoring.selectors import scorer_latest
+
+    scorer = scorer_latest(project, name)
+    if scorer is not None:
+        return scorer
+    return Scorer.objects.create(
+        project=project, name=name, kind=Scorer.Kind.EXTERNAL, queue="default", created_by=user
+    )
+
+
+def _score_lines(
+    path: Path, problems: list[ImportProblem]
+) -> Iterator[tuple[int, str, int, float]]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                problems.append(ImportProblem(number, f"not JSON: {error.msg}"))
+                continue
+            problem = _score_record_problem(record)
+            if problem:
+                problems.append(ImportProblem(number, problem))
+                continue
+            yield number, str(record["trajectory"]), record["step"], float(record["value"])
+
+
+def _score_record_problem(record: Any) -> str:
+    if not isinstance(record, dict):
+        return "expected an object"
+    for name in ("trajectory", "step", "value"):
+        if name not in record:
+            return f"{name!r} is missing"
+    if not isinstance(record["trajectory"], str | int) or isinstance(record["trajectory"], bool):
+        return "'trajectory' must be the trajectory's external id"
+    step = record["step"]
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        return "'step' must be a step index (0 or more)"
+    value = record["value"]
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        return "'value' must be a number from 0 to 1"
+    return ""
+
+
+def _resolve_steps(
+    project: Project, batch: list[tuple[int, str, int, float]], problems: list[ImportProblem]
+) -> list[prm.StepResult]:
+    external_ids = {external for _, external, _, _ in batch}
+    trajectories: dict[str, list[int]] = {}
+    for pk, external in Trajectory.objects.filter(
+        project=project, external_id__in=external_ids
+    ).values_list("pk", "external_id"):
+        trajectories.setdefault(external, []).append(pk)
+    unique = {external: pks[0] for external, pks in trajectories.items() if len(pks) == 1}
+    wanted = Q(pk__in=[])
+    for _, external, index, _ in batch:
+        if external in unique:
+            wanted |= Q(trajectory_id=unique[external], index=index)
+    steps = {
+        (trajectory_id, index): pk
+        for pk, trajectory_id, index in Step.objects.filter(wanted).values_list(
+            "pk", "trajectory_id", "index"
+        )
+    }
+    results = []
+    for line, external, index, value in batch:
+        if external not in trajectories:
+            problems.append(ImportProblem(line, f"no trajectory {external!r} in this project"))
+        elif external not in unique:
+            problems.append(ImportProblem(line, f"{external!r} names several trajectories"))
+        elif (unique[external], index) not in steps:
+            problems.append(ImportProblem(line, f"trajectory {external!r} has no step {index}"))
+        else:
+            results.append(prm.StepResult(steps[(unique[external], index)], value, {}))
+    return results
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+# --- The trained head ----------------------------------------------------------------------
+
+NEUTRAL_CHOICES = ("skip", "good", "bad")
+
+
+def scorer_train_start(
+    *,
+    project: Project,
+    name: str,
+    user: User | None = None,
+    encoder: str = prm.DEFAULT_ENCODER,
+    parameters: dict[str, Any] | None = None,
+    neutral: str = "skip",
+    holdout: float = 0.2,
+    queue: str = "gpu",
+    score_after: bool = False,
+) -> ScoringRun:
+    """Train a new revision of the head ``name`` on the project's labels, on a worker.
+    With ``score_after``, the new revision then scores the project's steps."""
+    parameters = dict(parameters or {})
+    scorer_check(kind=prm.TRAINED_HEAD, model_ref=encoder, parameters=parameters, queue=queue)
+    if neutral not in NEUTRAL_CHOICES:
+        raise ScoringError(f"neutral labels count as one of {', '.join(NEUTRAL_CHOICES)}")
+    if not 0 < holdout < 1:
+        raise ScoringError("the held-out fraction must be between 0 and 1")
+    existing = Scorer.objects.filter(project=project, name=name).exclude(
+        kind=Scorer.Kind.TRAINED_HEAD
+    )
+    if existing.exists():
+        raise ScoringError(f"{name!r} is a scorer of another kind in this project")
+    with transaction.atomic():
+        run = ScoringRun.objects.create(
+            project=project,
+            kind=ScoringRun.Kind.TRAIN,
+            parameters={
+                "name": name, "encoder": encoder, "parameters": parameters,
+                "neutral": neutral, "holdout": holdout, "queue": queue,
+                "score_after": score_after,
+            },
+            created_by=user,
+        )  # fmt: skip
+        transaction.on_commit(lambda: tasks.train_head.apply_async(args=[run.pk], queue=queue))
+    return run
+
+
+def _labeled_trajectories(project: Project, neutral: str) -> list[Any]:
+    """Each trajectory with submitted step labels, cut after its last labeled step.
+    Several annotators' labels on a step are averaged; 0 is neutral."""
+    from labeling.models import StepLabel
+    from scoring.prm.head import LabeledTrajectory
+
+    means = (
+        StepLabel.objects.filter(
+            step__trajectory__project=project,
+            status=StepLabel.Status.SUBMITTED,
+            schema__kind__in=["ternary", "binary"],
+        )
+        .values("step_id", "step__trajectory_id")
+        .annotate(mean=Avg("value"))
+    )
+    labels: dict[int, dict[int, bool]] = {}
+    labeled_steps: dict[int, set[int]] = {}
+    for row in means.iterator(chunk_size=10_000):
+        trajectory_id, step_id, mean = row["step__trajectory_id"], row["step_id"], row["mean"]
+        labeled_steps.setdefault(trajectory_id, set()).add(step_id)
+        if mean > 0 or (mean == 0 and neutral == "good"):
+            labels.setdefault(trajectory_id, {})[step_id] = True
+        elif mean < 0 or (mean == 0 and neutral == "bad"):
+            labels.setdefault(trajectory_id, {})[step_id] = False
+    trajectories = Trajectory.objects.filter(pk__in=list(labels)).values_list(
+        "pk", "task", "task_key"
+    )
+    info = {pk: (task, task_key or f"trajectory-{pk}") for pk, task, task_key in trajectories}
+    steps: dict[int, list[tuple[int, str, str, bool]]] = {}
+    rows = (
+        Step.objects.filter(trajectory_id__in=list(labels))
+        .order_by("trajectory_id", "index")
+        .values_list("trajectory_id", "pk", "role", "content", "labelable")
+    )
+    for trajectory_id, pk, role, content, labelable in rows.iterator(chunk_size=5000):
+        steps.setdefault(trajectory_id, []).append((pk, role, content, labelable))
+    out = []
+    for trajectory_id, step_labels in labels.items():
+        items = steps.get(trajectory_id, [])
+        last = max(i for i, (pk, *_rest) in enumerate(items) if pk in step_labels)
+        complete = all(pk in labeled_steps[trajectory_id] for pk, _, _, lab in items if lab)
+        task, group = info[trajectory_id]
+        out.append(
+            LabeledTrajectory(
+                trajectory=prm.TrajectoryInput(
+                    trajectory_id,
+                    task,
+                    tuple(
+                        prm.StepInput(pk, content, role, labelable=lab, score=False)
+                        for pk, role, content, lab in items[: last + 1]
+                    ),
+                ),
+                group=group,
+                labels=step_labels,
+                complete=complete,
+            )
+        )
+    return out
+
+
+def scorer_train_run(*, run_id: int) -> ScoringRun:
+    """Train on a worker: embed the labeled steps, fit the head on the tasks outside the
+    holdout, measure it on the held-out tasks, and store it as the next revision."""
+    from scoring.prm.head import train_head
+
+    with transaction.atomic():
+        run = ScoringRun.objects.select_for_update().get(pk=run_id)
+        if run.status not in ScoringRun.ACTIVE or run.scorer_id is not None:
+            return run
+        run.status = ScoringRun.Status.RUNNING
+        run.started_at = run.started_at or timezone.now()
+        run.save(update_fields=["status", "started_at"])
+    settings = run.parameters
+    spec = prm.ScorerSpec(
+        kind=prm.TRAINED_HEAD,
+        model_ref=settings["encoder"],
+        params=prm.params_for_kind(prm.TRAINED_HEAD, settings["parameters"]),
+    )
+    try:
+        labeled = _labeled_trajectories(run.project, settings["neutral"])
+        result = train_head(labeled, spec=spec, holdout=settings["holdout"])
+    except TRANSIENT_ERRORS:
+        raise
+    except Exception as error:
+        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        raise
+    with transaction.atomic():
+        run = ScoringRun.objects.select_for_update().get(pk=run_id)
+        if run.status != ScoringRun.Status.RUNNING:
+            return run
+        revision = _next_revision(run.project, settings["name"])
+        scorer = Scorer.objects.create(
+            project=run.project, name=settings["name"], kind=Scorer.Kind.TRAINED_HEAD,
+            model_ref=settings["encoder"], revision=revision,
+            parameters=settings["parameters"], queue=settings["queue"],
+            artifact={"head": result.head.to_dict(), "metrics": result.metrics,
+                      "training_run": run.pk},
+            created_by=run.created_by,
+        )  # fmt: skip
+        steps = result.metrics["train_steps"] + result.metrics["heldout_steps"]
+        run.scorer = scorer
+        run.metrics = result.metrics
+        run.total = run.done = steps
+        run.status = ScoringRun.Status.DONE
+        run.finished_at = timezone.now()
+        seconds = (run.finished_at - run.started_at).total_seconds() if run.started_at else 0
+        run.steps_per_second = steps / seconds if seconds > 0 else None
+        run.save()
+        if settings.get("score_after"):
+            scoring_run_start(project=run.project, scorer=scorer, user=run.created_by)
+    return run
+
+
+def _next_revision(project: Project, name: str) -> str:
+    revisions = Scorer.objects.filter(project=project, name=name).values_list("revision", flat=True)
+    numbers = [int(r) for r in revisions if r.isdigit()]
+    return str(max(numbers, default=0) + 1)

@@ -1,0 +1,42 @@
+"""Celery tasks for scoring: thin wrappers that take ids and call a service.
+
+Every task is safe to redeliver (``acks_late`` + ``reject_on_worker_lost``): a chunk
+whose worker died runs again elsewhere, and its upserts and its once-only progress
+update make the second run harmless. Database hiccups are retried with backoff; any other
+error fails the run (the service records it) and is not retried.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+from django.db import InterfaceError, OperationalError
+
+REDELIVERABLE = {
+    "acks_late": True,
+    "reject_on_worker_lost": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "max_retries": 5,
+}
+
+
+@shared_task(name="scoring.plan_run", **REDELIVERABLE)
+def plan_run(run_id: int) -> None:
+    from scoring import services
+
+    services.scoring_run_plan(run_id=run_id)
+
+
+@shared_task(name="scoring.score_chunk", **REDELIVERABLE)
+def score_chunk(chunk_id: int) -> None:
+    from scoring import services
+
+    services.scoring_chunk_score(chunk_id=chunk_id)
+
+
+@shared_task(name="scoring.train_head", **REDELIVERABLE)
+def train_head(run_id: int) -> None:
+    from scoring import services
+
+    services.scorer_train_run(run_id=run_id)
