@@ -1,9 +1,9 @@
 """Exports: a selection of trajectories, labelled by a chosen label source, written as
 training records by the Django-free writers in :mod:`trajectories.batches`.
 
-Reading is one query over a consistent snapshot (REPEATABLE READ), streamed through a
-server-side cursor in task order, so memory does not grow with the export and the same
-data always gives the same bytes. Files are written under temporary names and renamed
+Reading happens in one consistent snapshot (REPEATABLE READ), a chunk of trajectories at
+a time in task order, so memory does not grow with the export and the same data always
+gives the same bytes. Files are written under temporary names and renamed
 only when complete (the writers' guarantee), so a failed or cancelled export never
 leaves a file that looks finished.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.models.functions import MD5
 from django.utils import timezone
 
 from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
@@ -39,8 +41,8 @@ from trajectories.batches.export import export_format
 from trajectories.models import ExportJob, Project, Selection
 from trajectories.services.progress import ProgressWriter
 
-# Rows fetched per round trip from the server-side cursor.
-FETCH_ROWS = 5000
+# Trajectories read per round trip.
+EXPORT_CHUNK = 200
 
 
 @dataclass(frozen=True)
@@ -152,52 +154,87 @@ def export_trajectories(
     project: Project, request: ExportRequest, *, progress: ProgressWriter | None = None
 ) -> Iterator[ExportTrajectory]:
     """The selected trajectories in task order (task key, then task text, then id), each
-    with its steps, resolved labels and, when asked for, scores and corrections. Must run
-    inside a transaction (the cursor is server-side)."""
-    sql, params = _export_sql(project, request)
-    lossless = request.format == "stepscope"
-    with connection.connection.cursor(name=f"export_{project.pk}") as cursor:
-        cursor.itersize = FETCH_ROWS
-        cursor.execute(sql, params)
-        current: dict[str, Any] | None = None
-        steps: list[ExportStep] = []
-        per_annotator: list[list[tuple[str, int]]] = []
-        for row in cursor:
-            (
-                trajectory_id, external_id, task, task_key, ground_truth, model_name,
-                outcome_reward, success, metadata, source_format,
-                index, kind, role, agent, content, tool_name, tool_args, step_metadata,
-                labelable, prefix_hash, label, score, correction, annotators,
-            ) = row  # fmt: skip
-            if current is None or current["id"] != trajectory_id:
-                if current is not None:
-                    yield _trajectory(current, steps, per_annotator, lossless)
-                    _tick(progress)
-                current = {
-                    "id": trajectory_id,
-                    "external_id": external_id,
-                    "task": task,
-                    "task_key": task_key,
-                    "ground_truth": ground_truth,
-                    "model_name": model_name,
-                    "outcome_reward": outcome_reward,
-                    "success": success,
-                    "metadata": _json(metadata) or {},
-                    "source_format": source_format,
-                }
-                steps, per_annotator = [], []
-            steps.append(
-                ExportStep(
-                    index=index, kind=kind, role=role, content=content, labelable=labelable,
-                    prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
-                    tool_args=_json(tool_args), metadata=_json(step_metadata) or {}, label=label,
-                    score=score, correction=correction or None,
-                )
-            )  # fmt: skip
-            per_annotator.append([(name, value) for name, value in (_json(annotators) or [])])
-        if current is not None:
-            yield _trajectory(current, steps, per_annotator, lossless)
-            _tick(progress)
+    with its steps, resolved labels and, when asked for, scores and corrections.
+
+    Must run inside a transaction: the resolved labels go into a temporary table (indexed
+    and analysed, so every chunk's join is an index lookup whatever the tables' statistics
+    say), then steps are read a chunk of trajectories at a time by trajectory id.
+    """
+    order = _ordered_ids(project, request)
+    table = f"export_labels_{uuid.uuid4().hex[:12]}"
+    labels_sql, labels_params = label_source_sql(project, request.labels)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {labels_sql}", labels_params)
+        cursor.execute(f"CREATE INDEX ON {table} (step_id)")
+        cursor.execute(f"ANALYZE {table}")
+    try:
+        steps_sql, extra_params = _steps_sql(project, request, table)
+        lossless = request.format == "stepscope"
+        for first in range(0, len(order), EXPORT_CHUNK):
+            ids = order[first : first + EXPORT_CHUNK]
+            yield from _chunk(ids, steps_sql, extra_params, lossless)
+            _tick(progress, len(ids))
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _ordered_ids(project: Project, request: ExportRequest) -> list[int]:
+    chosen = selectors.trajectories_filtered(project, _filters(request.selection))
+    return list(
+        chosen.annotate(task_digest=MD5("task"))
+        .order_by("task_key", "task_digest", "id")
+        .values_list("id", flat=True)
+    )
+
+
+def _chunk(
+    ids: list[int], steps_sql: str, extra_params: list[Any], lossless: bool
+) -> Iterator[ExportTrajectory]:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
+            " success, metadata, source_format FROM trajectories_trajectory"
+            " WHERE id = ANY(%s)",
+            [ids],
+        )
+        heads = {row[0]: row for row in cursor.fetchall()}
+        cursor.execute(steps_sql, [*extra_params, ids])
+        rows = cursor.fetchall()
+    steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
+    annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
+    for row in rows:
+        (
+            trajectory_id, index, kind, role, agent, content, tool_name, tool_args,
+            step_metadata, labelable, prefix_hash, label, score, correction, by_annotator,
+        ) = row  # fmt: skip
+        steps[trajectory_id].append(
+            ExportStep(
+                index=index, kind=kind, role=role, content=content, labelable=labelable,
+                prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
+                tool_args=_json(tool_args), metadata=_json(step_metadata) or {}, label=label,
+                score=score, correction=correction or None,
+            )
+        )  # fmt: skip
+        annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
+    for trajectory_id in ids:
+        (_, external_id, task, task_key, ground_truth, model_name, outcome_reward, success,
+         metadata, source_format) = heads[trajectory_id]  # fmt: skip
+        per_annotator = annotators[trajectory_id]
+        yield ExportTrajectory(
+            id=trajectory_id,
+            external_id=external_id,
+            task=task,
+            task_key=task_key,
+            ground_truth=ground_truth,
+            model_name=model_name,
+            outcome_reward=outcome_reward,
+            success=success,
+            metadata=_json(metadata) or {},
+            source_format=source_format,
+            steps=steps[trajectory_id],
+            labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
+        )
 
 
 def _json(value: Any) -> Any:
@@ -205,21 +242,9 @@ def _json(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 
-def _tick(progress: ProgressWriter | None) -> None:
-    if progress is not None and progress.report(1) and progress.status() == "cancelled":
+def _tick(progress: ProgressWriter | None, amount: int) -> None:
+    if progress is not None and progress.report(amount) and progress.status() == "cancelled":
         raise ExportCancelled
-
-
-def _trajectory(
-    fields: dict[str, Any],
-    steps: list[ExportStep],
-    per_annotator: list[list[tuple[str, int]]],
-    lossless: bool,
-) -> ExportTrajectory:
-    has_labels = lossless and any(per_annotator)
-    return ExportTrajectory(
-        steps=steps, labels_by_annotator=per_annotator if has_labels else (), **fields
-    )
 
 
 def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
@@ -230,14 +255,18 @@ def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
     return selectors.TrajectoryFilters(**definition)
 
 
-def _export_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
-    chosen = selectors.trajectories_filtered(project, _filters(request.selection)).values("id")
-    chosen_sql, chosen_params = chosen.query.sql_with_params()
-    labels_sql, labels_params = label_source_sql(project, request.labels)
-    score_join, score_params = "LEFT JOIN LATERAL (SELECT NULL::float AS value) sc ON true", []
+def _steps_sql(
+    project: Project, request: ExportRequest, labels_table: str
+) -> tuple[str, list[Any]]:
+    """Steps of a chunk of trajectories (the last parameter, an id array) in order, with
+    the resolved label, the chosen scorer's score, a correction and per-annotator labels
+    when the format uses them."""
+    score_join, params = "", []
+    score = "NULL::float"
     if request.scorer:
         score_join = "LEFT JOIN scoring_stepscore sc ON sc.step_id = s.id AND sc.scorer_id = %s"
-        score_params = [scorer_id_for(project, request.scorer)]
+        params = [scorer_id_for(project, request.scorer)]
+        score = "sc.value"
     wants_corrections = request.format == "dpo" and request.options.corrections
     correction = (
         "(SELECT c.correction FROM ("
@@ -257,25 +286,17 @@ def _export_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any
         if request.format == "stepscope"
         else "NULL"
     )
-    sql = f"""
-        WITH ref AS MATERIALIZED ({labels_sql}),
-        picked AS (
-            SELECT t.id, row_number() OVER (ORDER BY t.task_key, md5(t.task), t.id) AS place
-            FROM trajectories_trajectory t WHERE t.id IN ({chosen_sql})
-        )
-        SELECT t.id, t.external_id, t.task, t.task_key, t.ground_truth, t.model_name,
-               t.outcome_reward, t.success, t.metadata, t.source_format,
-               s.index, s.kind, s.role, s.agent, s.content, s.tool_name, s.tool_args,
-               s.metadata, s.labelable, s.prefix_hash, ref.value, sc.value,
-               {correction}, {annotators}
-        FROM picked
-        JOIN trajectories_trajectory t ON t.id = picked.id
-        JOIN trajectories_step s ON s.trajectory_id = t.id
-        LEFT JOIN ref ON ref.step_id = s.id
-        {score_join}
-        ORDER BY picked.place, s.index
-    """
-    return sql, [*labels_params, *chosen_params, *score_params]
+    sql = (
+        "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
+        " s.tool_args, s.metadata, s.labelable, s.prefix_hash, ref.value,"
+        f" {score}, {correction}, {annotators}"
+        " FROM trajectories_step s"
+        f" LEFT JOIN {labels_table} ref ON ref.step_id = s.id"
+        f" {score_join}"
+        " WHERE s.trajectory_id = ANY(%s)"
+        " ORDER BY s.trajectory_id, s.index"
+    )
+    return sql, params
 
 
 def _schema_revision(project: Project) -> dict[str, Any] | None:
