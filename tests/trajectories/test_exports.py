@@ -38,31 +38,30 @@ def sha256(path: Path) -> str:
 
 
 def snapshot(project: Project) -> list[Any]:
-    """Everything a lossless round trip must keep, independent of database ids."""
-    out = []
-    for t in Trajectory.objects.filter(project=project).order_by("external_id"):
-        steps = [
-            (s.index, s.kind, s.role, s.agent, s.content, s.tool_name, s.tool_args, s.labelable)
-            for s in t.steps.order_by("index")
-        ]
-        labels = sorted(
-            StepLabel.objects.filter(step__trajectory=t).values_list(
-                "step__index", "annotator__username", "value"
-            )
+    """Everything a lossless round trip must keep, independent of database ids (three
+    queries, whatever the number of trajectories)."""
+    steps: dict[int, list[Any]] = {}
+    for row in (
+        Step.objects.filter(trajectory__project=project)
+        .order_by("trajectory_id", "index")
+        .values_list(
+            "trajectory_id", "index", "kind", "role", "agent", "content", "tool_name",
+            "tool_args", "labelable",
         )
-        out.append(
-            (
-                t.external_id,
-                t.task,
-                t.task_key,
-                t.outcome_reward,
-                t.success,
-                t.metadata,
-                steps,
-                labels,
-            )
+    ):  # fmt: skip
+        steps.setdefault(row[0], []).append(row[1:])
+    labels: dict[int, list[Any]] = {}
+    for trajectory_id, index, username, value in StepLabel.objects.filter(
+        step__trajectory__project=project
+    ).values_list("step__trajectory_id", "step__index", "annotator__username", "value"):
+        labels.setdefault(trajectory_id, []).append((index, username, value))
+    return sorted(
+        (
+            t.external_id, t.task, t.task_key, t.outcome_reward, t.success, t.metadata,
+            steps.get(t.pk, []), sorted(labels.get(t.pk, [])),
         )
-    return out
+        for t in Trajectory.objects.filter(project=project)
+    )  # fmt: skip
 
 
 @pytest.mark.django_db
