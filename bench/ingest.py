@@ -205,10 +205,11 @@ def main() -> None:
 
         child = subprocess.run(
             [sys.executable, __file__, "--format", args.format, "--child-import", str(path)],
-            check=True,
             capture_output=True,
             text=True,
         )
+        if child.returncode != 0:
+            sys.exit(f"the import failed:\n{child.stderr[-3000:]}")
         result = json.loads(child.stdout.strip().splitlines()[-1])
         parse_s, copy_s, rows = bare_copy(path, args.format)
 
