@@ -119,3 +119,33 @@ def require(record: Any, key: str, kind: type | tuple[type, ...], path: str = ""
         expected = " or ".join(k.__name__ for k in kinds)
         raise FieldError(name, f"expected {expected}, got {type(value).__name__}")
     return value
+
+
+def tool_call_step(
+    *,
+    content: str,
+    calls: list[dict[str, Any]],
+    metadata: dict[str, Any],
+    errors: list[str],
+    agent: str = "",
+) -> ParsedStep:
+    """A labelable assistant turn that calls tools: one call's name and arguments, or the
+    names of several calls joined and the list of calls. Argument parse errors are kept
+    in ``metadata["tool_args_error"]``, not fatal."""
+    if errors:
+        metadata["tool_args_error"] = "; ".join(errors)
+    if len(calls) == 1:
+        tool_name, tool_args = calls[0]["name"], calls[0]["arguments"]
+    else:
+        tool_name = ", ".join(call["name"] for call in calls)
+        tool_args = [dict(call) for call in calls]
+    return ParsedStep(
+        kind="tool_call",
+        role="assistant",
+        content=content,
+        labelable=True,
+        agent=agent,
+        tool_name=tool_name,
+        tool_args=tool_args,
+        metadata=metadata,
+    )

@@ -32,6 +32,7 @@ from trajectories.formats.base import (
     ParseResult,
     RecordError,
     require,
+    tool_call_step,
 )
 
 ZIP_SIGNATURE = b"PK\x03\x04"
@@ -353,22 +354,7 @@ def _step(
         for number, call in enumerate(calls)
         if call.get("parse_error")
     ]
-    if errors:
-        metadata["tool_args_error"] = "; ".join(errors)
-    if len(calls) == 1:
-        tool_name, tool_args = calls[0]["name"], calls[0]["arguments"]
-    else:
-        tool_name = ", ".join(call["name"] for call in calls)
-        tool_args = [dict(call) for call in calls]
-    return ParsedStep(
-        kind="tool_call",
-        role="assistant",
-        content=content,
-        labelable=True,
-        tool_name=tool_name,
-        tool_args=tool_args,
-        metadata=metadata,
-    )
+    return tool_call_step(content=content, calls=calls, metadata=metadata, errors=errors)
 
 
 def _tool_calls(

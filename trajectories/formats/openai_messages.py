@@ -25,6 +25,7 @@ from trajectories.formats.base import (
     ParseResult,
     RecordError,
     require,
+    tool_call_step,
 )
 
 INPUT_ROLES = ("system", "developer", "user")
@@ -173,22 +174,8 @@ def _step(message: Any, path: str, names_by_call_id: dict[str, str]) -> ParsedSt
             metadata=metadata,
         )
     metadata["tool_calls"] = calls
-    if errors:
-        metadata["tool_args_error"] = "; ".join(errors)
-    if len(calls) == 1:
-        tool_name, tool_args = calls[0]["name"], calls[0]["arguments"]
-    else:
-        tool_name = ", ".join(call["name"] for call in calls)
-        tool_args = [dict(call) for call in calls]
-    return ParsedStep(
-        kind="tool_call",
-        role="assistant",
-        content=content,
-        labelable=True,
-        agent=agent,
-        tool_name=tool_name,
-        tool_args=tool_args,
-        metadata=metadata,
+    return tool_call_step(
+        content=content, calls=calls, metadata=metadata, errors=errors, agent=agent
     )
 
 
