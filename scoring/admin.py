@@ -1,4 +1,4 @@
-"""Django admin for scorers (where admins register PRMs), runs and step scores."""
+"""Django admin for scorers (where admins register PRMs), runs, step scores and credits."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import admin
 
 from scoring import prm
-from scoring.models import Scorer, ScoringRun, StepScore
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from trajectories.admin import BigTableAdmin
 
 
@@ -59,3 +59,22 @@ class StepScoreAdmin(BigTableAdmin):
     list_select_related = ["scorer"]
     raw_id_fields = ["step", "scorer", "run"]
     changelist_defer = ("raw",)
+
+
+@admin.register(AttributionRun)
+class AttributionRunAdmin(BigTableAdmin):
+    list_display = ["id", "method", "project", "scorer", "status", "done", "total", "created_at"]
+    list_filter = ["method", "status"]
+    search_fields = ["=id", "project__slug", "scorer__name", "label_source"]
+    list_select_related = ["project", "scorer"]
+    raw_id_fields = ["project", "scorer", "created_by"]
+    readonly_fields = ["key", "created_at", "started_at", "finished_at"]
+    changelist_defer = ("selection", "parameters", "metrics", "error")
+
+
+@admin.register(StepCredit)
+class StepCreditAdmin(BigTableAdmin):
+    list_display = ["id", "step", "run", "value", "level"]
+    search_fields = ["=step__id", "=run__id"]
+    raw_id_fields = ["step", "run"]
+    changelist_defer = ("detail",)

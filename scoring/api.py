@@ -1,4 +1,4 @@
-"""REST endpoints for scorers and scoring runs, mounted under /api/v1/ by
+"""REST endpoints for scorers, scoring runs and attribution runs, mounted under /api/v1/ by
 stepscope/api_urls.py. Querysets start from the user's projects, so anything outside
 them is a 404; starting, cancelling and training need the researcher or admin role."""
 
@@ -17,19 +17,27 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from scoring import selectors, services
-from scoring.models import Scorer, ScoringRun
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.serializers import (
+    AttributionRunCreateSerializer,
+    AttributionRunSerializer,
     ScorerSerializer,
     ScorerTrainSerializer,
     ScoringRunCreateSerializer,
     ScoringRunSerializer,
+    StepCreditSerializer,
 )
-from trajectories.models import Project
+from trajectories.models import Project, Step
 from trajectories.selectors import TrajectoryFilters, project_get_for_user, projects_for_user
 
 
 class ByIdCursor(pagination.CursorPagination):
     ordering = "-id"
+
+
+class ByStepCursor(pagination.CursorPagination):
+    ordering = "step_id"
+    page_size = 1000
 
 
 def _managed_project(request: Request, slug: str) -> Project:
@@ -156,6 +164,86 @@ class ScoringRunViewSet(
         return Response(ScoringRunSerializer(run).data)
 
 
+class AttributionRunViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """Credit attribution runs. ``?project=SLUG`` and ``?method=NAME`` narrow the list;
+    poll a run's detail for progress; ``credits/`` pages through its step credits.
+    Starting and cancelling need the researcher or admin role; annotators may read."""
+
+    serializer_class = AttributionRunSerializer
+    pagination_class = ByIdCursor
+
+    def get_queryset(self) -> QuerySet[AttributionRun]:
+        queryset = AttributionRun.objects.filter(
+            project__in=projects_for_user(self.request.user)
+        ).select_related("project", "scorer")
+        for name, lookup in (("project", "project__slug"), ("method", "method")):
+            value = self.request.query_params.get(name)
+            if value:
+                queryset = queryset.filter(**{lookup: value})
+        return queryset
+
+    @extend_schema(
+        request=AttributionRunCreateSerializer, responses={201: AttributionRunSerializer}
+    )
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = AttributionRunCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = _managed_project(request, data["project"])
+        scorer = _scorer_by_name_or_id(project, data["scorer"]) if data["scorer"] else None
+        step = None
+        if data.get("step") is not None:
+            step = (
+                Step.objects.select_related("trajectory")
+                .filter(pk=data["step"], trajectory__project=project)
+                .first()
+            )
+            if step is None:
+                raise ValidationError({"step": "no such step in this project"})
+        filters = data.get("filters")
+        try:
+            run = services.attribution_run_start(
+                project=project,
+                method=data["method"],
+                scorer=scorer,
+                label_source=data["labels"],
+                parameters=data["parameters"],
+                trajectory_ids=data.get("trajectories"),
+                filters=TrajectoryFilters(**filters) if filters else None,
+                step=step,
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except services.ScoringError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(AttributionRunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: AttributionRunSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        run = self.get_object()
+        if not selectors.can_manage_scoring(request.user, run.project):
+            raise PermissionDenied("Cancelling needs the researcher or admin role.")
+        run = services.attribution_run_cancel(run=run)
+        return Response(AttributionRunSerializer(run).data)
+
+    @extend_schema(responses={200: StepCreditSerializer(many=True)})
+    @action(detail=True, methods=["get"], pagination_class=ByStepCursor)
+    def credits(self, request: Request, pk: str | None = None) -> Response:
+        """The run's step credits, by step id."""
+        run = self.get_object()
+        credits = (
+            StepCredit.objects.filter(run=run)
+            .select_related("step")
+            .only("id", "step_id", "step__trajectory_id", "step__index", "value", "level", "detail")
+        )
+        page = self.paginate_queryset(credits)
+        rows = StepCreditSerializer(page if page is not None else credits, many=True).data
+        return self.get_paginated_response(rows) if page is not None else Response(rows)
+
+
 def _scorer_by_name_or_id(project: Project, value: str) -> Scorer:
     scorers = selectors.scorers_for_project(project)
     scorer = (
@@ -172,5 +260,6 @@ def _scorer_by_name_or_id(project: Project, value: str) -> Scorer:
 router = SimpleRouter()
 router.register("scorers", ScorerViewSet, basename="scorer")
 router.register("scoring-runs", ScoringRunViewSet, basename="scoring-run")
+router.register("attribution-runs", AttributionRunViewSet, basename="attribution-run")
 
 urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]

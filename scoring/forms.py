@@ -4,6 +4,7 @@ from typing import Any
 
 from django import forms
 
+from scoring.methods import METHODS
 from scoring.models import Scorer
 from scoring.services import NEUTRAL_CHOICES
 
@@ -25,3 +26,55 @@ class TrainHeadForm(forms.Form):
         choices=[(c, c) for c in NEUTRAL_CHOICES], initial="skip", label="Neutral labels"
     )
     score_after = forms.BooleanField(required=False, initial=True, label="Score when trained")
+
+
+class AttributionRunForm(forms.Form):
+    """Credit assignment from the project page. Parameters beyond gamma and lambda go in
+    ``extra`` as ``key=value`` pairs separated by spaces or commas."""
+
+    method = forms.ChoiceField(
+        choices=[(name, name) for name in METHODS if name != "token-saliency"],
+        initial="prm-delta",
+    )
+    scorer = forms.ModelChoiceField(
+        queryset=Scorer.objects.none(), required=False, empty_label="(no scorer)"
+    )
+    labels = forms.CharField(
+        required=False, max_length=200, label="Label rewards",
+        widget=forms.TextInput(attrs={"placeholder": "e.g. human:majority", "size": 16}),
+    )  # fmt: skip
+    gamma = forms.FloatField(
+        required=False, min_value=0, max_value=1,
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "1.0", "size": 5}),
+    )  # fmt: skip
+    lam = forms.FloatField(
+        required=False, min_value=0, max_value=1, label="λ",
+        widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0.95", "size": 5}),
+    )  # fmt: skip
+    extra = forms.CharField(
+        required=False, max_length=500, label="Other parameters",
+        widget=forms.TextInput(attrs={"placeholder": "how=min baseline=rloo", "size": 18}),
+    )  # fmt: skip
+
+    def __init__(self, *args: Any, scorers: list[Scorer], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["scorer"]
+        assert isinstance(field, forms.ModelChoiceField)
+        field.queryset = Scorer.objects.filter(pk__in=[s.pk for s in scorers]).order_by("name")
+
+    def clean_extra(self) -> dict[str, str]:
+        pairs: dict[str, str] = {}
+        for item in self.cleaned_data["extra"].replace(",", " ").split():
+            name, sep, value = item.partition("=")
+            if not sep or not name:
+                raise forms.ValidationError(f"write parameters as key=value, not {item!r}")
+            pairs[name] = value
+        return pairs
+
+    def parameters(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        parameters: dict[str, Any] = dict(data["extra"])
+        for name in ("gamma", "lam"):
+            if data.get(name) is not None:
+                parameters[name] = data[name]
+        return parameters

@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from django.db import connection
 from django.db.models import Exists, F, FloatField, OuterRef, Q, QuerySet
 from django.db.models.functions import Abs
 from django.http import Http404
 
 from labeling.models import StepLabel
-from scoring.models import Scorer, ScoringRun, StepScore
+from scoring import methods
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepScore
 from trajectories.models import Membership, Project, Step, Trajectory
 from trajectories.selectors import AnyUser, membership_role, projects_for_user
 
@@ -54,6 +61,21 @@ def scorer_choices(project: Project) -> list[Scorer]:
         scorers_for_project(project)
         .exclude(kind=Scorer.Kind.EXTERNAL)
         .exclude(kind=Scorer.Kind.TRAINED_HEAD, artifact__isnull=True)
+        .order_by("name", F("project_id").desc(nulls_last=True), "-id")
+    )
+    for scorer in queryset:
+        seen.setdefault(scorer.name, scorer)
+    return list(seen.values())
+
+
+def scorers_with_scores(project: Project) -> list[Scorer]:
+    """The newest revision of each scorer name the project may use, external ones (scores
+    imported from elsewhere) included: the inputs attribution can read."""
+    seen: dict[str, Scorer] = {}
+    queryset = (
+        scorers_for_project(project)
+        .exclude(kind=Scorer.Kind.TRAINED_HEAD, artifact__isnull=True)
+        .defer("artifact")
         .order_by("name", F("project_id").desc(nulls_last=True), "-id")
     )
     for scorer in queryset:
@@ -133,3 +155,256 @@ def steps_most_uncertain(project: Project, scorer: Scorer | None = None) -> Quer
         .annotate(uncertainty=Abs(F("score") - 0.5, output_field=FloatField()))
         .order_by("uncertainty", "trajectory_id", "index")
     )
+
+
+# --- Attribution ---------------------------------------------------------------------------
+
+
+def attribution_runs_recent(project: Project, limit: int = RECENT_RUNS) -> list[AttributionRun]:
+    """Runs over trajectories; token saliency of single steps shows on their steps."""
+    return list(
+        AttributionRun.objects.filter(project=project)
+        .exclude(method=AttributionRun.Method.TOKEN_SALIENCY)
+        .select_related("scorer")
+        .order_by("-created_at", "-id")[:limit]
+    )
+
+
+def attribution_run_get_for_user(user: AnyUser, pk: int) -> AttributionRun:
+    run = (
+        AttributionRun.objects.select_related("project", "scorer")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if run is None:
+        raise Http404("No such attribution run.")
+    return run
+
+
+def saliency_latest(step: Step, scorer: Scorer) -> AttributionRun | None:
+    """The newest token-saliency run of ``step`` with ``scorer``."""
+    return (
+        AttributionRun.objects.filter(
+            project_id=step.trajectory.project_id,
+            method=AttributionRun.Method.TOKEN_SALIENCY,
+            scorer=scorer,
+            selection__step=step.pk,
+        )
+        .order_by("-id")
+        .first()
+    )
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    pk: int
+    method: str
+    label: str
+
+
+@dataclass
+class StepEvidence:
+    """What the trajectory page shows beside one step."""
+
+    pk: int
+    index: int
+    labelable: bool
+    score: float | None = None  # the default scorer's value
+    mc: float | None = None  # Monte Carlo value of the step's prefix
+    credit: float | None = None  # from the chosen run
+    level: float | None = None
+    detail: dict[str, Any] | None = None
+    first_error: list[str] = field(default_factory=list)  # who flags it: "PRM", "MC", users
+
+
+@dataclass
+class TrajectoryEvidence:
+    """Scores, Monte Carlo values, credits and first-error flags of one trajectory for one
+    user, whole (every step, not one page of them), from one query."""
+
+    visible: bool  # model scores and credits may be shown to this user now
+    steps: list[StepEvidence]
+    scorer: dict[str, Any] | None = None
+    runs: list[RunChoice] = field(default_factory=list)
+    run: RunChoice | None = None
+    mc_run: int | None = None
+    first_errors: list[tuple[str, int, int]] = field(default_factory=list)  # (who, index, pk)
+
+    def __post_init__(self) -> None:
+        self.by_step = {step.pk: step for step in self.steps}
+
+    @property
+    def credit_scale(self) -> float:
+        """The largest |credit|: the diverging colour scale runs from -scale to +scale."""
+        magnitudes = [abs(s.credit) for s in self.steps if s.credit is not None]
+        return max(magnitudes, default=0.0) or 1.0
+
+    @property
+    def score_map(self) -> dict[int, float | None]:
+        return {s.pk: s.score for s in self.steps}
+
+    @property
+    def mc_map(self) -> dict[int, float | None]:
+        return {s.pk: s.mc for s in self.steps}
+
+    @property
+    def scorer_runs_a_model(self) -> bool:
+        """Whether token saliency can be asked of the scorer shown."""
+        return bool(self.scorer) and (self.scorer or {}).get("kind") != Scorer.Kind.EXTERNAL
+
+    @property
+    def has_scores(self) -> bool:
+        return any(s.score is not None for s in self.steps)
+
+    @property
+    def has_mc(self) -> bool:
+        return any(s.mc is not None for s in self.steps)
+
+    @property
+    def has_credits(self) -> bool:
+        return any(s.credit is not None for s in self.steps)
+
+
+_EVIDENCE_SQL = """
+WITH st AS (
+    SELECT s.id, s.index, s.labelable FROM trajectories_step s WHERE s.trajectory_id = %(t)s
+), scorer AS (
+    SELECT r.scorer_id AS id FROM scoring_scoringrun r
+    WHERE %(show)s AND r.project_id = %(p)s AND r.status = 'done'
+      AND r.kind IN ('score', 'import') AND r.scorer_id IS NOT NULL
+    ORDER BY r.finished_at DESC NULLS LAST, r.id DESC LIMIT 1
+), credited AS (
+    SELECT DISTINCT c.run_id FROM scoring_stepcredit c JOIN st ON st.id = c.step_id
+    WHERE %(show)s
+), runs AS (
+    SELECT a.id, a.method, a.parameters, a.label_source, a.created_at, sc.name AS scorer
+    FROM scoring_attributionrun a
+    JOIN credited ON credited.run_id = a.id
+    LEFT JOIN scoring_scorer sc ON sc.id = a.scorer_id
+), chosen AS (
+    SELECT id FROM runs ORDER BY (id = %(want)s) DESC NULLS LAST, created_at DESC, id DESC
+    LIMIT 1
+), mc AS (
+    SELECT id FROM runs WHERE method = 'mc-prefix' ORDER BY created_at DESC, id DESC LIMIT 1
+)
+SELECT json_build_object(
+    'scorer', (SELECT json_build_object('id', s.id, 'name', s.name, 'revision', s.revision,
+                   'kind', s.kind)
+               FROM scoring_scorer s WHERE s.id = (SELECT id FROM scorer)),
+    'runs', (SELECT json_agg(json_build_object('id', id, 'method', method,
+                'parameters', parameters, 'label_source', label_source, 'scorer', scorer)
+                ORDER BY created_at DESC, id DESC) FROM runs),
+    'chosen', (SELECT id FROM chosen),
+    'mc', (SELECT id FROM mc),
+    'steps', (SELECT json_agg(json_build_array(st.id, st.index, st.labelable, ss.value,
+                  cc.value, cc.level, cc.detail, mm.value, mm.level) ORDER BY st.index)
+              FROM st
+              LEFT JOIN scoring_stepscore ss
+                ON ss.step_id = st.id AND ss.scorer_id = (SELECT id FROM scorer)
+              LEFT JOIN scoring_stepcredit cc
+                ON cc.step_id = st.id AND cc.run_id = (SELECT id FROM chosen)
+              LEFT JOIN scoring_stepcredit mm
+                ON mm.step_id = st.id AND mm.run_id = (SELECT id FROM mc)),
+    'labels', (SELECT json_agg(json_build_array(u.username, m.idx) ORDER BY m.idx, u.username)
+               FROM (SELECT l.annotator_id, min(st.index) AS idx
+                     FROM labeling_steplabel l JOIN st ON st.id = l.step_id
+                     WHERE l.value < 0 AND (NOT %(blind)s OR l.annotator_id = %(me)s)
+                     GROUP BY l.annotator_id) m
+               JOIN auth_user u ON u.id = m.annotator_id)
+)
+"""
+
+
+def _run_label(row: dict[str, Any]) -> str:
+    inputs = [name for name in (row.get("scorer"), row.get("label_source")) if name]
+    shown = ", ".join(
+        f"{k}={v}" for k, v in sorted((row.get("parameters") or {}).items()) if v is not None
+    )
+    return " · ".join(
+        part for part in (f"#{row['id']} {row['method']}", " + ".join(inputs), shown) if part
+    )
+
+
+def trajectory_evidence(
+    trajectory: Trajectory,
+    *,
+    user_id: int,
+    show_scores: bool,
+    blind: bool,
+    run_id: int | None = None,
+) -> TrajectoryEvidence:
+    """Everything the trajectory page shows about scores and credit, in one query: the
+    default scorer's step scores, the attribution runs with credits on this trajectory
+    and the credits of ``run_id`` (else the newest), the Monte Carlo values of the newest
+    ``mc-prefix`` run, and where labels, the PRM and the MC values put the first error.
+
+    With ``show_scores`` False (annotators of a project that hides model scores, until
+    they submit) only the label flags come back. With ``blind`` only the user's own labels
+    count."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _EVIDENCE_SQL,
+            {
+                "t": trajectory.pk, "p": trajectory.project_id, "show": show_scores,
+                "want": run_id, "blind": blind, "me": user_id,
+            },
+        )  # fmt: skip
+        row = cursor.fetchone()
+    data: dict[str, Any] = row[0] if row else {}
+    if isinstance(data, str):
+        data = json.loads(data)
+    steps = [
+        StepEvidence(
+            pk=pk,
+            index=index,
+            labelable=labelable,
+            score=score,
+            credit=credit,
+            level=level,
+            detail=detail,
+            mc=mc_level,
+        )
+        for pk, index, labelable, score, credit, level, detail, _mc_value, mc_level in (
+            data.get("steps") or []
+        )
+    ]
+    runs = [RunChoice(r["id"], r["method"], _run_label(r)) for r in data.get("runs") or []]
+    chosen = next((r for r in runs if r.pk == data.get("chosen")), None)
+    evidence = TrajectoryEvidence(
+        visible=show_scores,
+        steps=steps,
+        scorer=data.get("scorer"),
+        runs=runs,
+        run=chosen,
+        mc_run=data.get("mc"),
+    )
+    by_index = {s.index: s for s in steps}
+    flags: list[tuple[str, int]] = [(name, index) for name, index in data.get("labels") or []]
+    if show_scores:
+        flags += _model_first_errors(steps, data.get("steps") or [])
+    for who, index in flags:
+        step = by_index.get(index)
+        if step is not None:
+            step.first_error.append(who)
+            evidence.first_errors.append((who, index, step.pk))
+    return evidence
+
+
+def _model_first_errors(steps: list[StepEvidence], rows: list[list[Any]]) -> list[tuple[str, int]]:
+    """First errors by the PRM (value under 0.5) and by the MC values (collapse to 0)."""
+    found: list[tuple[str, int]] = []
+    scored = [s for s in steps if s.score is not None]
+    if scored:
+        values = np.array([s.score for s in scored], dtype=np.float64)
+        first = methods.first_error_prm(values, np.array([0, values.size]))
+        if first[0] >= 0:
+            found.append(("PRM", scored[int(first[0])].index))
+    valued = [(s, row) for s, row in zip(steps, rows, strict=True) if row[8] is not None]
+    if valued:
+        levels = np.array([row[8] for _, row in valued], dtype=np.float64)
+        # The task's mean outcome is the first prefix's value minus its advantage.
+        root = np.array([valued[0][1][8] - valued[0][1][7]], dtype=np.float64)
+        first = methods.first_error_mc(levels, np.array([0, levels.size]), root)
+        if first[0] >= 0:
+            found.append(("MC", valued[int(first[0])][0].index))
+    return found

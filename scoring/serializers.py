@@ -5,7 +5,8 @@ from typing import Any
 from rest_framework import serializers
 
 from scoring import prm
-from scoring.models import Scorer, ScoringRun
+from scoring.methods import METHODS
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.services import NEUTRAL_CHOICES
 from trajectories.models import Project
 
@@ -75,3 +76,47 @@ class ScorerTrainSerializer(serializers.Serializer[Any]):
     neutral = serializers.ChoiceField(NEUTRAL_CHOICES, default="skip")
     holdout = serializers.FloatField(default=0.2, min_value=0.01, max_value=0.99)
     score_after = serializers.BooleanField(default=False)
+
+
+class AttributionRunSerializer(serializers.ModelSerializer[AttributionRun]):
+    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+    scorer_name = serializers.CharField(source="scorer.name", read_only=True, default=None)
+
+    class Meta:
+        model = AttributionRun
+        fields = [
+            "id", "project", "method", "parameters", "scorer", "scorer_name", "scorer_revision",
+            "label_source", "selection", "status", "total", "done", "chunks_total",
+            "chunks_done", "steps_per_second", "metrics", "error", "created_at", "started_at",
+            "finished_at",
+        ]  # fmt: skip
+        read_only_fields = fields
+
+
+class AttributionRunCreateSerializer(serializers.Serializer[Any]):
+    """``scorer`` is a name (newest revision) or an id; ``labels`` a label source whose
+    values are the step rewards; ``parameters`` the method's (see ``manage.py attribute
+    --help``); ``step`` the step of a ``token-saliency`` run."""
+
+    project = serializers.SlugField()
+    method = serializers.ChoiceField(list(METHODS))
+    scorer = serializers.CharField(required=False, allow_blank=True, default="")
+    labels = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    parameters = serializers.DictField(default=dict)
+    trajectories = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
+    )
+    filters = TrajectoryFiltersSerializer(required=False)
+    step = serializers.IntegerField(required=False, min_value=1)
+
+
+class StepCreditSerializer(serializers.ModelSerializer[StepCredit]):
+    trajectory = serializers.IntegerField(source="step.trajectory_id", read_only=True)
+    index = serializers.IntegerField(source="step.index", read_only=True)
+
+    class Meta:
+        model = StepCredit
+        fields = ["id", "step", "trajectory", "index", "value", "level", "detail"]
+        read_only_fields = fields

@@ -1,4 +1,4 @@
-"""Celery tasks for scoring: thin wrappers that take ids and call a service.
+"""Celery tasks for scoring and attribution: thin wrappers that take ids and call a service.
 
 Every task is safe to redeliver (``acks_late`` + ``reject_on_worker_lost``): a chunk
 whose worker died runs again elsewhere, and its upserts and its once-only progress
@@ -40,3 +40,17 @@ def train_head(run_id: int) -> None:
     from scoring import services
 
     services.scorer_train_run(run_id=run_id)
+
+
+@shared_task(name="scoring.attribution_plan", **REDELIVERABLE)
+def attribution_plan(run_id: int) -> None:
+    from scoring import services
+
+    services.attribution_run_plan(run_id=run_id)
+
+
+@shared_task(name="scoring.attribution_chunk", **REDELIVERABLE)
+def attribution_chunk(chunk_id: int) -> None:
+    from scoring import services
+
+    services.attribution_chunk_run(chunk_id=chunk_id)

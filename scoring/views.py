@@ -1,5 +1,6 @@
 """The scoring section of a project: scorers to run, recent runs with live progress,
-cancel, and training the embedded head.
+cancel, training the embedded head, credit attribution runs; and token saliency of one
+step, opened on demand from the trajectory page.
 
 The project home loads the section with HTMX (``hx-trigger="load"``) and links to the
 full page for browsers without JavaScript. Active run rows poll themselves every two
@@ -9,20 +10,22 @@ seconds and stop once the run ends.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from scoring import selectors, services
-from scoring.forms import ScoringRunForm, TrainHeadForm
-from scoring.models import ScoringRun
+from labeling.selectors import labeling_state_for_user
+from scoring import methods, selectors, services
+from scoring.forms import AttributionRunForm, ScoringRunForm, TrainHeadForm
+from scoring.models import AttributionRun, ScoringRun
 from trajectories.models import Project
-from trajectories.selectors import project_get_for_user
+from trajectories.selectors import project_get_for_user, step_get_for_user
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -35,16 +38,24 @@ def _section(
     *,
     run_form: ScoringRunForm | None = None,
     train_form: TrainHeadForm | None = None,
+    attribution_form: AttributionRunForm | None = None,
 ) -> HttpResponse:
     scorers = selectors.scorer_choices(project)
+    can_manage = selectors.can_manage_scoring(request.user, project)
     context: dict[str, Any] = {
         "project": project,
-        "can_manage": selectors.can_manage_scoring(request.user, project),
+        "can_manage": can_manage,
         "runs": selectors.scoring_runs_recent(project),
+        "attribution_runs": selectors.attribution_runs_recent(project),
         "scorers": scorers,
         "run_form": run_form or ScoringRunForm(scorers=scorers),
         "train_form": train_form or TrainHeadForm(),
+        "methods": methods.METHODS.values(),
     }
+    if can_manage:
+        context["attribution_form"] = attribution_form or AttributionRunForm(
+            scorers=selectors.scorers_with_scores(project)
+        )
     template = "scoring/project_scoring.html"
     if request.htmx:
         template += "#scoring-section"
@@ -132,3 +143,164 @@ def scoring_run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not request.htmx:
         return redirect(reverse("scoring-section", args=[run.project.slug]))
     return _row(request, run)
+
+
+# --- Attribution runs ----------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def attribution_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    project = _managed_project(request, slug)
+    form = AttributionRunForm(request.POST, scorers=selectors.scorers_with_scores(project))
+    if form.is_valid():
+        try:
+            services.attribution_run_start(
+                project=project,
+                method=form.cleaned_data["method"],
+                scorer=form.cleaned_data["scorer"],
+                label_source=form.cleaned_data["labels"],
+                parameters=form.parameters(),
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except services.ScoringError as error:
+            form.add_error(None, str(error))
+    if form.errors:
+        return _section(request, project, attribution_form=form)
+    if request.htmx:
+        return _section(request, project)
+    return redirect(reverse("scoring-section", args=[project.slug]))
+
+
+def _attribution_row(request: HtmxHttpRequest, run: AttributionRun) -> HttpResponse:
+    context = {"run": run, "can_manage": selectors.can_manage_scoring(request.user, run.project)}
+    return render(request, "scoring/_attribution_run_row.html", context)
+
+
+@login_required
+def attribution_run_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    run = selectors.attribution_run_get_for_user(request.user, pk)
+    if not request.htmx:
+        return redirect(reverse("scoring-section", args=[run.project.slug]))
+    return _attribution_row(request, run)
+
+
+@login_required
+@require_POST
+def attribution_run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    run = selectors.attribution_run_get_for_user(request.user, pk)
+    if not selectors.can_manage_scoring(request.user, run.project):
+        raise PermissionDenied("Cancelling needs the researcher or admin role.")
+    run = services.attribution_run_cancel(run=run)
+    if not request.htmx:
+        return redirect(reverse("scoring-section", args=[run.project.slug]))
+    return _attribution_row(request, run)
+
+
+# --- The trajectory page's scores and credit ----------------------------------------------
+
+
+def _requested_run(request: HtmxHttpRequest) -> int | None:
+    """The attribution run the user picked: ``?credit=ID`` on this request, or for an HTMX
+    request made from the trajectory page (a saved label's row), on the page's address."""
+    wanted = request.GET.get("credit", "")
+    if not wanted and request.htmx:
+        current = request.htmx.current_url or ""
+        wanted = (parse_qs(urlsplit(current).query).get("credit") or [""])[0]
+    return int(wanted) if wanted.isdigit() else None
+
+
+def _index(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+@login_required
+@require_GET
+def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """PRM scores, Monte Carlo values, the credits of the picked run (``?credit=ID``,
+    default the newest) and first-error flags of one trajectory, in a fixed number of
+    queries whatever its length. The trajectory page loads it after it is shown:
+    ``part=top`` the strips, ``part=columns`` the credit column of the steps with index in
+    ``[from, to)`` (swapped out of band into their rows), ``part=step`` one step's column.
+    Without HTMX: a page of its own. Model scores and credits follow the project setting
+    that hides them from annotators until they submit."""
+    state = labeling_state_for_user(request.user, pk, queue_id=_index(request.GET.get("queue", "")))
+    evidence = selectors.trajectory_evidence(
+        state.trajectory,
+        user_id=state.user_id,
+        show_scores=state.show_model_scores,
+        blind=state.blind,
+        run_id=_requested_run(request),
+    )
+    context: dict[str, Any] = {
+        "project": state.project,
+        "trajectory": state.trajectory,
+        "evidence": evidence,
+        "queue_id": state.queue_id,
+    }
+    part = request.GET.get("part", "") if request.htmx else ""
+    template = "scoring/trajectory_evidence.html"
+    if part == "top":
+        return render(request, f"{template}#top", context)
+    if part == "columns":
+        low, high = _index(request.GET.get("from", "")), _index(request.GET.get("to", ""))
+        context["column_steps"] = [
+            s for s in evidence.steps
+            if (low is None or s.index >= low) and (high is None or s.index < high)
+        ]  # fmt: skip
+        return render(request, f"{template}#columns", context)
+    if part == "step":
+        step_id = _index(request.GET.get("step", ""))
+        context["ev"] = evidence.by_step.get(step_id) if step_id is not None else None
+        if context["ev"] is None:
+            raise Http404("No such step in this trajectory.")
+        return render(request, f"{template}#column", context)
+    return render(request, template, context)
+
+
+# --- Token saliency of one step ------------------------------------------------------------
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """GET: the newest saliency map of the step with the scorer the page shows (or a
+    button to compute it). POST: compute it on the scorer's queue; the answer polls until
+    the map is ready. Hidden like every model score from annotators of a project that
+    hides them, until they submit."""
+    step = step_get_for_user(request.user, pk)
+    state = labeling_state_for_user(request.user, step.trajectory_id)
+    if not state.show_model_scores:
+        raise PermissionDenied("Model scores are hidden until you submit this trajectory.")
+    project = state.project
+    scorer = selectors.default_scorer(project)
+    can_manage = selectors.can_manage_scoring(request.user, project)
+    run = selectors.saliency_latest(step, scorer) if scorer else None
+    error = ""
+    if request.method == "POST":
+        if not can_manage:
+            raise PermissionDenied("Computing saliency needs the researcher or admin role.")
+        if scorer is None:
+            error = "No scorer has scored this project yet."
+        else:
+            try:
+                run = services.attribution_run_start(
+                    project=project,
+                    method=AttributionRun.Method.TOKEN_SALIENCY,
+                    scorer=scorer,
+                    step=step,
+                    user=request.user,  # type: ignore[arg-type]
+                )
+            except services.ScoringError as failure:
+                error = str(failure)
+    context = {
+        "project": project,
+        "step": step,
+        "scorer": scorer,
+        "run": run,
+        "error": error,
+        "can_manage": can_manage,
+    }
+    if request.htmx:
+        return render(request, "scoring/step_saliency.html#saliency", context)
+    return render(request, "scoring/step_saliency.html", context)

@@ -1,13 +1,14 @@
-"""Shared by the scoring commands: find the project, wait for a run, summarise it."""
+"""Shared by the scoring and attribution commands: find the project, wait for a run,
+summarise it."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.management.base import CommandError
 
-from scoring.models import ScoringRun
+from scoring.models import AttributionRun, ScoringRun
 from trajectories.models import Project
 
 
@@ -18,7 +19,10 @@ def project_or_error(slug: str) -> Project:
     return project
 
 
-def wait_for(run: ScoringRun, *, timeout: float, poll: float = 0.5) -> ScoringRun:
+RunT = TypeVar("RunT", ScoringRun, AttributionRun)
+
+
+def wait_for(run: RunT, *, timeout: float, poll: float = 0.5) -> RunT:
     """Poll the database until the run leaves queued/running (workers do the work)."""
     deadline = time.monotonic() + timeout
     while True:

@@ -1,8 +1,11 @@
 """Process reward models, Django-free: adapters that turn trajectory prefixes into one
 probability per step, and the trained head.
 
-Importing this package (and ``base``, ``prompts``, ``batching``, ``metrics``) loads
-neither torch nor Django; ``adapters``, ``head`` and ``tiny`` load torch and transformers.
+Importing this package (and ``base``, ``prompts``, ``batching``, ``metrics``,
+``coalitions``) loads neither torch nor Django; ``adapters``, ``head``, ``saliency`` and
+``tiny`` load torch and transformers. ``coalitions`` runs leave-one-out and Shapley credit
+with a loaded scorer as the value function; ``saliency`` explains one step's score token
+by token with integrated gradients (``captum``).
 """
 
 from scoring.prm.base import (

@@ -1,8 +1,9 @@
-"""Writes for scoring: scorers, runs, chunks, imported scores and head training.
+"""Writes for PRM scores: scorers, scoring runs and their chunks, imported scores and
+head training.
 
 The web, the API and the management commands call these; Celery tasks call the
-``*_run``/``*_plan``/``*_score`` services that do the work on a worker. Only this module
-enqueues tasks, always on commit. torch and transformers are imported lazily, inside the
+``*_run``/``*_plan``/``*_score`` services that do the work on a worker. Only the services
+enqueue tasks, always on commit. torch and transformers are imported lazily, inside the
 functions that run on workers, so the web process never loads them.
 """
 

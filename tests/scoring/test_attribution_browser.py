@@ -1,0 +1,122 @@
+"""The trajectory page's scores and credit in a real browser: headless Chromium against a
+live server. The strips and every step's credit column load after the page shows, a
+saved label keeps its row's column, picking another run changes the credits, and token
+saliency opens under one step on demand."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.urls import reverse
+
+from scoring import services
+from scoring.models import Scorer, ScoringRun, StepScore
+from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
+from tests.scoring.conftest import TinyModels
+from tests.scoring.test_attribution_runs import run_to_completion
+from trajectories.models import Membership
+from trajectories.services import project_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "pw-for-tests"
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    playwright_api = pytest.importorskip("playwright.sync_api")
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.skip("no Chromium on this machine")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        yield page
+        connections.close_all()
+        browser.close()
+        assert errors == [], f"JavaScript errors: {errors}"
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+def test_scores_and_credits_load_into_the_trajectory_page(
+    page: Any, live_server: Any, tiny_models: TinyModels
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    failed = trajectory_with_steps(
+        project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 8 to sell.", "8 * 2 = 16 dollars."],
+        task_key="eggs", success=False, outcome_reward=0.0,
+    )  # fmt: skip
+    trajectory_with_steps(
+        project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 9 to sell.", "9 * 2 = 18 dollars."],
+        task_key="eggs", success=True, outcome_reward=1.0,
+    )  # fmt: skip
+    scorer = Scorer.objects.create(
+        project=project, name="tiny", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        model_ref=str(tiny_models.token_classifier),
+    )  # fmt: skip
+    steps = list(failed.steps.order_by("index"))
+    for step, value in zip(steps, [0.9, 0.3, 0.2], strict=True):
+        StepScore.objects.create(step=step, scorer=scorer, value=value)
+    ScoringRun.objects.create(project=project, scorer=scorer, kind="import", status="done")
+    delta = run_to_completion(
+        services.attribution_run_start(project=project, method="prm-delta", scorer=scorer)
+    )
+    run_to_completion(services.attribution_run_start(project=project, method="mc-prefix"))
+    run_to_completion(
+        services.attribution_run_start(
+            project=project, method="token-saliency", scorer=scorer, step=steps[1]
+        )
+    )
+
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "owner")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(live_server.url + reverse("trajectory-detail", args=[failed.pk]))
+
+    # The strips arrive after the page shows: PRM, MC, and the newest run's credits.
+    page.wait_for_selector("#score-strip")
+    assert page.locator("#mc-strip .score-cell").count() == 3
+    assert page.locator("#credit-strip .score-cell").count() == 3
+    # Every step's column is filled out of band: MC credits from the newest run (step 1
+    # of the failure leads nowhere good: 0 against the shared first step's 1/2).
+    column = f"#step-evidence-{steps[1].pk}"
+    page.wait_for_selector(f"{column} .step-credit")
+    assert page.locator(f"{column} .step-credit").inner_text().strip() == "-0.500"
+    assert "0.30" in page.locator(f"{column} .step-score").first.inner_text()
+    flags = page.locator(".first-errors").inner_text()
+    assert "PRM · step 1" in flags and "MC · step 1" in flags
+
+    # Pick the PRM-delta run: the credits change.
+    page.select_option("#credit-run", str(delta.pk))
+    page.click(".credit-picker button")
+    page.wait_for_url(f"**credit={delta.pk}**")
+    page.wait_for_selector(f"{column} .step-credit")
+    assert page.locator(f"{column} .step-credit").inner_text().strip() == "-0.600"
+
+    # Label the step: the row comes back alone and loads its own column, same run.
+    page.locator(f"#step-{steps[1].pk} .label-button").first.click()
+    page.wait_for_selector(f"#step-{steps[1].pk}[data-value]")
+    page.wait_for_selector(f"{column} .step-credit")
+    assert page.locator(f"{column} .step-credit").inner_text().strip() == "-0.600"
+
+    # Token saliency opens under the step on demand.
+    page.locator(f"{column} a", has_text="token saliency").click()
+    page.wait_for_selector(f"#step-extra-{steps[1].pk} .saliency-token")
+    tokens = page.locator(f"#step-extra-{steps[1].pk} .saliency-token").all_inner_texts()
+    assert "".join(tokens) == steps[1].content
