@@ -28,10 +28,13 @@ PASSWORD = "pw-for-tests"
 
 @pytest.fixture
 def page() -> Iterator[Any]:
-    playwright_api = pytest.importorskip("playwright.sync_api")
+    import playwright.sync_api as playwright_api
+
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
     if executable is None:
-        pytest.skip("no Chromium on this machine")
+        # A missing browser is a broken test machine, not a reason to pass: `make test`
+        # installs Debian's chromium.
+        pytest.fail("no Chromium on this machine; run `make browser` (apt-get install chromium)")
     # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
     # are still plain synchronous code.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
