@@ -62,6 +62,7 @@ bench: migrate
 	$(PY) bench/ingest.py
 	$(PY) bench/label_load.py
 	$(PY) bench/scoring.py
+	$(PY) bench/compare.py
 
 clean: stop
 	rm -rf .stepscope staticfiles

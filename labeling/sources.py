@@ -6,6 +6,10 @@
     import:<source>     labels that came with imported data, e.g. import:processbench
     model:<scorer>      a scorer's step scores, >= threshold good (+1), else bad (-1)
     consensus           human:majority where there is one, else model:<scorer>
+    mc[:<policy>][:hard|:soft]
+                        Monte Carlo values from rollouts (rollouts.models.StepMC): hard
+                        (default: +1 when any continuation succeeded) or soft >= threshold;
+                        one policy's, or each step's newest value of any policy
 
 Each source resolves to SQL yielding ``(step_id, value)`` rows for one project, so
 comparisons and exports can join it with steps and scores inside PostgreSQL instead of
@@ -20,7 +24,8 @@ from typing import Any
 from trajectories.models import Project
 
 IMPORTED_PREFIX = "import:"
-KINDS = ("human", "import", "model", "consensus")
+KINDS = ("human", "import", "model", "consensus", "mc")
+MC_ESTIMATES = ("hard", "soft")
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,16 @@ def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -
             raise ValueError("consensus needs a scorer to fill in where humans did not label")
         return LabelSource("consensus", threshold=threshold, scorer=scorer)
     kind, _, name = text.partition(":")
+    if kind == "mc":
+        # The name holds what follows "mc:" as written, so str() gives the text back.
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"threshold {threshold} is outside 0..1")
+        return LabelSource("mc", name, threshold=threshold)
     if kind not in KINDS or not name:
         raise ValueError(
             f"unknown label source {text!r}; use human:<username>, human:majority,"
-            " human:adjudicated, import:<source>, model:<scorer> or consensus"
+            " human:adjudicated, import:<source>, model:<scorer>, consensus or"
+            " mc[:<policy>][:hard|:soft]"
         )
     if not 0.0 <= threshold <= 1.0:
         raise ValueError(f"threshold {threshold} is outside 0..1")
@@ -81,6 +92,8 @@ def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[A
         )
     if source.kind == "model":
         return _model_sql(project, source.name, source.threshold)
+    if source.kind == "mc":
+        return _mc_sql(project, source.name, source.threshold)
     majority, majority_params = _majority_sql(project)
     model, model_params = _model_sql(project, source.scorer, source.threshold)
     return (
@@ -91,23 +104,23 @@ def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[A
 
 
 def _majority_sql(project: Project) -> tuple[str, list[Any]]:
-    # Count each value per step over human annotators' submitted labels; keep the value
-    # with the strictly highest count.
+    # The value with the strictly highest count among human annotators' submitted labels.
+    # mode() takes the first of the most frequent values in its ORDER BY, so ascending and
+    # descending give the same value exactly when one value leads alone; a tie gives no
+    # label. One streaming aggregate per step: several times cheaper than counting per
+    # (step, value) and ranking with window functions, which matters over millions of
+    # labels (bench/compare.py).
     return (
-        "SELECT step_id, value FROM ("
-        "  SELECT step_id, value, n,"
-        "         rank() OVER (PARTITION BY step_id ORDER BY n DESC) AS place,"
-        "         count(*) OVER (PARTITION BY step_id, n) AS sharing"
-        "  FROM ("
-        "    SELECT l.step_id, l.value, count(*) AS n FROM labeling_steplabel l"
-        "    JOIN auth_user u ON u.id = l.annotator_id"
-        "    JOIN trajectories_step s ON s.id = l.step_id"
-        "    JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        "    WHERE t.project_id = %s AND l.status = 'submitted'"
-        "      AND u.username NOT LIKE 'import:%%'"
-        "    GROUP BY l.step_id, l.value"
-        "  ) counted"
-        ") ranked WHERE place = 1 AND sharing = 1",
+        "SELECT l.step_id, mode() WITHIN GROUP (ORDER BY l.value) AS value"
+        " FROM labeling_steplabel l"
+        " JOIN auth_user u ON u.id = l.annotator_id"
+        " JOIN trajectories_step s ON s.id = l.step_id"
+        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        " WHERE t.project_id = %s AND l.status = 'submitted'"
+        "   AND u.username NOT LIKE 'import:%%'"
+        " GROUP BY l.step_id"
+        " HAVING mode() WITHIN GROUP (ORDER BY l.value)"
+        "    = mode() WITHIN GROUP (ORDER BY l.value DESC)",
         [project.pk],
     )
 
@@ -122,6 +135,48 @@ def _model_sql(project: Project, scorer_name: str, threshold: float) -> tuple[st
         " WHERE t.project_id = %s AND sc.scorer_id = %s",
         [threshold, project.pk, scorer_id],
     )
+
+
+def mc_source_parts(name: str) -> tuple[str, str]:
+    """(policy, estimate) from what follows ``mc:``: ``""``, ``soft``, ``p``, ``p:soft``."""
+    policy, _, estimate = name.rpartition(":")
+    if estimate not in MC_ESTIMATES:
+        policy, estimate = name, "hard"
+    return policy, estimate
+
+
+def _mc_sql(project: Project, name: str, threshold: float) -> tuple[str, list[Any]]:
+    from django.db.models import F, Q
+
+    from rollouts.models import Policy
+
+    policy_name, estimate = mc_source_parts(name)
+    good = "mc.hard" if estimate == "hard" else "mc.soft >= %s"
+    params: list[Any] = [] if estimate == "hard" else [threshold]
+    policy_filter = ""
+    policy = None
+    if policy_name:
+        policy = (
+            Policy.objects.filter(Q(project=project) | Q(project__isnull=True), name=policy_name)
+            .order_by(F("project_id").desc(nulls_last=True))
+            .first()
+        )
+        if policy is None:
+            raise ValueError(f"no policy named {policy_name!r} in project {project.slug!r}")
+        policy_filter = " AND mc.policy_id = %s"
+    # Without a policy, each step's newest value, whichever policy gave it.
+    sql = (
+        f"SELECT DISTINCT ON (mc.step_id) mc.step_id, CASE WHEN {good} THEN 1 ELSE -1 END"
+        " AS value FROM rollouts_stepmc mc"
+        " JOIN trajectories_step s ON s.id = mc.step_id"
+        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        f" WHERE t.project_id = %s{policy_filter}"
+        " ORDER BY mc.step_id, mc.updated_at DESC, mc.id DESC"
+    )
+    params.append(project.pk)
+    if policy is not None:
+        params.append(policy.pk)
+    return sql, params
 
 
 def scorer_id_for(project: Project, name: str) -> int:

@@ -4,6 +4,7 @@ outsider who is a member of nothing."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 
 from tests.factories import MembershipFactory, UserFactory
 from trajectories.models import Membership, Project
@@ -44,6 +46,38 @@ def annotator(project: Project) -> User:
 @pytest.fixture
 def outsider(db: None) -> User:
     return UserFactory.create(username="outsider")
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page of headless Debian Chromium (Playwright cannot download browsers here).
+    Fails, not skips, without Chromium: `make test` installs it, and a skipped browser
+    test would let a whole flow go untested while the suite stays green."""
+    import playwright.sync_api as playwright_api
+
+    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    if executable is None:
+        pytest.fail("no Chromium on this machine; run `make browser` (apt-get install chromium)")
+    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
+    # are still plain synchronous code.
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    with playwright_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        yield page
+        # Under Playwright's sync API the test's ORM calls get a connection of their own
+        # (Django keeps connections per context); close it so the test database can go.
+        connections.close_all()
+        browser.close()
+        assert errors == [], f"JavaScript errors: {errors}"
+        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 @pytest.fixture(scope="session")

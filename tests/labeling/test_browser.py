@@ -5,13 +5,9 @@ finds every label stored."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.urls import reverse
 
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
@@ -24,37 +20,6 @@ from trajectories.services import project_create
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pw-for-tests"
-
-
-@pytest.fixture
-def page() -> Iterator[Any]:
-    import playwright.sync_api as playwright_api
-
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
-        # A missing browser is a broken test machine, not a reason to pass: `make test`
-        # installs Debian's chromium.
-        pytest.fail("no Chromium on this machine; run `make browser` (apt-get install chromium)")
-    # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
-    # are still plain synchronous code.
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(10_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        yield page
-        # Under Playwright's sync API the test's ORM calls get a connection of their own
-        # (Django keeps connections per context); close it so the test database can go.
-        connections.close_all()
-        browser.close()
-        assert errors == [], f"JavaScript errors: {errors}"
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 def test_annotator_labels_a_trajectory_with_the_keyboard_only(page: Any, live_server: Any) -> None:

@@ -5,13 +5,9 @@ saliency opens under one step on demand."""
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import connections
 from django.urls import reverse
 
 from scoring import services
@@ -25,33 +21,6 @@ from trajectories.services import project_create
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "pw-for-tests"
-
-
-@pytest.fixture
-def page() -> Iterator[Any]:
-    import playwright.sync_api as playwright_api
-
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
-        # A missing browser is a broken test machine, not a reason to pass: `make test`
-        # installs Debian's chromium.
-        pytest.fail("no Chromium on this machine; run `make browser` (apt-get install chromium)")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        yield page
-        connections.close_all()
-        browser.close()
-        assert errors == [], f"JavaScript errors: {errors}"
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
 def test_scores_and_credits_load_into_the_trajectory_page(
