@@ -4,6 +4,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from labeling.api import urlpatterns as labeling_urls
+from rollouts.api import urlpatterns as rollouts_urls
 from scoring.api import urlpatterns as scoring_urls
 from trajectories.api import urlpatterns as trajectories_urls
 
@@ -11,6 +12,7 @@ urlpatterns = [
     *trajectories_urls,
     *labeling_urls,
     *scoring_urls,
+    *rollouts_urls,
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

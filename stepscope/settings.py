@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "trajectories",
     "labeling",
     "scoring",
+    "rollouts",
 ]
 
 MIDDLEWARE = [

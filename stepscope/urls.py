@@ -10,4 +10,5 @@ urlpatterns = [
     path("", include("trajectories.urls")),
     path("", include("labeling.urls")),
     path("", include("scoring.urls")),
+    path("", include("rollouts.urls")),
 ]

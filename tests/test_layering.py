@@ -48,6 +48,17 @@ CANDIDATES = (
     "scoring/prm/head.py",
     "scoring/prm/tiny.py",
     "labeling/agreement.py",
+    "labeling/charts.py",
+    "labeling/compare_metrics.py",
+    "rollouts/answers.py",
+    "rollouts/search.py",
+    "rollouts/continuations.py",
+    "rollouts/demo_policy.py",
+    "rollouts/generation/__init__.py",
+    "rollouts/generation/base.py",
+    "rollouts/generation/prompts.py",
+    "rollouts/generation/generator.py",
+    "rollouts/generation/vllm_backend.py",
 )
 
 

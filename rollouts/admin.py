@@ -1,0 +1,61 @@
+"""Django admin for policies (where admins register generation models), rollout jobs and
+Monte Carlo values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+
+from rollouts import generation
+from rollouts.models import Policy, RolloutJob, StepMC
+from trajectories.admin import BigTableAdmin
+
+
+class PolicyForm(forms.ModelForm):
+    class Meta:
+        model = Policy
+        fields = [
+            "project", "name", "model_ref", "revision", "parameters", "trust_remote_code",
+            "queue", "created_by",
+        ]  # fmt: skip
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        try:
+            generation.policy_params(cleaned.get("parameters") or {})
+        except generation.PolicyError as error:
+            raise forms.ValidationError({"parameters": str(error)}) from None
+        return cleaned
+
+
+@admin.register(Policy)
+class PolicyAdmin(admin.ModelAdmin):
+    form = PolicyForm
+    list_display = ["name", "project", "queue", "model_ref", "created_at"]
+    list_filter = ["queue"]
+    search_fields = ["name", "model_ref", "project__slug"]
+    list_select_related = ["project"]
+    raw_id_fields = ["project", "created_by"]
+    readonly_fields = ["created_at", "updated_at"]
+
+
+@admin.register(RolloutJob)
+class RolloutJobAdmin(BigTableAdmin):
+    list_display = ["id", "mode", "project", "policy", "k", "status", "done", "total", "created_at"]
+    list_filter = ["mode", "status"]
+    search_fields = ["=id", "project__slug", "policy__name"]
+    list_select_related = ["project", "policy"]
+    raw_id_fields = ["project", "policy", "created_by"]
+    readonly_fields = ["created_at", "started_at", "finished_at"]
+    changelist_defer = ("selection", "options", "result", "error")
+
+
+@admin.register(StepMC)
+class StepMCAdmin(BigTableAdmin):
+    list_display = ["id", "step", "policy", "k", "successes", "soft", "hard", "updated_at"]
+    list_filter = ["policy"]
+    search_fields = ["=step__id", "=step__trajectory__id"]
+    list_select_related = ["policy"]
+    raw_id_fields = ["step", "policy", "job"]

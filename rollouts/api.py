@@ -1,0 +1,167 @@
+"""REST endpoints for policies and rollout jobs, mounted under /api/v1/ by
+stepscope/api_urls.py. Querysets start from the user's projects, so anything outside
+them is a 404; starting and cancelling need the researcher or admin role."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.urls import URLPattern, URLResolver, include, path
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.routers import SimpleRouter
+from rest_framework.serializers import BaseSerializer
+
+from rollouts import selectors, services
+from rollouts.models import Policy, RolloutJob
+from rollouts.serializers import (
+    PolicySerializer,
+    RolloutJobCreateSerializer,
+    RolloutJobDetailSerializer,
+    RolloutJobSerializer,
+)
+from scoring.api import ByIdCursor
+from trajectories.models import Project
+from trajectories.selectors import TrajectoryFilters, project_get_for_user
+
+
+def _managed_project(request: Request, slug: str) -> Project:
+    project = project_get_for_user(request.user, slug)
+    if not selectors.can_run_rollouts(request.user, project):
+        raise PermissionDenied("Rollouts need the researcher or admin role in this project.")
+    return project
+
+
+class PolicyViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """``?project=SLUG`` lists the policies that project may use. A policy for every
+    project (no ``project``) and ``trust_remote_code`` need a staff account."""
+
+    serializer_class = PolicySerializer
+    pagination_class = ByIdCursor
+
+    def get_queryset(self) -> QuerySet[Policy]:
+        queryset = selectors.policies_for_user(self.request.user).select_related("project")
+        slug = self.request.query_params.get("project")
+        if slug:
+            queryset = queryset.filter(Q(project__slug=slug) | Q(project__isnull=True))
+        return queryset
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = PolicySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project: Project | None = data.get("project")
+        if project is not None:
+            project = _managed_project(request, project.slug)
+        elif not request.user.is_staff:
+            raise PermissionDenied("Only staff may add a policy for every project.")
+        if data.get("trust_remote_code") and not request.user.is_staff:
+            raise PermissionDenied("Only staff may allow a model to run its own code.")
+        try:
+            policy = services.policy_create(
+                project=project,
+                name=data["name"],
+                model_ref=data["model_ref"],
+                revision=data.get("revision", ""),
+                parameters=data.get("parameters") or {},
+                queue=data.get("queue", "gpu"),
+                trust_remote_code=data.get("trust_remote_code", False),
+                user=request.user,  # type: ignore[arg-type]
+            )
+        except services.RolloutError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
+
+
+class RolloutJobViewSet(
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):  # fmt: skip
+    """``POST`` starts a job; poll its detail for progress, first errors found and
+    critical steps. ``?project=SLUG`` narrows the list."""
+
+    pagination_class = ByIdCursor
+
+    def get_serializer_class(self) -> type[BaseSerializer[Any]]:
+        if self.action == "retrieve":
+            return RolloutJobDetailSerializer
+        return RolloutJobSerializer
+
+    def get_queryset(self) -> QuerySet[RolloutJob]:
+        queryset = selectors.rollout_jobs_for_user(self.request.user)
+        slug = self.request.query_params.get("project")
+        if slug:
+            queryset = queryset.filter(project__slug=slug)
+        if self.action == "retrieve":
+            queryset = queryset.prefetch_related("searches")
+        return queryset
+
+    @extend_schema(request=RolloutJobCreateSerializer, responses={201: RolloutJobSerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer = RolloutJobCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        project = _managed_project(request, data["project"])
+        policy = _policy_by_name_or_id(project, data["policy"])
+        steps = data["steps"]
+        if isinstance(steps, list):
+            mode = RolloutJob.Mode.CRITICAL if data["critical"] else RolloutJob.Mode.STEPS
+        else:
+            mode = steps
+        filters = data.get("filters")
+        alternatives = data.get("alternatives") or {}
+        try:
+            job = services.rollout_job_start(
+                project=project,
+                policy=policy,
+                k=data["k"],
+                mode=mode,
+                user=request.user,  # type: ignore[arg-type]
+                step_ids=steps if isinstance(steps, list) else None,
+                trajectory_ids=data.get("trajectories"),
+                filters=TrajectoryFilters(**filters) if filters else None,
+                alternatives={int(pk): text for pk, text in alternatives.items() if pk.isdigit()},
+                answer_check=data["answer_check"],
+                max_continuations=data.get("max_continuations"),
+                max_tokens=data.get("max_tokens"),
+                chunk_continuations=data.get("chunk_continuations"),
+            )
+        except services.RolloutError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(RolloutJobSerializer(job).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: RolloutJobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str | None = None) -> Response:
+        job = self.get_object()
+        if not selectors.can_run_rollouts(request.user, job.project):
+            raise PermissionDenied("Cancelling needs the researcher or admin role.")
+        job = services.rollout_job_cancel(job=job)
+        return Response(RolloutJobSerializer(job).data)
+
+
+def _policy_by_name_or_id(project: Project, value: str) -> Policy:
+    policy = (
+        selectors.policies_for_project(project).filter(pk=int(value)).first()
+        if value.isdigit()
+        else selectors.policy_by_name(project, value)
+    )
+    if policy is None:
+        raise ValidationError({"policy": f"no policy {value!r} for this project"})
+    return policy
+
+
+# SimpleRouter: the API root view comes from trajectories/api.py.
+router = SimpleRouter()
+router.register("policies", PolicyViewSet, basename="policy")
+router.register("rollouts", RolloutJobViewSet, basename="rollout")
+
+urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]

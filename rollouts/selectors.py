@@ -1,0 +1,227 @@
+"""Named read queries for rollouts. Lookups that start from a request go through a
+``*_for_user`` helper, which raises 404 outside the user's projects."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from django.db.models import F, Q, QuerySet
+from django.http import Http404
+
+from rollouts.models import Continuation, Policy, RolloutBranch, RolloutJob, StepMC
+from scoring.selectors import can_manage_scoring
+from trajectories.models import Project, Step
+from trajectories.selectors import AnyUser, projects_for_user
+
+RECENT_JOBS = 10
+# Continuations listed under a step; the rest are a link to the trajectory list away.
+STEP_CONTINUATIONS_SHOWN = 32
+
+
+def can_run_rollouts(user: AnyUser, project: Project) -> bool:
+    """Researchers and admins start and cancel rollouts, as they do scoring runs."""
+    return can_manage_scoring(user, project)
+
+
+def policies_for_project(project: Project) -> QuerySet[Policy]:
+    """Policies a project may use: its own and the global ones."""
+    return Policy.objects.filter(Q(project=project) | Q(project__isnull=True))
+
+
+def policies_for_user(user: AnyUser) -> QuerySet[Policy]:
+    return Policy.objects.filter(Q(project__in=projects_for_user(user)) | Q(project__isnull=True))
+
+
+def policy_get_for_user(user: AnyUser, pk: int) -> Policy:
+    policy = policies_for_user(user).filter(pk=pk).first() if user.is_authenticated else None
+    if policy is None:
+        raise Http404("No such policy.")
+    return policy
+
+
+def policy_by_name(project: Project, name: str) -> Policy | None:
+    """The project's own policy called ``name``, else the global one."""
+    return (
+        policies_for_project(project)
+        .filter(name=name)
+        .order_by(F("project_id").desc(nulls_last=True))
+        .first()
+    )
+
+
+def rollout_jobs_for_user(user: AnyUser) -> QuerySet[RolloutJob]:
+    return RolloutJob.objects.filter(project__in=projects_for_user(user)).select_related(
+        "project", "policy"
+    )
+
+
+def rollout_job_get_for_user(user: AnyUser, pk: int) -> RolloutJob:
+    job = rollout_jobs_for_user(user).filter(pk=pk).first()
+    if job is None:
+        raise Http404("No such rollout job.")
+    return job
+
+
+def rollout_jobs_recent(project: Project, limit: int = RECENT_JOBS) -> list[RolloutJob]:
+    return list(
+        RolloutJob.objects.filter(project=project).select_related("policy").order_by("-id")[:limit]
+    )
+
+
+@dataclass(frozen=True)
+class StepContinuation:
+    trajectory_id: int
+    sample: int
+    success: bool
+    finish_reason: str
+    new_tokens: int
+    last_step: str
+    replaced: bool
+
+
+@dataclass(frozen=True)
+class StepRollouts:
+    """What the rollouts panel under a step shows."""
+
+    step: Step
+    values: list[StepMC]  # per policy, newest first
+    continuations: list[StepContinuation]
+    continuation_count: int
+    active_jobs: list[RolloutJob]
+
+
+def step_rollouts(step: Step) -> StepRollouts:
+    """Monte Carlo values of the step's prefix and the continuations branched from it
+    (after it, or with it replaced), newest first, in four queries."""
+    values = list(
+        StepMC.objects.filter(step=step).select_related("policy").order_by("-updated_at", "-id")
+    )
+    branches = RolloutBranch.objects.filter(step=step)
+    links = (
+        Continuation.objects.filter(branch__in=branches)
+        .select_related("branch")
+        .order_by("-trajectory_id")
+    )
+    shown = list(links[:STEP_CONTINUATIONS_SHOWN])
+    last_steps = dict(
+        Step.objects.filter(trajectory_id__in=[c.trajectory_id for c in shown])
+        .order_by("trajectory_id", "-index")
+        .distinct("trajectory_id")
+        .values_list("trajectory_id", "content")
+    )
+    continuations = [
+        StepContinuation(
+            trajectory_id=c.trajectory_id, sample=c.sample, success=c.success,
+            finish_reason=c.finish_reason, new_tokens=c.new_tokens,
+            last_step=last_steps.get(c.trajectory_id, "")[:300], replaced=c.branch.replaced,
+        )
+        for c in shown
+    ]  # fmt: skip
+    # A job not planned yet has no branches: its selection names the step.
+    on_this_step = Q(branches__step=step) | Q(selection__step_ids__contains=[step.pk])
+    active = list(RolloutJob.objects.filter(on_this_step, status__in=RolloutJob.ACTIVE).distinct())
+    return StepRollouts(
+        step=step,
+        values=values,
+        continuations=continuations,
+        continuation_count=links.count() if len(shown) == STEP_CONTINUATIONS_SHOWN else len(shown),
+        active_jobs=active,
+    )
+
+
+# --- Monte Carlo labels against a reference ------------------------------------------------
+
+
+def _labels_by_trajectory(
+    project: Project, source_text: str, trajectory_ids: list[int]
+) -> dict[int, dict[int, int]]:
+    """trajectory id → step index → label value, from a label source."""
+    from django.db import connection
+
+    from labeling.sources import label_source_parse, label_source_sql
+
+    sql, params = label_source_sql(project, label_source_parse(source_text))
+    out: dict[int, dict[int, int]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT s.trajectory_id, s.index, r.value FROM ({sql}) r"
+            " JOIN trajectories_step s ON s.id = r.step_id WHERE s.trajectory_id = ANY(%s)",
+            [*params, trajectory_ids],
+        )
+        for trajectory_id, index, value in cursor.fetchall():
+            out.setdefault(trajectory_id, {})[index] = int(value)
+    return out
+
+
+def _figure(value: float) -> float | None:
+    """Rounded, and None where undefined (NaN is not JSON)."""
+    return None if math.isnan(value) else round(value, 4)
+
+
+def _first_bad(labels: dict[int, int]) -> int:
+    return min((index for index, value in labels.items() if value < 0), default=-1)
+
+
+def job_agreement(job: RolloutJob, *, against: str, mc: str = "") -> dict[str, object]:
+    """How the job's Monte Carlo labels (``mc`` source text, default this job's policy's
+    hard labels) agree with a reference label source on the job's trajectories: step
+    accuracy and Cohen's κ where both label a step, and ProcessBench first-error
+    accuracy and F1 (a search's first error, or the first step MC calls bad)."""
+    from labeling import agreement
+
+    # The trajectories the job labelled: searched, or holding a value it wrote (steps
+    # that share a prefix share the value), its own continuations left out.
+    labelled = (
+        StepMC.objects.filter(job=job, step__trajectory__continuation__isnull=True)
+        .values_list("step__trajectory_id", flat=True)
+        .distinct()
+    )
+    trajectory_ids = sorted(
+        set(labelled) | set(job.searches.values_list("trajectory_id", flat=True))
+    )
+    policy = job.policy.name if job.policy else ""
+    reference = _labels_by_trajectory(job.project, against, trajectory_ids)
+    predicted = _labels_by_trajectory(job.project, mc or f"mc:{policy}", trajectory_ids)
+    pairs = [
+        (value, predicted[t][index])
+        for t, labels in reference.items()
+        for index, value in labels.items()
+        if index in predicted.get(t, {})
+    ]
+    result: dict[str, object] = {"against": against, "steps_compared": len(pairs)}
+    if pairs:
+        ref = [p[0] for p in pairs]
+        pred = [p[1] for p in pairs]
+        result["step_accuracy"] = _figure(agreement.accuracy(ref, pred))
+        result["step_kappa"] = _figure(agreement.cohen_kappa(ref, pred))
+    if job.mode == RolloutJob.Mode.SEARCH:
+        found: dict[int, int] = {
+            s.trajectory_id: s.first_error_index
+            for s in job.searches.filter(first_error_index__isnull=False)
+            if s.first_error_index is not None
+        }
+    else:
+        labelable: dict[int, set[int]] = {}
+        rows = Step.objects.filter(trajectory_id__in=trajectory_ids, labelable=True)
+        for trajectory_id, index in rows.values_list("trajectory_id", "index"):
+            labelable.setdefault(trajectory_id, set()).add(index)
+        # Only trajectories whose every labelable step has a Monte Carlo label.
+        found = {
+            t: _first_bad(labels)
+            for t, labels in predicted.items()
+            if labelable.get(t, set()) <= set(labels)
+        }
+    common = [t for t in found if t in reference]
+    if common:
+        metrics = agreement.first_error_metrics(
+            [found[t] for t in common], [_first_bad(reference[t]) for t in common]
+        )
+        result["first_error"] = {
+            "trajectories": metrics.trajectories,
+            "erroneous": metrics.erroneous,
+            "acc_erroneous": _figure(metrics.acc_erroneous),
+            "acc_correct": _figure(metrics.acc_correct),
+            "f1": _figure(metrics.f1),
+        }
+    return result

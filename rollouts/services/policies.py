@@ -1,0 +1,68 @@
+"""Policies: create, check and describe them for a worker."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from rollouts import generation
+from rollouts.models import Policy
+from trajectories.models import Project
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
+
+
+class RolloutError(Exception):
+    """A request the rollout services refuse, with a message for the user."""
+
+
+def policy_check(*, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
+    try:
+        generation.policy_params(parameters)
+    except generation.PolicyError as error:
+        raise RolloutError(str(error)) from None
+    if not model_ref.strip():
+        raise RolloutError("a policy needs a model reference (directory or hub id)")
+    if not _QUEUE_NAME.fullmatch(queue):
+        raise RolloutError("queue names are letters, digits, '.', '_' and '-'")
+
+
+def policy_create(
+    *,
+    name: str,
+    model_ref: str,
+    project: Project | None = None,
+    revision: str = "",
+    parameters: dict[str, Any] | None = None,
+    queue: str = "gpu",
+    trust_remote_code: bool = False,
+    user: User | None = None,
+) -> Policy:
+    """A policy; its parameters are checked before it is saved."""
+    parameters = dict(parameters or {})
+    policy_check(model_ref=model_ref, parameters=parameters, queue=queue)
+    with transaction.atomic():
+        if Policy.objects.filter(name=name, project=project).exists():
+            raise RolloutError(f"a policy {name!r} exists already")
+        return Policy.objects.create(
+            project=project,
+            name=name,
+            model_ref=model_ref,
+            revision=revision,
+            parameters=parameters,
+            queue=queue,
+            trust_remote_code=trust_remote_code,
+            created_by=user,
+        )
+
+
+def policy_spec(policy: Policy) -> generation.PolicySpec:
+    return generation.PolicySpec(
+        model_ref=policy.model_ref,
+        params=generation.policy_params(policy.parameters),
+        revision=policy.revision,
+        trust_remote_code=policy.trust_remote_code,
+    )

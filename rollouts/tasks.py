@@ -1,0 +1,27 @@
+"""Celery tasks for rollouts: thin wrappers that take ids and call a service.
+
+The redelivery rules are the scorers' (``scoring.tasks.REDELIVERABLE``): ``acks_late`` and
+``reject_on_worker_lost``, so a chunk whose worker died runs again elsewhere; its
+once-only recording makes the second run harmless. Database hiccups are retried with
+backoff; any other error fails the job (the service records it) and is not retried.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from scoring.tasks import REDELIVERABLE
+
+
+@shared_task(name="rollouts.plan_job", **REDELIVERABLE)
+def plan_job(job_id: int) -> None:
+    from rollouts import services
+
+    services.rollout_job_plan(job_id=job_id)
+
+
+@shared_task(name="rollouts.run_chunk", **REDELIVERABLE)
+def run_chunk(chunk_id: int) -> None:
+    from rollouts import services
+
+    services.rollout_chunk_run(chunk_id=chunk_id)

@@ -1,0 +1,12 @@
+from django.urls import path
+
+from rollouts import views
+
+urlpatterns = [
+    path("p/<slug:slug>/rollouts/", views.rollouts_section, name="rollouts-section"),
+    path("p/<slug:slug>/rollouts/jobs/", views.rollout_job_start, name="rollout-job-start"),
+    path("rollout-jobs/<int:pk>/", views.rollout_job_row, name="rollout-job-row"),
+    path("rollout-jobs/<int:pk>/cancel/", views.rollout_job_cancel, name="rollout-job-cancel"),
+    path("steps/<int:pk>/rollouts/", views.step_rollouts, name="step-rollouts"),
+    path("steps/<int:pk>/rollouts/start/", views.step_rollout_start, name="step-rollout-start"),
+]
