@@ -6,6 +6,7 @@ COPY stepscope ./stepscope
 COPY trajectories ./trajectories
 COPY labeling ./labeling
 COPY scoring ./scoring
+COPY rollouts ./rollouts
 # On a GPU image install the CUDA build of torch that matches the host driver instead.
 RUN pip install --no-cache-dir torch==2.13.0 && pip install --no-cache-dir -e .
 COPY . .

@@ -1,7 +1,7 @@
 """/api/v1/: each app contributes its routes from its own ``api.py``."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from labeling.api import urlpatterns as labeling_urls
 from rollouts.api import urlpatterns as rollouts_urls
@@ -14,5 +14,5 @@ urlpatterns = [
     *scoring_urls,
     *rollouts_urls,
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -48,6 +49,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "pgtrigger",
     "pghistory",
+    "axes",
     "trajectories",
     "labeling",
     "scoring",
@@ -55,7 +57,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "stepscope.health.HealthMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "stepscope.middleware.SecurityHeadersMiddleware",
+    "stepscope.middleware.UploadLimitMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -64,6 +69,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "stepscope.urls"
@@ -121,10 +128,20 @@ CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Web requests that start a job give up on a dead broker within seconds
+# (stepscope.queueing); workers keep retrying their own connection as usual.
+CELERY_BROKER_CONNECTION_TIMEOUT = 2
+CELERY_TASK_PUBLISH_RETRY_POLICY = {
+    "max_retries": 2,
+    "interval_start": 0,
+    "interval_step": 0.5,
+    "interval_max": 1,
+}
 # A task a dead worker took (never acknowledged) is handed out again after this long;
 # keep it above the longest chunk, or live chunks get delivered twice.
 CELERY_BROKER_TRANSPORT_OPTIONS = {
     "visibility_timeout": env_int("STEPSCOPE_BROKER_VISIBILITY_TIMEOUT", 1800),
+    "socket_connect_timeout": 2,
 }
 # Only unit tests may run tasks in-process; everything else goes through a worker.
 CELERY_TASK_ALWAYS_EAGER = False
@@ -153,8 +170,10 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
 
-# Largest upload accepted through the web (imports go through the CLI or API beyond this).
-DATA_UPLOAD_MAX_MEMORY_SIZE = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
+# Largest request body accepted through the web and the API (stepscope.middleware answers
+# 413 before reading a larger one; bigger files go through `import_trajectories`).
+STEPSCOPE_UPLOAD_MAX_BYTES = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = STEPSCOPE_UPLOAD_MAX_BYTES
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -164,7 +183,18 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
+    "EXCEPTION_HANDLER": "stepscope.middleware.api_exception_handler",
     "PAGE_SIZE": 100,
+    # Counted per process (the local-memory cache), so with N web processes a client gets
+    # up to N times the rate: a guard against runaway scripts, not an exact quota.
+    "DEFAULT_THROTTLE_CLASSES": [
+        "rest_framework.throttling.AnonRateThrottle",
+        "rest_framework.throttling.UserRateThrottle",
+    ],
+    "DEFAULT_THROTTLE_RATES": {
+        "anon": env_str("STEPSCOPE_API_RATE_ANON", "60/minute"),
+        "user": env_str("STEPSCOPE_API_RATE_USER", "3000/minute"),
+    },
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Stepscope API",
@@ -175,8 +205,36 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
 }
 
+# --- Behind TLS (STEPSCOPE_SECURE_COOKIES=1): secure cookies, HSTS, HTTPS redirects. ------
 SESSION_COOKIE_SECURE = env_bool("STEPSCOPE_SECURE_COOKIES", default=False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SESSION_COOKIE_HTTPONLY = True
+# Pages carry the token in the hx-headers attribute; no script reads the cookie.
+CSRF_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+SECURE_HSTS_SECONDS = env_int("STEPSCOPE_HSTS_SECONDS", 31_536_000 if SESSION_COOKIE_SECURE else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = False
+SECURE_SSL_REDIRECT = env_bool("STEPSCOPE_SSL_REDIRECT", default=False)
+# Set when a proxy that terminates TLS sets X-Forwarded-Proto (and strips a client's).
+if env_bool("STEPSCOPE_BEHIND_TLS_PROXY", default=False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+
+# --- Login throttling (django-axes): a username is locked for one address after too many
+# failures; a colleague behind the same address is not. ------------------------------------
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("STEPSCOPE_LOGIN_FAILURE_LIMIT", 10)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("STEPSCOPE_LOGIN_COOLOFF_MINUTES", 15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_DISABLE_ACCESS_LOG = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
 
 LOGGING = {
     "version": 1,

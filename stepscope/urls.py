@@ -2,7 +2,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from stepscope import health
+
 urlpatterns = [
+    # Answered by health.HealthMiddleware before the Host check; named here for reverse().
+    path("healthz", health.healthz, name="healthz"),
+    path("readyz", health.readyz, name="readyz"),
+    # Before admin.site.urls, which would otherwise answer this path itself.
+    path("admin/status/", health.status_page, name="admin-status"),
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),

@@ -19,6 +19,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
+from stepscope.queueing import broker_require
 from trajectories import pgcopy
 from trajectories.formats import parser_for
 from trajectories.formats.base import FileError, ParsedTrajectory, Parser, RecordError
@@ -132,6 +133,7 @@ def import_upload_start(
     from trajectories.tasks import import_run
 
     parser_get(source_format, mapping)  # fail now, not in the worker, on a bad format
+    broker_require()  # a dead broker is said now, not left as a batch queued forever
     name = Path(upload.name or "upload").name[:200]
     folder = Path(settings.MEDIA_ROOT) / "imports" / uuid.uuid4().hex
     folder.mkdir(parents=True)

@@ -1,0 +1,96 @@
+"""Request-level guards that every page and API call passes: a Content-Security-Policy that
+lets only our own scripts run, a refusal of request bodies over the upload limit before
+any of the body is read, and a clear 503 when a job cannot be queued."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.loader import render_to_string
+from rest_framework.response import Response
+from rest_framework.views import exception_handler
+
+from stepscope.queueing import QueueUnavailable
+
+# Scripts only from our own origin (htmx and labeling.js are served locally) and never
+# inline or eval'd; inline style attributes carry per-step colours, so styles may be
+# inline. Nothing may frame the app, and forms post only to it.
+CONTENT_SECURITY_POLICY = "; ".join(
+    [
+        "default-src 'self'",
+        "script-src 'self'",
+        "style-src 'self' 'unsafe-inline'",
+        "img-src 'self' data:",
+        "font-src 'self'",
+        "connect-src 'self'",
+        "object-src 'none'",
+        "base-uri 'self'",
+        "form-action 'self'",
+        "frame-ancestors 'none'",
+    ]
+)
+
+
+class SecurityHeadersMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        response = self.get_response(request)
+        response.headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+        return response
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if isinstance(exception, QueueUnavailable):
+            return service_unavailable(request, str(exception))
+        return None
+
+
+def service_unavailable(request: HttpRequest, message: str) -> HttpResponse:
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": message}, status=503)
+    body = render_to_string("503.html", {"message": message}, request=request)
+    return HttpResponse(body, status=503)
+
+
+def api_exception_handler(exception: Exception, context: dict[str, Any]) -> Response | None:
+    """DRF's handler, plus a 503 with the reason when a job cannot be queued."""
+    if isinstance(exception, QueueUnavailable):
+        return Response({"detail": str(exception)}, status=503)
+    return exception_handler(exception, context)
+
+
+class UploadLimitMiddleware:
+    """Answer 413 to a request whose declared body is larger than the upload limit, with
+    a message that says the limit and the way around it, without reading the body.
+    (Django's WSGI request reads no body at all without a Content-Length.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        limit = settings.STEPSCOPE_UPLOAD_MAX_BYTES
+        if length > limit:
+            return upload_too_large(request, length)
+        return self.get_response(request)
+
+
+def upload_too_large(request: HttpRequest, length: int | None) -> HttpResponse:
+    limit = settings.STEPSCOPE_UPLOAD_MAX_BYTES
+    size = f"{length / 1e6:.1f} MB" if length else "larger than the limit"
+    message = (
+        f"The upload is {size}; the limit is {limit / 1e6:.1f} MB"
+        " (STEPSCOPE_UPLOAD_MAX_BYTES). Import larger files with"
+        " `python manage.py import_trajectories`."
+    )
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": message}, status=413)
+    body = render_to_string("413.html", {"message": message}, request=request)
+    return HttpResponse(body, status=413)
