@@ -24,6 +24,7 @@ class Scorer(models.Model):
     class Kind(models.TextChoices):
         TOKEN_CLASSIFICATION = prm.TOKEN_CLASSIFICATION
         STEP_TAG_LM = prm.STEP_TAG_LM
+        CHAT_TURN_LM = prm.CHAT_TURN_LM
         SEQUENCE_CLASSIFIER = prm.SEQUENCE_CLASSIFIER
         TRAINED_HEAD = prm.TRAINED_HEAD
         EXTERNAL = prm.EXTERNAL

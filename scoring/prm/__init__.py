@@ -9,6 +9,7 @@ by token with integrated gradients (``captum``).
 """
 
 from scoring.prm.base import (
+    CHAT_TURN_LM,
     DEFAULT_ENCODER,
     EXTERNAL,
     KINDS,
@@ -27,6 +28,7 @@ from scoring.prm.base import (
 )
 
 __all__ = [
+    "CHAT_TURN_LM",
     "DEFAULT_ENCODER",
     "EXTERNAL",
     "KINDS",

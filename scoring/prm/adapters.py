@@ -20,6 +20,7 @@ import transformers
 from transformers import AutoTokenizer
 
 from scoring.prm.base import (
+    CHAT_TURN_LM,
     DEFAULT_ENCODER,
     SEQUENCE_CLASSIFIER,
     STEP_TAG_LM,
@@ -32,7 +33,7 @@ from scoring.prm.base import (
     TrajectoryInput,
 )
 from scoring.prm.batching import Encoded, Read, left_truncated, windows
-from scoring.prm.prompts import marker_tokens, render
+from scoring.prm.prompts import Rendered, marker_tokens, render, render_turns
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,7 @@ _MODEL_CLASSES = (
 _DEFAULT_MODEL_CLASS = {
     TOKEN_CLASSIFICATION: "AutoModelForTokenClassification",
     STEP_TAG_LM: "AutoModelForCausalLM",
+    CHAT_TURN_LM: "AutoModelForCausalLM",
     SEQUENCE_CLASSIFIER: "AutoModelForSequenceClassification",
 }
 
@@ -278,18 +280,21 @@ class _MarkerScorer(_TransformersScorer):
         tolerance = 1e-4 if self.dtype == torch.float32 else 2e-2
         return bool(((outputs[0] - outputs[1]).abs().max() / scale) < tolerance)
 
+    def render_input(self, trajectory: TrajectoryInput) -> Rendered:
+        return render(self.params, trajectory, tokenizer=self.tokenizer)
+
     def encode(self, trajectories: list[TrajectoryInput]) -> list[Encoded]:
         rendered = []
         for trajectory in trajectories:
             if self.whole_trajectory:
-                rendered.append(render(self.params, trajectory, tokenizer=self.tokenizer))
+                rendered.append(self.render_input(trajectory))
                 continue
             # A non-causal model would see later steps, so each step gets its own prefix,
             # read at its own (last) marker.
             for index, step in enumerate(trajectory.steps):
                 if step.score:
                     prefix = replace(trajectory, steps=trajectory.steps[: index + 1])
-                    full = render(self.params, prefix, tokenizer=self.tokenizer)
+                    full = self.render_input(prefix)
                     rendered.append(
                         replace(full, marker_ends=full.marker_ends[-1:], keys=(step.key,))
                     )
@@ -395,6 +400,18 @@ class StepTagScorer(_MarkerScorer):
         ]
 
 
+class ChatTurnScorer(StepTagScorer):
+    """RLHFlow style (Llama3.1-8B-PRM-Mistral-Data): each step is a user turn of a chat,
+    each assistant turn is "+", and a step's score is the softmax over the "+" and "-"
+    logits at the token that predicts its answer. A causal model reads every step of a
+    trajectory in one pass, each score seeing only the turns up to its own."""
+
+    kind = CHAT_TURN_LM
+
+    def render_input(self, trajectory: TrajectoryInput) -> Rendered:
+        return render_turns(self.params, trajectory, tokenizer=self.tokenizer)
+
+
 class SequenceClassifierScorer(_TransformersScorer):
     """An outcome or reward model applied to each prefix: sigmoid of one logit, or the
     positive class of several."""
@@ -469,6 +486,8 @@ def scorer_build(spec: ScorerSpec) -> StepScorer:
         return TokenClassificationScorer(spec)
     if spec.kind == STEP_TAG_LM:
         return StepTagScorer(spec)
+    if spec.kind == CHAT_TURN_LM:
+        return ChatTurnScorer(spec)
     if spec.kind == SEQUENCE_CLASSIFIER:
         return SequenceClassifierScorer(spec)
     if spec.kind == TRAINED_HEAD:

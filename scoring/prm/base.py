@@ -14,12 +14,14 @@ from typing import Any
 
 TOKEN_CLASSIFICATION = "token-classification"
 STEP_TAG_LM = "step-tag-lm"
+# RLHFlow style: each step a user chat turn, answered "+" or "-" by the model.
+CHAT_TURN_LM = "chat-turn-lm"
 SEQUENCE_CLASSIFIER = "sequence-classifier"
 TRAINED_HEAD = "trained-head"
 # Scores computed elsewhere and imported; there is no model to run.
 EXTERNAL = "external"
 
-MODEL_KINDS = (TOKEN_CLASSIFICATION, STEP_TAG_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD)
+MODEL_KINDS = (TOKEN_CLASSIFICATION, STEP_TAG_LM, CHAT_TURN_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD)
 KINDS = (*MODEL_KINDS, EXTERNAL)
 
 # The encoder the trained head uses when none is named: the offline PyPI package.
@@ -89,6 +91,14 @@ class ScorerParams:
 _KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     TOKEN_CLASSIFICATION: {"separator": "<extra_0>", "positive_index": 1},
     STEP_TAG_LM: {"separator": " ки", "step_join": "\n"},
+    # RLHFlow/Llama3.1-8B-PRM-*: the first user turn is "task step", every assistant turn
+    # is "+", and the score is read at the token before it (the one that predicts it).
+    CHAT_TURN_LM: {
+        "prompt_format": "chat",
+        "task_format": "{task} ",
+        "separator": "+",
+        "read_offset": -1,
+    },
     SEQUENCE_CLASSIFIER: {"positive_index": 1, "context": "prefix"},
     # The step alone: on ProcessBench GSM8K a frozen encoder's mean-pooled embedding of the
     # step scored higher (held-out AUROC 0.62) than with the previous step (0.59) or the

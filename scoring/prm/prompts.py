@@ -94,6 +94,61 @@ def render(
     return _shifted(steps, text, start)
 
 
+def render_turns(
+    params: ScorerParams, trajectory: TrajectoryInput, *, tokenizer: ChatTemplating
+) -> Rendered:
+    """RLHFlow-style PRM input: each labelable step is a user turn (the unlabelable steps
+    before it joined in front of it, the task in front of the first) answered by the
+    assistant with ``params.separator`` ("+"); its score is read where the model predicts
+    that answer. Steps after the last labelable one add nothing a score could read.
+
+    The marker of turn k is found in the chat of turns 0..k alone, which must be the start
+    of the whole chat: then no later turn can move it, and an answer-like "+" inside a
+    step's own text is never taken for the marker."""
+    messages: list[dict[str, str]] = []
+    if params.system_prompt:
+        messages.append({"role": "system", "content": params.system_prompt})
+    head = params.task_format.format_map(_Fields(task=trajectory.task))
+    pending: list[str] = []
+    keys: list[int] = []
+    prefixes: list[str] = []
+    for index, step in enumerate(trajectory.steps):
+        pending.append(_step_text(params, step, index))
+        if not step.labelable:
+            continue
+        content = params.step_join.join(pending)
+        pending = []
+        messages.append({"role": "user", "content": content if keys else head + content})
+        messages.append({"role": "assistant", "content": params.separator})
+        keys.append(step.key)
+        prefixes.append(_chat_text(tokenizer, messages))
+    if not keys:
+        return Rendered("", (), ())
+    text = prefixes[-1]
+    ends: list[int] = []
+    previous = 0
+    for prefix in prefixes:
+        answer = prefix.rfind(params.separator)
+        if not text.startswith(prefix) or answer < previous:
+            raise ScorerError(
+                "the chat template renders earlier turns differently as the chat grows;"
+                " cannot place the step answers"
+            )
+        ends.append(answer + len(params.separator))
+        previous = len(prefix)
+    return Rendered(text, tuple(ends), tuple(keys))
+
+
+def _chat_text(tokenizer: ChatTemplating, messages: list[dict[str, str]]) -> str:
+    try:
+        text = tokenizer.apply_chat_template(messages, tokenize=False)
+    except Exception as error:  # jinja errors, a tokenizer without a template
+        raise ScorerError(f"chat template failed: {error}") from error
+    if not isinstance(text, str):
+        raise ScorerError("chat template did not render to text")
+    return text
+
+
 def _shifted(steps: Rendered, text: str, offset: int) -> Rendered:
     return Rendered(text, tuple(end + offset for end in steps.marker_ends), steps.keys)
 

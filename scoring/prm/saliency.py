@@ -131,7 +131,10 @@ def token_saliency(
     marked = not isinstance(scorer, SequenceClassifierScorer)
     if marked and not step.labelable:
         raise ScorerError("only labelable steps carry a marker to read the score at")
-    rendered = render(scorer.params, trajectory, tokenizer=tokenizer, mark=marked)
+    if isinstance(scorer, (TokenClassificationScorer, StepTagScorer)):
+        rendered = scorer.render_input(trajectory)  # a chat of turns for chat-turn-lm
+    else:
+        rendered = render(scorer.params, trajectory, tokenizer=tokenizer, mark=marked)
     limit = rendered.marker_ends[-1] if marked else len(rendered.text)
     span_start, span_end = _step_span(rendered.text, step.text, limit)
     encoded = tokenizer(

@@ -4,6 +4,7 @@ directory and loaded back through the real loading code.
 
     path = save_token_classifier(tmp / "prm")          # Qwen2-style, <extra_0> separator
     path = save_step_tag_lm(tmp / "shepherd")          # Llama-style causal LM, ки + -
+    path = save_chat_turn_lm(tmp / "rlhflow")          # Llama-3-style chat template, + -
     path = save_sequence_classifier(tmp / "orm")       # Qwen2-style, one logit
     path = save_encoder(tmp / "encoder")               # BERT-style, for the trained head
 """
@@ -35,6 +36,13 @@ CHAT_TEMPLATE = (
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# The Llama 3 chat format (each message trimmed, the BOS first), as RLHFlow's PRMs use it.
+LLAMA3_SPECIALS = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
+LLAMA3_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}<|start_header_id|>{{ message['role'] }}"
+    "<|end_header_id|>\n\n{{ message['content'] | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)
 CORPUS = (
     "Step 1: Janet has 16 eggs and eats 3 for breakfast, so 16 - 3 = 13 eggs remain.",
     "Step 2: She bakes muffins with 4, leaving 13 - 4 = 9 eggs to sell at $2 each.",
@@ -51,12 +59,16 @@ def build_tokenizer(
     corpus: Iterable[str] = CORPUS,
     vocab_size: int = 400,
     bert_style: bool = False,
+    llama3_chat: bool = False,
 ) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer trained in code on ``corpus`` (any text tokenizes, no
     unknown tokens), with the PRM marker tokens: ``<extra_0>`` as a special token, and
-    ``ки``, ``+``, ``-`` as ordinary tokens."""
+    ``ки``, ``+``, ``-`` as ordinary tokens. ``llama3_chat``: Llama 3's chat tokens and
+    template instead of ChatML's."""
     if bert_style:
         specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"]
+    elif llama3_chat:
+        specials = ["<|endoftext|>", "<pad>", *LLAMA3_SPECIALS]
     else:
         specials = ["<|endoftext|>", "<pad>", "<|im_start|>", "<|im_end|>"]
     tokenizer = Tokenizer(models.BPE())
@@ -79,12 +91,20 @@ def build_tokenizer(
             "cls_token": "[CLS]",
             "sep_token": "[SEP]",
         }
+    elif llama3_chat:
+        wrapped = {
+            "bos_token": "<|begin_of_text|>",
+            "eos_token": "<|eot_id|>",
+            "pad_token": "<pad>",
+        }
     else:
         wrapped = {"eos_token": "<|endoftext|>", "pad_token": "<pad>"}
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer, additional_special_tokens=[SEPARATOR], **wrapped
     )
-    if not bert_style:
+    if llama3_chat:
+        fast.chat_template = LLAMA3_CHAT_TEMPLATE
+    elif not bert_style:
         fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -136,6 +156,14 @@ def save_step_tag_lm(
     torch.manual_seed(seed)
     config = _decoder_config(LlamaConfig, tokenizer, layers, hidden)
     return _save(LlamaForCausalLM(config), tokenizer, path)
+
+
+def save_chat_turn_lm(path: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
+    """A Llama-style causal LM with Llama 3's chat template, as RLHFlow's
+    Llama3.1-8B-PRM-Mistral-Data: steps as user turns, "+" / "-" as the answers."""
+    return save_step_tag_lm(
+        path, layers=layers, hidden=hidden, seed=seed, tokenizer=build_tokenizer(llama3_chat=True)
+    )
 
 
 def save_sequence_classifier(

@@ -25,6 +25,7 @@ from trajectories.models import Project
 class TinyModels:
     token_classifier: Path
     step_tag_lm: Path
+    chat_turn_lm: Path
     sequence_classifier: Path
     encoder: Path
 
@@ -37,6 +38,7 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> TinyModels:
     return TinyModels(
         token_classifier=tiny.save_token_classifier(root / "token-classifier"),
         step_tag_lm=tiny.save_step_tag_lm(root / "step-tag-lm"),
+        chat_turn_lm=tiny.save_chat_turn_lm(root / "chat-turn-lm"),
         sequence_classifier=tiny.save_sequence_classifier(root / "sequence-classifier"),
         encoder=tiny.save_encoder(root / "encoder"),
     )
@@ -56,6 +58,7 @@ def make_scorer(tiny_models: TinyModels) -> Callable[..., Scorer]:
     paths = {
         Scorer.Kind.TOKEN_CLASSIFICATION: tiny_models.token_classifier,
         Scorer.Kind.STEP_TAG_LM: tiny_models.step_tag_lm,
+        Scorer.Kind.CHAT_TURN_LM: tiny_models.chat_turn_lm,
         Scorer.Kind.SEQUENCE_CLASSIFIER: tiny_models.sequence_classifier,
     }
 

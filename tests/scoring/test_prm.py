@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from scoring.prm import (
+    CHAT_TURN_LM,
     SEQUENCE_CLASSIFIER,
     STEP_TAG_LM,
     TOKEN_CLASSIFICATION,
@@ -72,6 +73,7 @@ def model_path(models: TinyModels, kind: str) -> Path:
     return {
         TOKEN_CLASSIFICATION: models.token_classifier,
         STEP_TAG_LM: models.step_tag_lm,
+        CHAT_TURN_LM: models.chat_turn_lm,
         SEQUENCE_CLASSIFIER: models.sequence_classifier,
         TRAINED_HEAD: models.encoder,
     }[kind]
@@ -96,7 +98,7 @@ def by_key(results: list[Any]) -> dict[int, float]:
     return {r.key: r.value for r in results}
 
 
-ALL_KINDS = [TOKEN_CLASSIFICATION, STEP_TAG_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD]
+ALL_KINDS = [TOKEN_CLASSIFICATION, STEP_TAG_LM, CHAT_TURN_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD]
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
@@ -222,6 +224,62 @@ def test_step_tag_scores_match_the_full_lm_softmax(tiny_models: TinyModels) -> N
     ]
     got = [r.value for r in scorer.forward([sequence])]
     assert got == pytest.approx(expected, abs=1e-5)
+
+
+def rlhflow_reference(scorer: StepScorer, item: TrajectoryInput) -> dict[int, float]:
+    """Scores as RLHFlow's own evaluation code computes them for Llama3.1-8B-PRM-*: one
+    chat per step (the task and first step as the first user turn, every step a user turn
+    answered "+"), tokenized by the chat template, the "+" / "-" logits at position -3."""
+    tokenizer: Any = scorer.tokenizer  # type: ignore[attr-defined]
+    model: Any = scorer.model  # type: ignore[attr-defined]
+    candidates = [tokenizer.encode("+")[-1], tokenizer.encode("-")[-1]]
+    conversation: list[dict[str, str]] = []
+    scores = {}
+    for k, step in enumerate(s for s in item.steps if s.labelable):
+        text = f"{item.task} {step.text}" if k == 0 else step.text
+        conversation.append({"content": text, "role": "user"})
+        conversation.append({"content": "+", "role": "assistant"})
+        input_ids = tokenizer.apply_chat_template(conversation, return_tensors="pt")
+        if not isinstance(input_ids, torch.Tensor):  # newer transformers: a BatchEncoding
+            input_ids = input_ids["input_ids"]
+        with torch.inference_mode():
+            logits = model(input_ids).logits[:, -3, candidates]
+        scores[step.key] = float(logits.softmax(dim=-1)[0, 0])
+    return scores
+
+
+def test_chat_turn_scores_match_rlhflow_one_chat_per_step(tiny_models: TinyModels) -> None:
+    """The RLHFlow PRM read in one pass per trajectory gives, for each step, the score
+    of a chat that ends at that step: so it sees no later step."""
+    scorer = build(tiny_models, CHAT_TURN_LM)
+    assert scorer.whole_trajectory  # type: ignore[attr-defined]
+    # The last step ends in "+" itself: still one answer per step, read where it belongs.
+    texts = [*STEPS[:1], *STEPS[2:], "Done, 18 +"]
+    item = TrajectoryInput(
+        7, "How much?", tuple(StepInput(700 + i, t) for i, t in enumerate(texts))
+    )
+    got = by_key(scorer.score([item]))
+    assert sorted(got) == [s.key for s in item.steps]
+    assert got == pytest.approx(rlhflow_reference(scorer, item), abs=1e-5)
+    assert len({round(v, 6) for v in got.values()}) == len(got)
+
+
+def test_chat_turns_read_before_each_answer(tiny_models: TinyModels) -> None:
+    scorer = build(tiny_models, CHAT_TURN_LM)
+    tokenizer: Any = scorer.tokenizer  # type: ignore[attr-defined]
+    plus = tokenizer.convert_tokens_to_ids("+")
+    (sequence,) = scorer.encode([trajectory()])
+    # One read per labelable step, each at the token right before an assistant "+".
+    assert len(sequence.reads) == 4
+    answers = [i for i in range(1, len(sequence.ids)) if sequence.ids[i] == plus]
+    later = [r.position + 1 for r in sequence.reads[:-1]]
+    assert set(later) <= set(answers)
+    # The sequence stops where the last step's answer would be predicted.
+    assert sequence.reads[-1].position == len(sequence.ids) - 1
+    text = tokenizer.decode(sequence.ids)
+    # The tool output (not labelable) opens the next step's user turn, never a turn alone.
+    assert text.count("<|start_header_id|>user") == 4
+    assert "Tool result: 13\n\nShe bakes" in text
 
 
 def test_chat_format_places_markers_inside_the_template(tiny_models: TinyModels) -> None:
