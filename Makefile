@@ -63,6 +63,7 @@ bench: migrate
 	$(PY) bench/label_load.py
 	$(PY) bench/scoring.py
 	$(PY) bench/compare.py
+	$(PY) bench/export.py
 
 clean: stop
 	rm -rf .stepscope staticfiles

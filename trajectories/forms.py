@@ -102,7 +102,7 @@ class ExportForm(forms.Form):
         max_length=200,
         initial="human:majority",
         help_text="human:<user>, human:majority, human:adjudicated, import:<source>,"
-        " model:<scorer>, consensus",
+        " model:<scorer>, consensus, mc[:<policy>][:hard|:soft]",
     )
     neutral = forms.ChoiceField(
         choices=[
@@ -118,6 +118,12 @@ class ExportForm(forms.Form):
     split = forms.CharField(required=False, max_length=200, help_text="e.g. train=0.9,test=0.1")
     seed = forms.IntegerField(initial=0, required=False)
     scorer = forms.CharField(required=False, max_length=100, help_text="Scores to include.")
+    credit_run = forms.IntegerField(
+        required=False,
+        min_value=1,
+        label="Credit run",
+        help_text="A finished attribution run whose credits go in the rl credit column.",
+    )
     threshold = forms.FloatField(initial=0.5, min_value=0.0, max_value=1.0, required=False)
     container = forms.ChoiceField(
         required=False,

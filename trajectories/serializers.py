@@ -97,4 +97,5 @@ class ExportRequestSerializer(serializers.Serializer[dict[str, object]]):
     compress = serializers.BooleanField(required=False, default=False)
     threshold = serializers.FloatField(required=False, default=0.5, min_value=0, max_value=1)
     scorer = serializers.CharField(required=False, default="", allow_blank=True)
+    credit_run = serializers.IntegerField(required=False, default=None, allow_null=True)
     options = serializers.DictField(required=False, default=dict)

@@ -218,6 +218,7 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                     compress=data["compress"],
                     threshold=data["threshold"] if data["threshold"] is not None else 0.5,
                     scorer=data["scorer"],
+                    credit_run=data["credit_run"],
                 )
             except ValueError as error:
                 form.add_error(None, str(error))

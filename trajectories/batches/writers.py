@@ -231,10 +231,15 @@ class ParquetRecordWriter(_AtomicFile):
 
     def _flush(self) -> None:
         if self._rows and self._writer is not None:
-            table = pa.Table.from_pylist(self._rows, schema=self.schema)
-            self._writer.write_table(table, row_group_size=self.row_group_size)
-            self._rows.clear()
-            self._buffered = 0
+            self._writer.write_table(self._table(), row_group_size=self.row_group_size)
+
+    def _table(self) -> pa.Table:
+        """The buffered rows as a table (and the buffer emptied). Built column by column:
+        several times faster than ``Table.from_pylist`` on the same rows."""
+        rows, self._rows = self._rows, []
+        self._buffered = 0
+        columns = {name: [row[name] for row in rows] for name in self._columns}
+        return pa.Table.from_pydict(columns, schema=self.schema)
 
     def _close(self) -> None:
         writer, self._writer = self._writer, None
@@ -242,22 +247,45 @@ class ParquetRecordWriter(_AtomicFile):
             return
         try:
             if self._rows:
-                table = pa.Table.from_pylist(self._rows, schema=self.schema)
-                self._rows.clear()
-                writer.write_table(table, row_group_size=self.row_group_size)
+                writer.write_table(self._table(), row_group_size=self.row_group_size)
         finally:
             writer.close()
 
 
+_SCALARS = (int, float, bool, type(None))
+
+
 def _approximate_size(value: Any) -> int:
-    """Characters of text in ``value``, plus 8 per scalar: enough to bound a row group."""
-    if isinstance(value, str | bytes):
+    """Characters of text in ``value``, plus 8 per scalar: enough to bound a row group.
+    (Called on every row: exact type checks first, the abstract ones only for the rest.)"""
+    kind = type(value)
+    if kind is str:
         return len(value)
-    if isinstance(value, Mapping):
-        return sum(_approximate_size(item) for item in value.values())
-    if isinstance(value, list | tuple):
-        return sum(_approximate_size(item) for item in value)
-    return 8
+    if kind in _SCALARS:
+        return 8
+    items: Iterable[Any]
+    if kind is dict:
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    elif isinstance(value, Mapping):
+        items = value.values()
+    elif isinstance(value, list | tuple):
+        items = value
+    elif isinstance(value, str | bytes):
+        return len(value)
+    else:
+        return 8
+    size = 0
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            size += len(item)
+        elif kind in _SCALARS:
+            size += 8
+        else:
+            size += _approximate_size(item)
+    return size
 
 
 def open_writer(

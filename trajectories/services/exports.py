@@ -21,11 +21,12 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import MD5
 from django.utils import timezone
 
 from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
+from scoring.models import AttributionRun
 from trajectories import selectors
 from trajectories.batches import (
     ExportOptions,
@@ -59,6 +60,7 @@ class ExportRequest:
     split: str = ""
     seed: int = 0
     scorer: str = ""  # a scorer whose step scores go along (dpo by score, rl rewards)
+    credit_run: int | None = None  # an attribution run whose credits go along (rl, dpo)
 
 
 class ExportCancelled(Exception):
@@ -78,6 +80,7 @@ def export_request_build(
     compress: bool = False,
     threshold: float = 0.5,
     scorer: str = "",
+    credit_run: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> ExportRequest:
     """Check every parameter before anything is queued; ValueError says what is wrong."""
@@ -98,6 +101,10 @@ def export_request_build(
         raise ValueError(f"{format} can be written as {allowed}, not {container}")
     if scorer:
         scorer_id_for(project, scorer)
+    if credit_run is not None:
+        _credit_run_for(project, credit_run)
+    elif export_options.pair_value == "credit" and format == "dpo":
+        raise ValueError("dpo pairs by credit need an attribution run (--credit-run)")
     label_source_sql(project, source)  # names a missing annotator's scorer now, not later
     return ExportRequest(
         format=format,
@@ -110,7 +117,22 @@ def export_request_build(
         split=split,
         seed=seed,
         scorer=scorer,
+        credit_run=credit_run,
     )
+
+
+def _credit_run_for(project: Project, run_id: int) -> AttributionRun:
+    """A finished attribution run of ``project`` that credits steps; ValueError otherwise."""
+    run = AttributionRun.objects.filter(project=project, pk=run_id).first()
+    if run is None:
+        raise ValueError(f"no attribution run {run_id} in project {project.slug!r}")
+    if run.method == AttributionRun.Method.TOKEN_SALIENCY:
+        raise ValueError(f"attribution run {run_id} is token saliency; it credits no steps")
+    if run.status != AttributionRun.Status.DONE:
+        raise ValueError(
+            f"attribution run {run_id} is {run.status}; only a finished run's credits export"
+        )
+    return run
 
 
 def export_write(
@@ -145,6 +167,7 @@ def export_write(
         label_source=str(request.labels),
         schema_revision=_schema_revision(project),
         scorer_revisions=_scorer_revisions(project, request),
+        attribution_revisions=_attribution_revisions(project, request),
     )
     write_manifest(out_dir, manifest)
     return manifest
@@ -156,16 +179,24 @@ def export_trajectories(
     """The selected trajectories in task order (task key, then task text, then id), each
     with its steps, resolved labels and, when asked for, scores and corrections.
 
-    Must run inside a transaction: the resolved labels go into a temporary table (indexed
-    and analysed, so every chunk's join is an index lookup whatever the tables' statistics
-    say), then steps are read a chunk of trajectories at a time by trajectory id.
+    Must run inside a transaction: the resolved labels go into a temporary table (one
+    label per step, indexed), then steps are read a chunk of trajectories at a time by
+    trajectory id, each step's label, score and credit by an index lookup.
     """
     order = _ordered_ids(project, request)
     table = f"export_labels_{uuid.uuid4().hex[:12]}"
     labels_sql, labels_params = label_source_sql(project, request.labels)
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {labels_sql}", labels_params)
-        cursor.execute(f"CREATE INDEX ON {table} (step_id)")
+        try:
+            with transaction.atomic():
+                cursor.execute(f"CREATE UNIQUE INDEX ON {table} (step_id)")
+        except IntegrityError as error:
+            detail = getattr(error.__cause__, "diag", None)
+            raise ValueError(
+                f"label source {request.labels} gives some step more than one label"
+                f" ({detail.message_detail if detail else error}); name one schema's labels"
+            ) from None
         cursor.execute(f"ANALYZE {table}")
     try:
         steps_sql, extra_params = _steps_sql(project, request, table)
@@ -206,14 +237,15 @@ def _chunk(
     for row in rows:
         (
             trajectory_id, index, kind, role, agent, content, tool_name, tool_args,
-            step_metadata, labelable, prefix_hash, label, score, correction, by_annotator,
+            step_metadata, labelable, prefix_hash, label, score, credit, correction,
+            by_annotator,
         ) = row  # fmt: skip
         steps[trajectory_id].append(
             ExportStep(
                 index=index, kind=kind, role=role, content=content, labelable=labelable,
                 prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
                 tool_args=_json(tool_args), metadata=_json(step_metadata) or {}, label=label,
-                score=score, correction=correction or None,
+                score=score, credit=credit, correction=correction or None,
             )
         )  # fmt: skip
         annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
@@ -238,7 +270,10 @@ def _chunk(
 
 
 def _json(value: Any) -> Any:
-    """Django sets psycopg to hand JSON columns over as text; decode them here."""
+    """Django sets psycopg to hand JSON columns over as text; decode them here. (Most
+    step metadata is empty: that case skips the decoder.)"""
+    if value == "{}":
+        return {}
     return json.loads(value) if isinstance(value, str) else value
 
 
@@ -259,14 +294,25 @@ def _steps_sql(
     project: Project, request: ExportRequest, labels_table: str
 ) -> tuple[str, list[Any]]:
     """Steps of a chunk of trajectories (the last parameter, an id array) in order, with
-    the resolved label, the chosen scorer's score, a correction and per-annotator labels
-    when the format uses them."""
-    score_join, params = "", []
-    score = "NULL::float"
+    the resolved label, the chosen scorer's score, the chosen attribution run's credit, a
+    correction and per-annotator labels when the format uses them."""
+    # Each per-step value is a correlated subquery over a unique key: an index lookup per
+    # step whatever the tables' statistics say. (As joins, the planner chose to scan the
+    # whole label and credit tables for every chunk: quadratic in the export's size.)
+    params: list[Any] = []
+    score = credit = "NULL::float"
     if request.scorer:
-        score_join = "LEFT JOIN scoring_stepscore sc ON sc.step_id = s.id AND sc.scorer_id = %s"
-        params = [scorer_id_for(project, request.scorer)]
-        score = "sc.value"
+        score = (
+            "(SELECT sc.value FROM scoring_stepscore sc"
+            " WHERE sc.step_id = s.id AND sc.scorer_id = %s)"
+        )
+        params.append(scorer_id_for(project, request.scorer))
+    if request.credit_run is not None:
+        credit = (
+            "(SELECT cr.value FROM scoring_stepcredit cr"
+            " WHERE cr.step_id = s.id AND cr.run_id = %s)"
+        )
+        params.append(request.credit_run)
     wants_corrections = request.format == "dpo" and request.options.corrections
     correction = (
         "(SELECT c.correction FROM ("
@@ -288,11 +334,10 @@ def _steps_sql(
     )
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
-        " s.tool_args, s.metadata, s.labelable, s.prefix_hash, ref.value,"
-        f" {score}, {correction}, {annotators}"
+        " s.tool_args, s.metadata, s.labelable, s.prefix_hash,"
+        f" (SELECT ref.value FROM {labels_table} ref WHERE ref.step_id = s.id),"
+        f" {score}, {credit}, {correction}, {annotators}"
         " FROM trajectories_step s"
-        f" LEFT JOIN {labels_table} ref ON ref.step_id = s.id"
-        f" {score_join}"
         " WHERE s.trajectory_id = ANY(%s)"
         " ORDER BY s.trajectory_id, s.index"
     )
@@ -317,6 +362,22 @@ def _scorer_revisions(project: Project, request: ExportRequest) -> dict[str, Any
         scorer = Scorer.objects.get(pk=scorer_id_for(project, name))
         revisions[name] = {"kind": scorer.kind, "revision": scorer.revision}
     return revisions
+
+
+def _attribution_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
+    if request.credit_run is None:
+        return {}
+    run = _credit_run_for(project, request.credit_run)
+    return {
+        str(run.pk): {
+            "method": run.method,
+            "parameters": run.parameters,
+            "scorer": run.scorer.name if run.scorer else None,
+            "scorer_revision": run.scorer_revision,
+            "label_source": run.label_source,
+            "key": run.key,
+        }
+    }
 
 
 # --- Export jobs (the page and the API) ------------------------------------------------
@@ -406,6 +467,7 @@ def _request_json(request: ExportRequest) -> dict[str, Any]:
             "scorer": request.labels.scorer,
         },
         "scorer": request.scorer,
+        "credit_run": request.credit_run,
     }
 
 
@@ -429,6 +491,7 @@ def _request_from_job(job: ExportJob) -> ExportRequest:
         split=job.split,
         seed=job.seed,
         scorer=stored.get("scorer", ""),
+        credit_run=stored.get("credit_run"),
     )
 
 

@@ -1,8 +1,9 @@
 """python manage.py export --project SLUG --format FORMAT --labels SOURCE --neutral MAP
---out DIR [--selection NAME] [--split train=0.9,test=0.1 --seed S] [...]"""
+--out DIR [--selection NAME] [--split train=0.9,test=0.1 --seed S] [--credit-run ID] [...]"""
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ class Command(BaseCommand):
             "--labels",
             required=True,
             help="human:<user>, human:majority, human:adjudicated, import:<source>,"
-            " model:<scorer>, consensus",
+            " model:<scorer>, consensus, mc[:<policy>][:hard|:soft]",
         )
         parser.add_argument(
             "--neutral",
@@ -43,9 +44,24 @@ class Command(BaseCommand):
         parser.add_argument("--compress", action="store_true", help="gzip JSON output")
         parser.add_argument("--threshold", type=float, default=0.5, help="for model labels")
         parser.add_argument("--scorer", default="", help="scorer for scores / consensus")
+        parser.add_argument(
+            "--credit-run",
+            type=int,
+            default=None,
+            metavar="ID",
+            help="a finished attribution run whose credits fill rl's credit column"
+            " (and dpo --pair-value credit)",
+        )
         parser.add_argument("--min-margin", type=float, default=None, help="dpo pairs")
         parser.add_argument("--pair-value", choices=["label", "score", "credit"], default=None)
         parser.add_argument("--sft", choices=["success", "before_first_error"], default=None)
+        parser.add_argument(
+            "--stop-at-first-error",
+            action=argparse.BooleanOptionalAction,
+            default=None,
+            help="trl-stepwise and prm800k: end each trajectory's steps at its first error"
+            " (the default)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = Project.objects.filter(slug=options["project"]).first()
@@ -57,6 +73,7 @@ class Command(BaseCommand):
                 ("min_margin", "min_margin"),
                 ("pair_value", "pair_value"),
                 ("sft", "sft"),
+                ("stop_at_first_error", "stop_at_first_error"),
             )
             if options[name] is not None
         }
@@ -73,6 +90,7 @@ class Command(BaseCommand):
                 compress=options["compress"],
                 threshold=options["threshold"],
                 scorer=options["scorer"],
+                credit_run=options["credit_run"],
                 options=extra,
             )
             manifest = export_write(project=project, request=request, out_dir=options["out"])

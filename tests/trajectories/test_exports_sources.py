@@ -1,0 +1,164 @@
+"""Exports that draw on other apps' results: credits from an attribution run in ``rl``
+rows, and Monte Carlo labels (``--labels mc...``) from rollouts' step values."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from rollouts.models import Policy, StepMC
+from scoring import services as scoring
+from scoring.models import AttributionRun, StepCredit
+from trajectories import synthetic
+from trajectories.models import Project, Step
+from trajectories.services import project_create, trajectory_import
+
+
+def export(*args: str) -> dict[str, Any]:
+    out = StringIO()
+    call_command("export", *args, stdout=out)
+    return json.loads(out.getvalue().strip().splitlines()[-1])
+
+
+def rollouts_project(tmp_path: Path, slug: str = "arith") -> Project:
+    """Two tasks of three arithmetic rollouts each, four steps a rollout."""
+    project = project_create(slug=slug, name=slug)
+    path = tmp_path / f"{slug}.jsonl"
+    records = synthetic.rollouts(tasks=2, rollouts_per_task=3, steps_per_task=3, seed=3)
+    synthetic.write_jsonl(path, records)
+    trajectory_import(project=project, source_format="stepscope", path=path)
+    return project
+
+
+def finished_run(project: Project) -> AttributionRun:
+    """A group-relative run through the attribution services, in this process (its
+    Celery tasks are enqueued on commit, which a test transaction never reaches)."""
+    run = scoring.attribution_run_start(project=project, method="group-relative")
+    scoring.attribution_run_plan(run_id=run.pk)
+    for chunk_id in run.chunks.values_list("pk", flat=True):
+        scoring.attribution_chunk_run(chunk_id=chunk_id)
+    run.refresh_from_db()
+    assert run.status == AttributionRun.Status.DONE, run.error
+    return run
+
+
+@pytest.mark.django_db
+def test_rl_rows_carry_the_chosen_runs_credits(tmp_path: Path) -> None:
+    project = rollouts_project(tmp_path)
+    run = finished_run(project)
+    export(
+        "--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
+        "--neutral", "keep", "--credit-run", str(run.pk), "--out", str(tmp_path / "out"),
+    )  # fmt: skip
+    rows = pq.read_table(tmp_path / "out" / "rl.parquet").to_pylist()
+    expected = {
+        (trajectory_id, index): value
+        for trajectory_id, index, value in StepCredit.objects.filter(run=run).values_list(
+            "step__trajectory_id", "step__index", "value"
+        )
+    }
+    assert len(rows) == Step.objects.filter(trajectory__project=project).count() == 24
+    assert {(r["trajectory_id"], r["step_index"]): r["credit"] for r in rows} == expected
+    # Group-relative credit differs between a task's successes and failures.
+    assert len({r["credit"] for r in rows}) > 1
+
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["revisions"]["attribution"] == {
+        str(run.pk): {
+            "method": "group-relative",
+            "parameters": run.parameters,
+            "scorer": None,
+            "scorer_revision": "",
+            "label_source": "",
+            "key": run.key,
+        }
+    }
+
+
+@pytest.mark.django_db
+def test_rl_credit_is_null_without_a_credit_run(tmp_path: Path) -> None:
+    rollouts_project(tmp_path)
+    export("--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
+           "--neutral", "keep", "--out", str(tmp_path))  # fmt: skip
+    rows = pq.read_table(tmp_path / "rl.parquet").to_pylist()
+    assert {r["credit"] for r in rows} == {None}
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["revisions"]["attribution"] == {}
+
+
+@pytest.mark.django_db
+def test_a_credit_run_must_be_a_finished_run_of_the_project(tmp_path: Path) -> None:
+    project = rollouts_project(tmp_path)
+    other = rollouts_project(tmp_path, slug="other")
+    foreign = finished_run(other)
+    base = ["--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
+            "--neutral", "keep", "--out", str(tmp_path / "x")]  # fmt: skip
+    with pytest.raises(CommandError, match=f"no attribution run {foreign.pk} in project 'arith'"):
+        call_command("export", *base, "--credit-run", str(foreign.pk))
+    queued = scoring.attribution_run_start(project=project, method="group-relative")
+    with pytest.raises(CommandError, match=f"attribution run {queued.pk} is queued"):
+        call_command("export", *base, "--credit-run", str(queued.pk))
+    with pytest.raises(CommandError, match="need an attribution run"):
+        call_command("export", *base[:3], "dpo", *base[4:], "--pair-value", "credit")
+    assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
+
+
+def mc_values(project: Project, policy: Policy, values: dict[int, tuple[int, int]]) -> None:
+    """StepMC rows as a rollout job writes them: ``{step index: (k, successes)}`` on the
+    first rollout's steps."""
+    first = project.trajectories.order_by("id").first()
+    assert first is not None
+    for step in first.steps.all():
+        if step.index in values:
+            k, successes = values[step.index]
+            StepMC.objects.create(
+                step=step, policy=policy, k=k, successes=successes,
+                soft=successes / k, hard=successes > 0,
+            )  # fmt: skip
+
+
+@pytest.mark.django_db
+def test_mc_labels_export_hard_soft_and_per_policy(tmp_path: Path) -> None:
+    project = rollouts_project(tmp_path)
+    greedy = Policy.objects.create(project=project, name="greedy", model_ref="tiny")
+    sampler = Policy.objects.create(project=project, name="sampler", model_ref="tiny")
+    # Step 3 (the answer) has no value: the records end before it.
+    mc_values(project, greedy, {0: (4, 4), 1: (4, 1), 2: (4, 0)})
+    mc_values(project, sampler, {0: (4, 0), 1: (4, 4), 2: (4, 4)})
+    first_task = project.trajectories.order_by("id").first().task  # type: ignore[union-attr]
+
+    def labels(source: str, *extra: str) -> list[bool]:
+        out = tmp_path / source.replace(":", "-")
+        summary = export(
+            "--project", "arith", "--format", "trl-stepwise", "--labels", source,
+            "--neutral", "drop", "--out", str(out), *extra,
+        )  # fmt: skip
+        assert summary["trajectories"] == 6
+        lines = (out / "trl-stepwise.jsonl").read_text().splitlines()
+        records = [json.loads(line) for line in lines]
+        # Only the first rollout has values; the other five have no labelled step.
+        (record,) = [r for r in records if r["prompt"] == first_task]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["label_source"] == f"mc:{source.removeprefix('mc').lstrip(':')}"
+        assert manifest["counts"]["notes"]["skipped_no_labelled_step"] == 5
+        return list(record["labels"])
+
+    # Hard: good when any continuation succeeded; the records stop at the first error.
+    assert labels("mc:greedy") == [True, True, False]
+    assert labels("mc:greedy:hard", "--no-stop-at-first-error") == [True, True, False]
+    # Soft: the success fraction against --threshold.
+    assert labels("mc:greedy:soft", "--threshold", "0.2") == [True, True, False]
+    assert labels("mc:greedy:soft", "--threshold", "0.5") == [True, False]
+    assert labels("mc:sampler") == [False]
+    assert labels("mc:sampler:soft", "--no-stop-at-first-error") == [False, True, True]
+    # Without a policy: each step's newest value, whichever policy gave it (the sampler's).
+    assert labels("mc", "--no-stop-at-first-error") == [False, True, True]
+    with pytest.raises(CommandError, match="no policy named 'nobody'"):
+        labels("mc:nobody")
