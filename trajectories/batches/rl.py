@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from trajectories.batches.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
+from trajectories.batches.inputs import ExportOptions, ExportTrajectory, TaskGroup
 from trajectories.batches.labels import map_label
 from trajectories.batches.text import chat_messages, step_text
 
@@ -28,19 +28,20 @@ def _finite(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def step_reward(step: ExportStep, options: ExportOptions) -> float | None:
-    if options.step_reward == "score":
-        return _finite(step.score)
-    label = map_label(step.label, options.neutral)
-    return None if label is None else float(label)
-
-
 def rl_step_rows(group: TaskGroup, options: ExportOptions, tally: Counter[str]) -> Iterator[Record]:
     """Every step of every trajectory, in order. ``task_key`` is the group key (the
     task key, or a hash of the task text when there is none) so rows of one task always
     share it; rewards and credits that are missing (or NaN) are null."""
+    by_score = options.step_reward == "score"
+    neutral = options.neutral
     for trajectory in group.trajectories:
+        outcome = _finite(trajectory.outcome_reward)
         for step in trajectory.steps:
+            if by_score:
+                reward = _finite(step.score)
+            else:
+                label = map_label(step.label, neutral)
+                reward = None if label is None else float(label)
             yield {
                 "trajectory_id": trajectory.id,
                 "external_id": trajectory.external_id,
@@ -50,9 +51,9 @@ def rl_step_rows(group: TaskGroup, options: ExportOptions, tally: Counter[str]) 
                 "kind": step.kind,
                 "labelable": step.labelable,
                 "step_text": step_text(step),
-                "step_reward": step_reward(step, options),
+                "step_reward": reward,
                 "credit": _finite(step.credit),
-                "outcome_reward": _finite(trajectory.outcome_reward),
+                "outcome_reward": outcome,
                 "success": trajectory.success,
             }
 

@@ -204,6 +204,7 @@ class ParquetRecordWriter(_AtomicFile):
         self.schema = schema
         self.row_group_size = row_group_size
         self._columns = list(schema.names)
+        self._column_set = set(self._columns)
         self._rows: list[Mapping[str, Any]] = []
         self._buffered = 0
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
@@ -217,9 +218,9 @@ class ParquetRecordWriter(_AtomicFile):
         )
 
     def write(self, record: Mapping[str, Any]) -> None:
-        # from_pylist ignores keys the schema lacks; a builder and its schema that drift
-        # apart must fail here rather than drop a column without a word.
-        if list(record) != self._columns:
+        # Columns are picked by name, so a key the schema lacks would be dropped without a
+        # word; a builder and its schema that drift apart must fail here instead.
+        if record.keys() != self._column_set:
             raise ValueError(
                 f"record keys {list(record)} do not match the schema's columns {self._columns}"
             )

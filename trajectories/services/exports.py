@@ -244,11 +244,13 @@ def _chunk(
             ExportStep(
                 index=index, kind=kind, role=role, content=content, labelable=labelable,
                 prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
-                tool_args=_json(tool_args), metadata=_json(step_metadata) or {}, label=label,
-                score=score, credit=credit, correction=correction or None,
+                tool_args=None if tool_args is None else _json(tool_args),
+                metadata=_json(step_metadata) or {}, label=label, score=score, credit=credit,
+                correction=correction or None,
             )
         )  # fmt: skip
-        annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
+        if lossless:
+            annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
     for trajectory_id in ids:
         (_, external_id, task, task_key, ground_truth, model_name, outcome_reward, success,
          metadata, source_format) = heads[trajectory_id]  # fmt: skip
