@@ -41,12 +41,48 @@ def _step_bytes(step: ParsedStep) -> bytes:
 
 
 def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
+    """The chained hash of each step; the same bytes as :func:`_step_bytes` hashes,
+    built faster.
+
+    A large import hashes every step, so this is written for speed: the short fields
+    that repeat from step to step (kind, role, agent; tool name when there are no
+    arguments) are encoded once and remembered, leaving one encode and one sha256 call
+    per step.
+    """
+    sha256 = hashlib.sha256
+    heads = _HEADS
     hashes = []
-    current = hashlib.sha256(b"task" + _field(task)).digest()
+    current = sha256(b"task" + _field(task)).digest()
     for step in steps:
-        current = hashlib.sha256(current + _step_bytes(step)).digest()
+        key = (step.kind, step.role, step.agent)
+        head = heads.get(key)
+        if head is None:
+            head = _field(step.kind) + _field(step.role) + _field(step.agent)
+            if len(heads) < _REMEMBERED:
+                heads[key] = head
+        content = step.content.encode()
+        if step.tool_args is None:
+            tail = _TOOLLESS.get(step.tool_name)
+            if tail is None:
+                tail = _field(step.tool_name) + _NO_ARGUMENTS
+                if len(_TOOLLESS) < _REMEMBERED:
+                    _TOOLLESS[step.tool_name] = tail
+        else:
+            arguments = _canonical(step.tool_args)
+            tail = _field(step.tool_name) + len(arguments).to_bytes(8, "big") + arguments
+        current = sha256(
+            b"".join((current, head, len(content).to_bytes(8, "big"), content, tail))
+        ).digest()
         hashes.append(current.hex())
     return hashes
+
+
+# Encoded (kind, role, agent) and argument-less tool names, bounded so that a file with
+# many distinct agents cannot grow them without end.
+_REMEMBERED = 4096
+_HEADS: dict[tuple[str, str, str], bytes] = {}
+_TOOLLESS: dict[str, bytes] = {}
+_NO_ARGUMENTS = (0).to_bytes(8, "big")
 
 
 def content_hash(

@@ -7,7 +7,10 @@ each row to the driver's per-value adapters, and lets JSON columns be serialised
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
+
+from trajectories.formats.base import ParsedStep
 
 NULL = "\\N"
 _ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
@@ -65,3 +68,51 @@ def field(value: Any) -> str:
 
 def row(values: tuple[Any, ...]) -> str:
     return "\t".join([field(v) for v in values]) + "\n"
+
+
+# The column order step_rows writes: the parts that repeat from step to step (kind, role,
+# agent, tool name, flags) sit together so they can be encoded once.
+STEP_COLUMNS = (
+    "id, trajectory_id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
+    " tool_args, metadata, content"
+)
+
+
+def step_rows(
+    trajectory_id: int, step_ids: Sequence[int], steps: Sequence[ParsedStep], hashes: Sequence[str]
+) -> str:
+    """One trajectory's rows for ``COPY trajectories_step (STEP_COLUMNS)``, as one string.
+
+    Steps are most of what an import writes, so this is the hot loop: the columns that
+    repeat (kind, role, agent, tool name, labelable) are escaped once and remembered,
+    and so are the empty-argument, empty-metadata cases. Raises ValueError for text
+    PostgreSQL cannot store.
+    """
+    rows = []
+    for index, step in enumerate(steps):
+        key = (step.kind, step.role, step.agent, step.tool_name, step.labelable)
+        middle = _MIDDLES.get(key)
+        if middle is None:
+            middle = "\t".join(
+                [text(step.kind), text(step.role), text(step.agent), text(step.tool_name)]
+            ) + ("\tt\t" if step.labelable else "\tf\t")
+            if len(_MIDDLES) < _REMEMBERED:
+                _MIDDLES[key] = middle
+        tool_args, metadata = step.tool_args, step.metadata
+        values = (
+            _NO_VALUES
+            if tool_args is None and not metadata
+            else f"{json_text(tool_args)}\t{json_text(metadata)}\t"
+        )
+        rows.append(
+            f"{step_ids[index]}\t{trajectory_id}\t{index}\t{hashes[index]}\t{middle}{values}"
+            f"{text(step.content)}\n"
+        )
+    return "".join(rows)
+
+
+# Escaped repeating columns, bounded so that a file with many distinct agents or tool
+# names cannot grow them without end.
+_REMEMBERED = 4096
+_MIDDLES: dict[tuple[str, str, str, str, bool], str] = {}
+_NO_VALUES = f"{NULL}\t{{}}\t"

@@ -155,9 +155,11 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
     steps: list[ParsedStep] = []
     labels: list[ParsedLabel] = []
     for index, raw_step in enumerate(raw_steps):
-        step, step_labels = _step(raw_step, index)
+        step = _plain_step(raw_step)
+        if step is None:
+            step, step_labels = _step(raw_step, index)
+            labels.extend(step_labels)
         steps.append(step)
-        labels.extend(step_labels)
 
     reward, success = _outcome(record)
     first_error_index = _optional(record, "first_error_index", int, None, nullable=True)
@@ -192,6 +194,46 @@ def _outcome(record: dict[str, Any]) -> tuple[float | None, bool | None]:
     reward = _optional(outcome, "reward", (int, float), None, "outcome", nullable=True)
     success = _optional(outcome, "success", bool, None, "outcome", nullable=True)
     return (None if reward is None else float(reward)), success
+
+
+def _plain_step(raw: Any) -> ParsedStep | None:
+    """The step, when it is a well-formed step without labels; otherwise None, and
+    :func:`_step` checks it field by field to name what is wrong.
+
+    Most steps of a large file are plain, and checking them with a few type tests
+    instead of one helper call per field makes parsing several times faster. It accepts
+    exactly what ``_step`` accepts (JSON decoding yields exact types, so ``type(x) is
+    str`` is ``isinstance``, and ``bool`` is told apart from ``int``).
+    """
+    if type(raw) is not dict or not raw.keys() <= _PLAIN_STEP_KEYS:
+        return None
+    get = raw.get
+    kind = get("kind", "message")
+    role = get("role", "assistant")
+    content = get("content")
+    agent = get("agent", "")
+    tool_name = get("tool_name", "")
+    metadata = get("metadata", {})
+    labels = get("labels", [])
+    labelable = get("labelable", role == "assistant")
+    if not (
+        type(kind) is str
+        and kind in _STEP_KIND_SET
+        and type(role) is str
+        and type(content) is str
+        and type(agent) is str
+        and type(tool_name) is str
+        and type(labelable) is bool
+        and type(metadata) is dict
+        and type(labels) is list
+        and not labels
+    ):
+        return None
+    return ParsedStep(kind, role, content, labelable, agent, tool_name, get("tool_args"), metadata)
+
+
+_PLAIN_STEP_KEYS = frozenset(STEP_KEYS)
+_STEP_KIND_SET = frozenset(STEP_KINDS)
 
 
 def _step(raw: Any, index: int) -> tuple[ParsedStep, list[ParsedLabel]]:

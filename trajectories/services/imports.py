@@ -3,12 +3,15 @@ with ``COPY`` in one all-or-nothing transaction."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import queue
 import shutil
 import tempfile
+import threading
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +25,22 @@ from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
 from stepscope.queueing import broker_require
 from trajectories import pgcopy
 from trajectories.formats import parser_for
-from trajectories.formats.base import FileError, ParsedTrajectory, Parser, RecordError
+from trajectories.formats.base import (
+    FileError,
+    ParsedTrajectory,
+    Parser,
+    ParseResult,
+    RecordError,
+)
 from trajectories.hashing import content_hash, prefix_hashes
 from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import imported_annotator
 
-# Trajectories written per COPY round trip; bounds memory for large files.
+# Trajectories and steps written per round of COPY statements; bounds memory for large
+# files while keeping the per-round queries few.
 IMPORT_CHUNK = 2000
+CHUNK_STEPS = 40_000
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
 
@@ -198,14 +209,19 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
             # must not interleave with another import of the same rows.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, batch.project_id])
-            schema = _default_schema(batch.project)
-            for chunk in _chunks(parser(path), IMPORT_CHUNK):
-                records = [r for r in chunk if isinstance(r, ParsedTrajectory)]
-                counts.errors.extend(r for r in chunk if isinstance(r, RecordError))
-                progress.report(len(chunk))
-                if counts.errors and not skip_invalid:
-                    continue  # keep parsing to report every error, write nothing more
-                _write_chunk(batch.project, batch, schema, batch.source_format, records, counts)
+            writer = _ChunkWriter(batch, _default_schema(batch.project), counts)
+            with _read_ahead(_hashed_chunks(parser(path), batch.source_format)) as chunks:
+                for chunk in chunks:
+                    progress.report(len(chunk))
+                    records = []
+                    for item in chunk:
+                        if isinstance(item, RecordError):
+                            counts.errors.append(item)
+                        else:
+                            records.append(item)
+                    if counts.errors and not skip_invalid:
+                        continue  # keep parsing to report every error, write nothing more
+                    writer.write(records)
             if counts.errors and not skip_invalid:
                 raise _Rollback
             _link_parents(batch.project_id, counts.children)
@@ -241,120 +257,252 @@ def _default_schema(project: Project) -> LabelSchema:
     return schema
 
 
-def _chunks(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
+@dataclasses.dataclass
+class _Hashed:
+    """A parsed trajectory with its content hash and the prefix hash of each step."""
+
+    record: ParsedTrajectory
+    digest: str
+    step_hashes: list[str]
+
+
+def _hashed_chunks(
+    results: Iterable[ParseResult], source_format: str
+) -> Iterator[list[_Hashed | RecordError]]:
+    """The parser's results, hashed, in chunks of at most IMPORT_CHUNK trajectories or
+    CHUNK_STEPS steps (whichever comes first), so memory stays bounded."""
+    chunk: list[_Hashed | RecordError] = []
+    steps = 0
+    for result in results:
+        if isinstance(result, RecordError):
+            chunk.append(result)
+        else:
+            try:
+                step_hashes = prefix_hashes(result.task, result.steps)
+                digest = content_hash(result, source_format, step_hashes=step_hashes)
+            except ValueError:  # a lone surrogate cannot be encoded, so cannot be stored
+                chunk.append(_unstorable(result))
+            else:
+                chunk.append(_Hashed(result, digest, step_hashes))
+                steps += len(result.steps)
+        if len(chunk) >= IMPORT_CHUNK or steps >= CHUNK_STEPS:
             yield chunk
-            chunk = []
+            chunk, steps = [], 0
     if chunk:
         yield chunk
 
 
-def _write_chunk(
-    project: Project,
-    batch: ImportBatch,
-    schema: LabelSchema,
-    source_format: str,
-    records: list[ParsedTrajectory],
-    counts: _Counts,
-) -> None:
-    by_hash: dict[str, tuple[ParsedTrajectory, list[str]]] = {}
-    hashed = 0
-    for record in records:
+@contextlib.contextmanager
+def _read_ahead(chunks: Iterator[list[Any]]) -> Iterator[Iterator[list[Any]]]:
+    """``chunks``, produced by a thread one chunk ahead of the caller.
+
+    Parsing and hashing the next chunk overlaps with PostgreSQL writing this one: the
+    thread runs whenever the caller waits on the database (the driver releases the GIL
+    there), so the server is rarely left idle. The parser's own exceptions (FileError)
+    come out of the caller's loop as if there were no thread. Leaving the block early
+    stops the thread and closes the parser.
+    """
+    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def produce() -> None:
         try:
-            step_hashes = prefix_hashes(record.task, record.steps)
-            digest = content_hash(record, source_format, step_hashes=step_hashes)
-        except ValueError:  # a lone surrogate cannot be encoded, so cannot be stored
-            counts.errors.append(_unstorable(record))
+            for chunk in chunks:
+                if not _offer(handoff, stop, ("chunk", chunk)):
+                    return
+            _offer(handoff, stop, ("end", None))
+        except BaseException as error:  # handed to the caller, raised there
+            _offer(handoff, stop, ("error", error))
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+
+    def consume() -> Iterator[list[Any]]:
+        while True:
+            kind, value = handoff.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise value
+            yield value
+
+    thread = threading.Thread(target=produce, name="import-read-ahead", daemon=True)
+    thread.start()
+    try:
+        yield consume()
+    finally:
+        stop.set()
+        while thread.is_alive():
+            with contextlib.suppress(queue.Empty):
+                handoff.get(timeout=0.05)
+        thread.join()
+
+
+def _offer(handoff: queue.Queue[tuple[str, Any]], stop: threading.Event, item: Any) -> bool:
+    """Put ``item`` when there is room; False once the consumer has stopped."""
+    while not stop.is_set():
+        try:
+            handoff.put(item, timeout=0.05)
+        except queue.Full:
             continue
-        hashed += 1
-        by_hash.setdefault(digest, (record, step_hashes))
-    existing = set(
-        Trajectory.objects.filter(project=project, content_hash__in=list(by_hash)).values_list(
-            "content_hash", flat=True
+        return True
+    return False
+
+
+class _ChunkWriter:
+    """Writes chunks of hashed trajectories: new ones with COPY, repeats counted."""
+
+    def __init__(self, batch: ImportBatch, schema: LabelSchema, counts: _Counts) -> None:
+        self.batch = batch
+        self.project_id = batch.project_id
+        self.schema_id = schema.pk
+        self.counts = counts
+        self.annotators: dict[str, int] = {}
+        self.now = timezone.now().isoformat()
+        self.trusted_steps = _can_skip_trigger_checks()
+
+    def write(self, records: list[_Hashed]) -> None:
+        counts = self.counts
+        by_hash: dict[str, _Hashed] = {}
+        for item in records:
+            by_hash.setdefault(item.digest, item)
+        existing = set(
+            Trajectory.objects.filter(
+                project_id=self.project_id, content_hash__in=list(by_hash)
+            ).values_list("content_hash", flat=True)
         )
-    )
-    # Repeats within the file and trajectories already in the project are unchanged.
-    counts.unchanged += hashed - len(by_hash) + len(existing)
-    new = [(digest, *pair) for digest, pair in by_hash.items() if digest not in existing]
-    if not new:
-        return
+        # Repeats within the file and trajectories already in the project are unchanged.
+        counts.unchanged += len(records) - len(by_hash) + len(existing)
+        new = [item for digest, item in by_hash.items() if digest not in existing]
+        if not new:
+            return
+        for item in new:
+            for label in item.record.labels:
+                if label.annotator not in self.annotators:
+                    self.annotators[label.annotator] = imported_annotator(label.annotator).pk
+        trajectory_ids, step_ids = _allocate_ids(
+            len(new), sum(len(item.record.steps) for item in new)
+        )
 
-    trajectory_ids = _allocate_ids(Trajectory, len(new))
-    step_total = sum(len(record.steps) for _, record, _ in new)
-    step_ids = iter(_allocate_ids(Step, step_total))
-    annotators: dict[str, int] = {}
-    text, json_text = pgcopy.text, pgcopy.json_text
-    submitted = StepLabel.Status.SUBMITTED.value
-    now = timezone.now().isoformat()
-    trajectory_rows: list[str] = []
-    source_rows: list[str] = []
-    step_rows: list[str] = []
-    label_rows: list[str] = []
-    written_steps = 0
-    for trajectory_id, (digest, record, step_hashes) in zip(trajectory_ids, new, strict=True):
-        ids_for_steps = [next(step_ids) for _ in record.steps]
-        try:
-            rows = (
-                pgcopy.row(
-                    (
-                        trajectory_id, project.pk, record.external_id, source_format,
-                        record.task_key, record.task, record.ground_truth, record.model_name,
-                        record.outcome_reward, record.success, pgcopy.Json(record.metadata),
-                        len(record.steps), digest, batch.pk, record.branch_index, now,
-                    )
-                ),
-                pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw))),
-                [
-                    # Steps are most of the rows: formatted directly rather than via row().
-                    f"{step_id}\t{trajectory_id}\t{index}\t{text(step.kind)}\t{text(step.role)}"
-                    f"\t{text(step.agent)}\t{text(step.content)}\t{text(step.tool_name)}"
-                    f"\t{json_text(step.tool_args)}\t{json_text(step.metadata)}"
-                    f"\t{'t' if step.labelable else 'f'}\t{prefix}\n"
-                    for index, (step, step_id, prefix) in enumerate(
-                        zip(record.steps, ids_for_steps, step_hashes, strict=True)
-                    )
-                ],
-            )  # fmt: skip
-        except ValueError:  # NUL or a lone surrogate: PostgreSQL cannot store it
-            counts.errors.append(_unstorable(record))
-            continue
-        trajectory_rows.append(rows[0])
-        if record.raw is not None:
-            source_rows.append(rows[1])
-        step_rows.extend(rows[2])
-        written_steps += len(record.steps)
-        if record.parent_external_id:
-            counts.children.append((trajectory_id, record.parent_external_id))
-        for label in record.labels:
-            if label.annotator not in annotators:
-                annotators[label.annotator] = imported_annotator(label.annotator).pk
-            label_rows.append(
-                f"{ids_for_steps[label.step_index]}\t{annotators[label.annotator]}\t{schema.pk}"
-                f"\t{int(label.value)}\t[]\t\t{submitted}\tf\t{now}\t{now}\n"
+        trajectory_rows: list[str] = []
+        source_rows: list[str] = []
+        label_rows: list[str] = []
+        first_step = 0
+        # Steps go first and are streamed while the rows are built, so PostgreSQL
+        # stores one piece while the next is encoded. Their foreign key to the
+        # trajectory is deferred to commit, so the order does not matter to it.
+        with self._step_copy() as steps_out:
+            for trajectory_id, item in zip(trajectory_ids, new, strict=True):
+                count = len(item.record.steps)
+                ids = step_ids[first_step : first_step + count]
+                first_step += count
+                try:
+                    rows = self._rows(trajectory_id, ids, item)
+                except ValueError:  # NUL or a lone surrogate: PostgreSQL cannot store it
+                    counts.errors.append(_unstorable(item.record))
+                    continue
+                steps_out.write(rows[0])
+                trajectory_rows.append(rows[1])
+                if rows[2]:
+                    source_rows.append(rows[2])
+                label_rows.extend(rows[3])
+                counts.steps += count
+                if item.record.parent_external_id:
+                    counts.children.append((trajectory_id, item.record.parent_external_id))
+        _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", trajectory_rows)
+        _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+        _copy(f"labeling_steplabel ({LABEL_COLUMNS})", label_rows)
+        counts.created += len(trajectory_rows)
+
+    def _rows(
+        self, trajectory_id: int, step_ids: list[int], item: _Hashed
+    ) -> tuple[str, str, str, list[str]]:
+        """The record's step rows (one string), trajectory row, source row ("" when
+        there is no source record) and label rows. Raises ValueError for text
+        PostgreSQL cannot store, before anything of the record is written."""
+        record = item.record
+        steps = pgcopy.step_rows(trajectory_id, step_ids, record.steps, item.step_hashes)
+        trajectory = pgcopy.row(
+            (
+                trajectory_id, self.project_id, record.external_id, self.batch.source_format,
+                record.task_key, record.task, record.ground_truth, record.model_name,
+                record.outcome_reward, record.success, pgcopy.Json(record.metadata),
+                len(record.steps), item.digest, self.batch.pk, record.branch_index, self.now,
             )
+        )  # fmt: skip
+        source = ""
+        if record.raw is not None:
+            source = pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw)))
+        submitted, now = StepLabel.Status.SUBMITTED.value, self.now
+        labels = [
+            f"{step_ids[label.step_index]}\t{self.annotators[label.annotator]}\t{self.schema_id}"
+            f"\t{int(label.value)}\t[]\t\t{submitted}\tf\t{now}\t{now}\n"
+            for label in record.labels
+        ]
+        return steps, trajectory, source, labels
 
-    _copy(
-        "trajectories_trajectory (id, project_id, external_id, source_format, task_key, task,"
-        " ground_truth, model_name, outcome_reward, success, metadata, step_count,"
-        " content_hash, import_batch_id, branch_index, created_at)",
-        trajectory_rows,
-    )
-    _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
-    _copy(
-        "trajectories_step (id, trajectory_id, index, kind, role, agent, content, tool_name,"
-        " tool_args, metadata, labelable, prefix_hash)",
-        step_rows,
-    )
-    _copy(
-        "labeling_steplabel (step_id, annotator_id, schema_id, value, tags, rationale, status,"
-        " saw_model_scores, created_at, updated_at)",
-        label_rows,
-    )
-    counts.created += len(trajectory_rows)
-    counts.steps += written_steps
+    @contextlib.contextmanager
+    def _step_copy(self) -> Iterator[_Buffered]:
+        with connection.cursor() as wrapper:
+            cursor = wrapper.cursor
+            if self.trusted_steps:
+                cursor.execute("SET LOCAL session_replication_role = replica")
+            with cursor.copy(f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN") as copy:
+                buffered = _Buffered(copy.write)
+                yield buffered
+                buffered.flush()
+            # An error above rolls the transaction back, and the setting with it.
+            if self.trusted_steps:
+                cursor.execute("SET LOCAL session_replication_role = origin")
+
+
+TRAJECTORY_COLUMNS = (
+    "id, project_id, external_id, source_format, task_key, task, ground_truth, model_name,"
+    " outcome_reward, success, metadata, step_count, content_hash, import_batch_id,"
+    " branch_index, created_at"
+)
+LABEL_COLUMNS = (
+    "step_id, annotator_id, schema_id, value, tags, rationale, status, saw_model_scores,"
+    " created_at, updated_at"
+)
+
+
+class _Buffered:
+    """Collects COPY text and hands it on in pieces of about ``size`` characters: large
+    enough to keep per-call overhead small, small enough to keep the server busy."""
+
+    def __init__(self, write: Callable[[str], Any], size: int = 1 << 20) -> None:
+        self._write = write
+        self._size = size
+        self._pieces: list[str] = []
+        self._length = 0
+
+    def write(self, text: str) -> None:
+        self._pieces.append(text)
+        self._length += len(text)
+        if self._length >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._pieces:
+            self._write("".join(self._pieces))
+            self._pieces, self._length = [], 0
+
+
+def _can_skip_trigger_checks() -> bool:
+    """Whether this connection may turn off trigger checks for its own transaction.
+
+    Steps are written with the ids of trajectories this same transaction wrote, which no
+    other transaction can see, let alone delete, before it commits; so the foreign key
+    from step to trajectory holds by construction, and checking it row by row (a deferred
+    trigger per step, run at commit) took longer than writing the steps. Only superusers
+    may set ``session_replication_role``; other roles keep the checks.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('is_superuser') = 'on'")
+        row = cursor.fetchone()
+    return bool(row and row[0])
 
 
 def _unstorable(record: ParsedTrajectory) -> RecordError:
@@ -409,35 +557,38 @@ def _link_parents(project_id: int, children: list[tuple[int, str]]) -> None:
         )
 
 
-def _copy(table_and_columns: str, rows: list[str], batch_chars: int = 1 << 20) -> None:
-    """COPY pre-encoded text rows, sent in pieces of about ``batch_chars``."""
+def _copy(table_and_columns: str, rows: list[str]) -> None:
+    """COPY pre-encoded text rows, sent in pieces of about a megabyte."""
     if not rows:
         return
     with (
         connection.cursor() as wrapper,
         wrapper.cursor.copy(f"COPY {table_and_columns} FROM STDIN") as copy,
     ):
-        piece: list[str] = []
-        size = 0
+        out = _Buffered(copy.write)
         for row in rows:
-            piece.append(row)
-            size += len(row)
-            if size >= batch_chars:
-                copy.write("".join(piece))
-                piece, size = [], 0
-        if piece:
-            copy.write("".join(piece))
+            out.write(row)
+        out.flush()
 
 
-def _allocate_ids(model: type[Trajectory] | type[Step], count: int) -> list[int]:
-    """Take ``count`` ids from the table's identity sequence, so rows written with COPY
-    can reference each other (steps their trajectory, labels their step)."""
-    if count == 0:
-        return []
-    table = model._meta.db_table
+def _allocate_ids(trajectories: int, steps: int) -> tuple[list[int], list[int]]:
+    """Take ids from the trajectory and step identity sequences, so rows written with
+    COPY can reference each other (steps their trajectory, labels their step)."""
     with connection.cursor() as cursor:
+        # The sequences are looked up once: calling pg_get_serial_sequence for every
+        # id made taking them cost as much as writing the steps' heap.
         cursor.execute(
-            "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
-            [table, count],
+            "SELECT pg_get_serial_sequence(%s, 'id')::regclass::oid,"
+            " pg_get_serial_sequence(%s, 'id')::regclass::oid",
+            [Trajectory._meta.db_table, Step._meta.db_table],
         )
-        return [row[0] for row in cursor.fetchall()]
+        sequences = cursor.fetchone()
+        assert sequences is not None
+        cursor.execute(
+            "SELECT ARRAY(SELECT nextval(%s::oid) FROM generate_series(1, %s)),"
+            " ARRAY(SELECT nextval(%s::oid) FROM generate_series(1, %s))",
+            [sequences[0], trajectories, sequences[1], steps],
+        )
+        row = cursor.fetchone()
+    assert row is not None
+    return list(row[0]), list(row[1])
