@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +33,13 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 
 from trajectories.formats import parser_for  # noqa: E402
 from trajectories.formats.base import ParsedTrajectory  # noqa: E402
 from trajectories.hashing import prefix_hashes  # noqa: E402
 from trajectories.models import Project  # noqa: E402
-from trajectories.pgcopy import json_text, text  # noqa: E402
+from trajectories.pgcopy import STEP_COLUMNS, step_rows  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
 
 TAU_BENCH = REPO.parent / "shared" / "realdata" / "tau_bench" / "gpt-4o-airline.json"
@@ -120,48 +121,142 @@ def _text(rng: random.Random, chars: int) -> str:
 
 
 def child_import(path: Path, source_format: str) -> None:
-    """Runs in a fresh interpreter: import, report time and peak RSS, clean up."""
+    """Runs in a fresh interpreter: import, report time, CPU and peak RSS, clean up."""
     project = project_create(slug=f"bench-{os.getpid()}-{int(time.time())}", name="bench")
+    server = _backend_cpu_reader()
     try:
+        server_start, client_start = server(), _own_cpu()
         start = time.perf_counter()
         batch = trajectory_import(project=project, source_format=source_format, path=path)
         seconds = time.perf_counter() - start
+        client_cpu, server_cpu = _own_cpu() - client_start, server() - server_start
     finally:
         _drop_project(project)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"seconds": seconds, "steps": batch.step_count, "peak_rss_mb": peak_mb}))
+    print(
+        json.dumps(
+            {
+                "seconds": seconds,
+                "steps": batch.step_count,
+                "peak_rss_mb": peak_mb,
+                "client_cpu_s": client_cpu,
+                "server_cpu_s": server_cpu,
+            }
+        )
+    )
 
 
-def bare_copy(path: Path, source_format: str) -> tuple[float, float, int]:
-    """Parse + hash time, then the time of a bare COPY of the same step rows."""
-    start = time.perf_counter()
-    rows = []
+def baselines(path: Path, source_format: str) -> dict[str, float]:
+    """COPY the import's own step rows (same columns, same text) three ways, each timed
+    alone after the rows are built: into an unindexed table of the same columns (the
+    bare baseline), into an unindexed TEMP table (no WAL, for reference), and into the
+    real ``trajectories_step`` with its indexes and foreign-key check (rolled back)."""
+    rows, trajectory_ids = [], []
+    next_id = 1
     for number, record in enumerate(parser_for(source_format)(path)):
         if not isinstance(record, ParsedTrajectory):
             continue
         hashes = prefix_hashes(record.task, record.steps)
-        for index, (step, prefix) in enumerate(zip(record.steps, hashes, strict=True)):
-            rows.append(
-                f"{number}\t{index}\t{text(step.kind)}\t{text(step.role)}\t{text(step.agent)}"
-                f"\t{text(step.content)}\t{text(step.tool_name)}\t{json_text(step.tool_args)}"
-                f"\t{json_text(step.metadata)}\t{'t' if step.labelable else 'f'}\t{prefix}\n"
-            )
-    parse_s = time.perf_counter() - start
+        step_ids = range(next_id, next_id + len(record.steps))
+        next_id += len(record.steps)
+        trajectory_ids.append(number)
+        rows.append(step_rows(number, step_ids, record.steps, hashes))
+    figures: dict[str, float] = {"steps": next_id - 1}
     with connection.cursor() as wrapper:
-        wrapper.execute(
-            "CREATE TABLE bench_scratch_steps (trajectory integer, index integer, kind text,"
-            " role text, agent text, content text, tool_name text, tool_args jsonb,"
-            " metadata jsonb, labelable boolean, prefix_hash text)"
-        )
+        cursor = wrapper.cursor
+        cursor.execute("CREATE TABLE bench_scratch_steps (LIKE trajectories_step)")
         try:
-            start = time.perf_counter()
-            with wrapper.cursor.copy("COPY bench_scratch_steps FROM STDIN") as copy:
-                for first in range(0, len(rows), 5000):
-                    copy.write("".join(rows[first : first + 5000]))
-            copy_s = time.perf_counter() - start
+            figures["bare_copy_s"] = _timed_copy(cursor, "bench_scratch_steps", rows)
         finally:
-            wrapper.execute("DROP TABLE bench_scratch_steps")
-    return parse_s, copy_s, len(rows)
+            cursor.execute("DROP TABLE bench_scratch_steps")
+        cursor.execute("CREATE TEMP TABLE bench_scratch_temp (LIKE trajectories_step)")
+        try:
+            figures["temp_copy_s"] = _timed_copy(cursor, "bench_scratch_temp", rows)
+        finally:
+            cursor.execute("DROP TABLE bench_scratch_temp")
+    figures["real_table_copy_s"] = _real_table_copy(rows, trajectory_ids)
+    return figures
+
+
+def _timed_copy(cursor: Any, table: str, rows: list[str]) -> float:
+    start = time.perf_counter()
+    with cursor.copy(f"COPY {table} ({STEP_COLUMNS}) FROM STDIN") as copy:
+        for first in range(0, len(rows), 500):
+            copy.write("".join(rows[first : first + 500]))
+    return time.perf_counter() - start
+
+
+def _real_table_copy(rows: list[str], trajectory_ids: list[int]) -> float:
+    """COPY into trajectories_step as an import without the FK shortcut would: every
+    index maintained and the deferred foreign-key check run; then rolled back. The
+    trajectories the steps point at are written first, untimed."""
+    project = project_create(slug=f"bench-copy-{os.getpid()}-{int(time.time())}", name="bench")
+    try:
+        with transaction.atomic(), connection.cursor() as wrapper:
+            cursor = wrapper.cursor
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence('trajectories_trajectory', 'id'))"
+                " FROM generate_series(1, %s)",
+                [len(trajectory_ids)],
+            )
+            real = {n: row[0] for n, row in zip(trajectory_ids, cursor.fetchall(), strict=True)}
+            cursor.execute(
+                "SELECT nextval(pg_get_serial_sequence('trajectories_step', 'id'))"
+                " FROM generate_series(1, %s)",
+                [sum(row.count("\n") for row in rows)],
+            )
+            step_ids = iter([row[0] for row in cursor.fetchall()])
+            cursor.execute(
+                "INSERT INTO trajectories_trajectory (id, project_id, external_id, source_format,"
+                " task_key, task, ground_truth, model_name, metadata, step_count, content_hash,"
+                " created_at) SELECT id, %s, id::text, 'bench', '', '', '', '', '{}', 0, id::text,"
+                " now() FROM unnest(%s::bigint[]) AS id",
+                [project.pk, list(real.values())],
+            )
+            # The same rows with real trajectory ids and fresh step ids.
+            real_rows = [_renumber(row, real, step_ids) for row in rows]
+            start = time.perf_counter()
+            with cursor.copy(f"COPY trajectories_step ({STEP_COLUMNS}) FROM STDIN") as copy:
+                for first in range(0, len(real_rows), 500):
+                    copy.write("".join(real_rows[first : first + 500]))
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # runs the deferred FK checks
+            seconds = time.perf_counter() - start
+            transaction.set_rollback(True)
+    finally:
+        project.delete()
+    return seconds
+
+
+def _renumber(block: str, trajectories: dict[int, int], step_ids: Iterator[int]) -> str:
+    lines = []
+    for line in block.splitlines(keepends=True):
+        _, trajectory, rest = line.split("\t", 2)
+        lines.append(f"{next(step_ids)}\t{trajectories[int(trajectory)]}\t{rest}")
+    return "".join(lines)
+
+
+def _own_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _backend_cpu_reader() -> Callable[[], float]:
+    """CPU seconds used so far by this connection's PostgreSQL backend, read from /proc
+    (the embedded server runs on this machine); NaN where it cannot be read."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    stat = Path(f"/proc/{pid}/stat")
+    ticks = os.sysconf("SC_CLK_TCK")
+
+    def read() -> float:
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    return read
 
 
 def _drop_project(project: Project) -> None:
@@ -201,7 +296,7 @@ def main() -> None:
         else:
             steps = write_openai_messages(path, args.steps, seed)
         size_mb = path.stat().st_size / 1e6
-        print(f"{args.format}: {steps:,} steps, {size_mb:,.1f} MB")
+        print(f"{args.format}: {steps:,} steps, {size_mb:,.1f} MB, load {os.getloadavg()[0]:.1f}")
 
         child = subprocess.run(
             [sys.executable, __file__, "--format", args.format, "--child-import", str(path)],
@@ -211,10 +306,15 @@ def main() -> None:
         if child.returncode != 0:
             sys.exit(f"the import failed:\n{child.stderr[-3000:]}")
         result = json.loads(child.stdout.strip().splitlines()[-1])
-        parse_s, copy_s, rows = bare_copy(path, args.format)
+        copies = baselines(path, args.format)
 
     import_s = result["seconds"]
-    assert result["steps"] == steps == rows, (result, steps, rows)
+    assert result["steps"] == steps == copies["steps"], (result, steps, copies)
+    bare_s, real_s, temp_s = (
+        copies["bare_copy_s"],
+        copies["real_table_copy_s"],
+        copies["temp_copy_s"],
+    )
     figures = {
         "format": args.format,
         "steps": steps,
@@ -222,16 +322,27 @@ def main() -> None:
         "import_s": round(import_s, 2),
         "import_steps_per_s": round(steps / import_s),
         "import_peak_rss_mb": round(result["peak_rss_mb"]),
-        "parse_and_hash_s": round(parse_s, 2),
-        "bare_copy_s": round(copy_s, 2),
-        "bare_copy_steps_per_s": round(steps / copy_s),
-        "import_rate_over_copy_rate": round(copy_s / import_s, 3),
+        "import_client_cpu_s": round(result["client_cpu_s"], 2),
+        "import_server_cpu_s": round(result["server_cpu_s"], 2),
+        "bare_copy_s": round(bare_s, 2),
+        "bare_copy_steps_per_s": round(steps / bare_s),
+        "temp_table_copy_s": round(temp_s, 2),
+        "real_table_copy_s": round(real_s, 2),
+        "import_rate_over_copy_rate": round(bare_s / import_s, 3),
+        "import_rate_over_real_table_copy_rate": round(real_s / import_s, 3),
+        "load_average": round(os.getloadavg()[0], 1),
     }
     print(f"import (parse, hash, dedupe, COPY): {import_s:.2f} s, {steps / import_s:,.0f} steps/s")
     print(f"  peak RSS of the importing process: {result['peak_rss_mb']:,.0f} MB")
-    print(f"  parse + hash alone:                {parse_s:.2f} s")
-    print(f"bare COPY of the same step rows:    {copy_s:.2f} s, {steps / copy_s:,.0f} steps/s")
-    print(f"import rate / bare COPY rate:       {copy_s / import_s:.3f}")
+    print(
+        f"  CPU: importing process {result['client_cpu_s']:.2f} s,"
+        f" its PostgreSQL backend {result['server_cpu_s']:.2f} s"
+    )
+    print(f"bare COPY of the same step rows:    {bare_s:.2f} s, {steps / bare_s:,.0f} steps/s")
+    print(f"  the same into a TEMP table:       {temp_s:.2f} s (no WAL)")
+    print(f"  the same into trajectories_step:  {real_s:.2f} s (4 indexes, FK checked)")
+    print(f"import rate / bare COPY rate:       {bare_s / import_s:.3f}")
+    print(f"import rate / real-table COPY rate: {real_s / import_s:.3f}")
     print(json.dumps(figures))
 
 
