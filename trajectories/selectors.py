@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
@@ -19,11 +22,20 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
 from labeling.models import StepLabel
-from trajectories.models import ExportJob, ImportBatch, Membership, Project, Step, Trajectory
+from trajectories.models import (
+    ExportJob,
+    ImportBatch,
+    Membership,
+    Project,
+    Selection,
+    Step,
+    Trajectory,
+)
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -166,11 +178,96 @@ def import_batches_recent(
 
 @dataclass(frozen=True)
 class TrajectoryFilters:
+    """What the trajectory list filters on, and what a saved selection (``Selection``)
+    can add. The empty value of a field filters nothing."""
+
     outcome: str = ""  # "success", "failure", "unknown" or "" for any
     model_name: str = ""
     task_key: str = ""
     min_steps: int | None = None
     max_steps: int | None = None
+    # Submitted labels (any annotator) on the labelable steps: "unlabelled" (none),
+    # "partial" (some steps) or "complete" (every labelable step).
+    label_status: str = ""
+    # Among steps that two or more human annotators labelled, the share where they all
+    # gave the same value is at least this (0..1); trajectories with no such step are out.
+    min_agreement: float | None = None
+    # The human majority against ``model_scorer``'s scores thresholded at
+    # ``model_threshold``, on steps where both have a non-neutral value: "agree" (all such
+    # steps agree, and there is one) or "disagree" (at least one step differs).
+    human_model: str = ""
+    model_scorer: str = ""
+    model_threshold: float = 0.5
+    # "yes": some step has a submitted label of -1 (human or imported); "no": none has.
+    first_error: str = ""
+    # With ``credit_run`` (an attribution run's id): a step's credit is above
+    # ``credit_above`` / below ``credit_below``.
+    credit_run: int | None = None
+    credit_above: float | None = None
+    credit_below: float | None = None
+
+
+FILTER_CHOICES: dict[str, tuple[str, ...]] = {
+    "outcome": ("success", "failure", "unknown"),
+    "label_status": ("unlabelled", "partial", "complete"),
+    "human_model": ("agree", "disagree"),
+    "first_error": ("yes", "no"),
+}
+_FILTER_TYPES: dict[str, tuple[type, ...]] = {
+    "outcome": (str,),
+    "model_name": (str,),
+    "task_key": (str,),
+    "min_steps": (int,),
+    "max_steps": (int,),
+    "label_status": (str,),
+    "min_agreement": (int, float),
+    "human_model": (str,),
+    "model_scorer": (str,),
+    "model_threshold": (int, float),
+    "first_error": (str,),
+    "credit_run": (int,),
+    "credit_above": (int, float),
+    "credit_below": (int, float),
+}
+
+
+def trajectory_filters_from(definition: Mapping[str, Any]) -> TrajectoryFilters:
+    """Filters from a stored selection definition (JSON), checked field by field; a
+    ValueError names the field and what it accepts."""
+    unknown = set(definition) - set(_FILTER_TYPES)
+    if unknown:
+        raise ValueError(f"selection has unknown filters: {', '.join(sorted(unknown))}")
+    for name, value in definition.items():
+        if value is None and name not in ("model_threshold",):
+            continue
+        types = _FILTER_TYPES[name]
+        if isinstance(value, bool) or not isinstance(value, types):
+            expected = " or ".join(t.__name__ for t in types)
+            raise ValueError(f"selection filter {name} is {value!r}; expected {expected}")
+        if name in FILTER_CHOICES and value and value not in FILTER_CHOICES[name]:
+            allowed = ", ".join(FILTER_CHOICES[name])
+            raise ValueError(f"selection filter {name} is {value!r}; expected one of {allowed}")
+    filters = TrajectoryFilters(**definition)
+    for name in ("min_agreement", "model_threshold"):
+        value = getattr(filters, name)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise ValueError(f"selection filter {name} is {value!r}; expected 0..1")
+    if filters.human_model and not filters.model_scorer:
+        raise ValueError("selection filter human_model needs model_scorer")
+    has_bound = filters.credit_above is not None or filters.credit_below is not None
+    if has_bound and filters.credit_run is None:
+        raise ValueError("selection filters credit_above / credit_below need credit_run")
+    return filters
+
+
+def trajectory_filters_definition(filters: TrajectoryFilters) -> dict[str, Any]:
+    """The fields that filter something, as a selection stores them."""
+    default = TrajectoryFilters()
+    return {
+        name: value
+        for name, value in dataclasses.asdict(filters).items()
+        if value != getattr(default, name)
+    }
 
 
 _OUTCOME_FILTERS = {
@@ -192,7 +289,83 @@ def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> Query
         queryset = queryset.filter(step_count__gte=filters.min_steps)
     if filters.max_steps is not None:
         queryset = queryset.filter(step_count__lte=filters.max_steps)
+    if filters.label_status:
+        queryset = queryset.filter(_label_status(filters.label_status))
+    if filters.min_agreement is not None:
+        queryset = queryset.filter(pk__in=_agreeing(project, filters.min_agreement))
+    if filters.human_model:
+        queryset = queryset.filter(_human_model(project, filters))
+    if filters.first_error:
+        errors = StepLabel.objects.filter(
+            step__trajectory=OuterRef("pk"), status=StepLabel.Status.SUBMITTED, value=-1
+        )
+        queryset = queryset.filter(
+            Exists(errors) if filters.first_error == "yes" else ~Exists(errors)
+        )
+    if filters.credit_run is not None:
+        queryset = queryset.filter(_credit(filters))
     return queryset
+
+
+def _label_status(status: str) -> Q:
+    submitted = StepLabel.objects.filter(step=OuterRef("pk"), status=StepLabel.Status.SUBMITTED)
+    labelable = Step.objects.filter(trajectory=OuterRef("pk"), labelable=True)
+    labelled = Exists(labelable.filter(Exists(submitted)))
+    unlabelled_step = Exists(labelable.filter(~Exists(submitted)))
+    if status == "unlabelled":
+        return ~Q(labelled)
+    if status == "partial":
+        return Q(labelled) & Q(unlabelled_step)
+    return Q(labelled) & ~Q(unlabelled_step)
+
+
+def _agreeing(project: Project, minimum: float) -> RawSQL:
+    # Per step: the human annotators (not imported labels) and the distinct values they
+    # gave; a step counts when two or more labelled it, and agrees when one value.
+    return RawSQL(
+        "SELECT trajectory_id FROM ("
+        "  SELECT s.trajectory_id, count(DISTINCT l.value) AS n_values"
+        "  FROM labeling_steplabel l"
+        "  JOIN auth_user u ON u.id = l.annotator_id"
+        "  JOIN trajectories_step s ON s.id = l.step_id"
+        "  JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        "  WHERE t.project_id = %s AND l.status = 'submitted'"
+        "    AND u.username NOT LIKE 'import:%%'"
+        "  GROUP BY s.trajectory_id, s.id HAVING count(DISTINCT l.annotator_id) >= 2"
+        ") per_step GROUP BY trajectory_id"
+        " HAVING count(*) FILTER (WHERE n_values = 1) >= %s * count(*)",
+        [project.pk, minimum],
+    )
+
+
+def _human_model(project: Project, filters: TrajectoryFilters) -> Q:
+    from labeling.sources import LabelSource, label_source_sql
+
+    human, human_params = label_source_sql(project, LabelSource("human", "majority"))
+    model, model_params = label_source_sql(
+        project, LabelSource("model", filters.model_scorer, threshold=filters.model_threshold)
+    )
+    compared = (
+        f"SELECT s.trajectory_id FROM ({human}) h JOIN ({model}) m ON m.step_id = h.step_id"
+        " JOIN trajectories_step s ON s.id = h.step_id WHERE h.value <> 0"
+    )
+    params = [*human_params, *model_params]
+    differing = RawSQL(f"{compared} AND h.value <> m.value", params)
+    if filters.human_model == "disagree":
+        return Q(pk__in=differing)
+    return Q(pk__in=RawSQL(compared, params)) & ~Q(pk__in=differing)
+
+
+def _credit(filters: TrajectoryFilters) -> Q:
+    from scoring.models import StepCredit
+
+    credits = StepCredit.objects.filter(run_id=filters.credit_run, step__trajectory=OuterRef("pk"))
+    condition = Q(Exists(credits))
+    if filters.credit_above is not None:
+        condition &= Q(Exists(credits.filter(value__gt=filters.credit_above)))
+    if filters.credit_below is not None:
+        condition &= Q(Exists(credits.filter(value__lt=filters.credit_below)))
+    return condition
 
 
 def trajectory_list_page(
@@ -432,3 +605,18 @@ def export_job_get_for_user(user: AnyUser, pk: int) -> ExportJob:
     if job is None:
         raise Http404("No such export.")
     return job
+
+
+def selection_get_for_user(user: AnyUser, pk: int) -> Selection:
+    selection = (
+        Selection.objects.select_related("project")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .first()
+    )
+    if selection is None:
+        raise Http404("No such selection.")
+    return selection
+
+
+def selections_for_project(project: Project) -> QuerySet[Selection]:
+    return Selection.objects.filter(project=project).select_related("created_by").order_by("name")

@@ -18,9 +18,10 @@ from django_htmx.middleware import HtmxDetails
 
 from labeling.views.common import labeling_surface
 from trajectories import alignment, prefix_tree, selectors, services
-from trajectories.forms import ExportForm, ImportUploadForm, TrajectoryFilterForm
+from trajectories.forms import ExportForm, ImportUploadForm, SelectionForm, TrajectoryFilterForm
 from trajectories.models import ExportJob, Trajectory
 from trajectories.services import exports
+from trajectories.services.selections import selection_delete, selection_save
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -198,7 +199,7 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """The project's exports, and a form for a new one (researchers and admins)."""
     project = selectors.project_get_for_user(request.user, slug)
     can_export = selectors.can_manage_data(request.user, project)
-    form = ExportForm(request.POST or None)
+    form = ExportForm(request.POST or None, project=project, initial=request.GET.dict())
     status = 200
     if request.method == "POST":
         if not can_export:
@@ -231,6 +232,50 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
     context = {"project": project, "form": form, "jobs": jobs, "can_export": can_export}
     return render(request, "trajectories/export_list.html", context, status=status)
+
+
+@login_required
+def selection_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The project's saved selections, and a form to save one (researchers and admins),
+    filled from the trajectory list's query string."""
+    project = selectors.project_get_for_user(request.user, slug)
+    can_manage = selectors.can_manage_data(request.user, project)
+    form = SelectionForm(request.POST or None, initial=request.GET.dict())
+    status = 200
+    if request.method == "POST":
+        if not can_manage:
+            raise PermissionDenied("Only researchers and admins save selections.")
+        if form.is_valid():
+            try:
+                selection_save(
+                    project=project,
+                    name=form.cleaned_data["name"],
+                    filters=form.filters(),
+                    user=cast(User, request.user),
+                )
+            except ValueError as error:
+                form.add_error(None, str(error))
+            else:
+                return redirect("selection-list", slug=project.slug)
+        status = 400
+    context = {
+        "project": project,
+        "form": form,
+        "can_manage": can_manage,
+        "selections": selectors.selections_for_project(project),
+    }
+    return render(request, "trajectories/selection_list.html", context, status=status)
+
+
+@login_required
+def selection_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    selection = selectors.selection_get_for_user(request.user, pk)
+    if request.method != "POST":
+        return redirect("selection-list", slug=selection.project.slug)
+    if not selectors.can_manage_data(request.user, selection.project):
+        raise PermissionDenied("Only researchers and admins delete selections.")
+    selection_delete(selection=selection)
+    return redirect("selection-list", slug=selection.project.slug)
 
 
 @login_required

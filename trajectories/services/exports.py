@@ -285,11 +285,7 @@ def _tick(progress: ProgressWriter | None, amount: int) -> None:
 
 
 def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
-    known = {f.name for f in dataclasses.fields(selectors.TrajectoryFilters)}
-    unknown = set(definition) - known
-    if unknown:
-        raise ValueError(f"selection has unknown filters: {', '.join(sorted(unknown))}")
-    return selectors.TrajectoryFilters(**definition)
+    return selectors.trajectory_filters_from(definition)
 
 
 def _steps_sql(
