@@ -340,7 +340,7 @@ def main() -> None:
     )
     print(f"bare COPY of the same step rows:    {bare_s:.2f} s, {steps / bare_s:,.0f} steps/s")
     print(f"  the same into a TEMP table:       {temp_s:.2f} s (no WAL)")
-    print(f"  the same into trajectories_step:  {real_s:.2f} s (4 indexes, FK checked)")
+    print(f"  the same into trajectories_step:  {real_s:.2f} s (its indexes, FK checked)")
     print(f"import rate / bare COPY rate:       {bare_s / import_s:.3f}")
     print(f"import rate / real-table COPY rate: {real_s / import_s:.3f}")
     print(json.dumps(figures))
