@@ -13,10 +13,10 @@ steps each, four rollouts a task, about half with an injected slip), imported th
 attribution run (``group-relative``: each rollout's outcome against its task's others)
 gives every step a credit, which the ``rl`` rows carry. Setup is not timed.
 
-Each measurement runs in a child process of its own, so its peak RSS (``ru_maxrss``) is its
-own: the export service (``export_request_build`` + ``export_write``: one snapshot,
-labels and credits resolved in PostgreSQL, records built and written by
-``trajectories.batches``) and, for each format, the baseline: the same columns (task,
+Each measurement runs in a child process of its own, so its peak RSS (``VmHWM``; see
+``_peak_rss_mb``) is its own: the export service (``export_request_build`` +
+``export_write``: one snapshot, labels and credits resolved in PostgreSQL, records built
+and written by ``trajectories.batches``) and, for each format, the baseline: the same columns (task,
 step text and label; for ``rl`` also the trajectory's ids and outcome, the step's index,
 role, kind and credit) of the same steps, in the export's order, streamed with ``COPY``
 and thrown away. Rates are steps per second; the ratio is the export's rate over the
@@ -85,6 +85,13 @@ BASELINES = {
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM``, its memory's high-water mark since exec. On
+    Linux ``ru_maxrss`` carries the parent's peak across fork and exec, so a child started
+    by a parent that has just imported a million steps would report the parent's size."""
+    with open("/proc/self/status", encoding="ascii") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
@@ -229,7 +236,7 @@ def main() -> None:
         start = time.perf_counter()
         steps, run_id = setup(project, args.steps, args.steps_per_trajectory, seed)
         print(f"{steps:,} labelled steps, credited, in {time.perf_counter() - start:.1f} s (setup)")
-        print("peak RSS: the measuring child's ru_maxrss (after start-up: Django alone)")
+        print("peak RSS: the measuring child's VmHWM (in brackets: before it began, Django alone)")
         print(f"{'export':<14} {'seconds':>8} {'steps/s':>10} {'peak RSS':>20}"
               f" {'COPY s':>7} {'COPY steps/s':>13} {'COPY RSS':>20} {'ratio':>6}")  # fmt: skip
         for format_name in EXPORTS:
