@@ -10,15 +10,19 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from rest_framework.test import APIClient
 
 from rollouts.models import Policy, StepMC
 from scoring import services as scoring
 from scoring.models import AttributionRun, StepCredit
+from tests.factories import MembershipFactory, UserFactory
 from trajectories import synthetic
-from trajectories.models import Project, Step
+from trajectories.models import ExportJob, Membership, Project, Step
 from trajectories.services import project_create, trajectory_import
+from trajectories.services.exports import export_job_run
 
 
 def export(*args: str) -> dict[str, Any]:
@@ -35,6 +39,11 @@ def rollouts_project(tmp_path: Path, slug: str = "arith") -> Project:
     synthetic.write_jsonl(path, records)
     trajectory_import(project=project, source_format="stepscope", path=path)
     return project
+
+
+@pytest.fixture
+def researcher(db: None) -> User:
+    return UserFactory.create(username="researcher")
 
 
 def finished_run(project: Project) -> AttributionRun:
@@ -162,3 +171,28 @@ def test_mc_labels_export_hard_soft_and_per_policy(tmp_path: Path) -> None:
     assert labels("mc", "--no-stop-at-first-error") == [False, True, True]
     with pytest.raises(CommandError, match="no policy named 'nobody'"):
         labels("mc:nobody")
+
+
+@pytest.mark.django_db
+def test_the_api_takes_a_credit_run_and_the_job_keeps_it(
+    settings: Any, tmp_path: Path, researcher: User
+) -> None:
+    settings.MEDIA_ROOT = tmp_path
+    project = rollouts_project(tmp_path)
+    MembershipFactory.create(user=researcher, project=project, role=Membership.Role.RESEARCHER)
+    run = finished_run(project)
+    api = APIClient()
+    api.force_authenticate(researcher)
+    body = {"project": "arith", "format": "rl", "labels": "import:synthetic-truth",
+            "neutral": "keep", "credit_run": run.pk}  # fmt: skip
+    response = api.post("/api/v1/exports/", body, format="json")
+    assert response.status_code == 202, response.content
+    # The worker's task body, in this process (the test transaction never commits).
+    job = export_job_run(job_id=response.json()["id"])
+    assert job.status == ExportJob.Status.DONE, job.error
+    assert str(run.pk) in job.manifest["revisions"]["attribution"]
+    rows = pq.read_table(Path(job.out_dir) / "rl.parquet").to_pylist()
+    assert None not in {r["credit"] for r in rows}
+    refused = api.post("/api/v1/exports/", {**body, "credit_run": run.pk + 1000}, format="json")
+    assert refused.status_code == 400
+    assert f"no attribution run {run.pk + 1000}" in refused.content.decode()
