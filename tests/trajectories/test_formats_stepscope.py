@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from trajectories.formats import parser_for
+from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import (
+    FieldError,
     FileError,
     ParsedLabel,
     ParsedStep,
@@ -370,3 +373,51 @@ def test_to_record_refuses_a_label_outside_the_steps() -> None:
 
     with pytest.raises(ValueError, match="step 1"):
         to_record(trajectory)
+
+
+step_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-1, 2),
+    st.sampled_from(["", "assistant", "user", "thought", "message", "tool_call", "bogus"]),
+    st.dictionaries(st.sampled_from(["a", "b"]), st.integers(), max_size=2),
+    st.lists(
+        st.fixed_dictionaries({"value": st.integers(-1, 1)}, optional={"annotator": st.text()}),
+        max_size=2,
+    ),
+)
+raw_steps = st.one_of(
+    st.dictionaries(
+        st.sampled_from(
+            ["kind", "role", "content", "labelable", "agent", "tool_name", "tool_args",
+             "metadata", "labels", "extra"]
+        ),
+        step_values,
+    ),
+    step_values,
+)  # fmt: skip
+
+
+@settings(max_examples=400)
+@given(raw=raw_steps)
+def test_plain_step_check_accepts_exactly_what_the_full_check_accepts(raw: Any) -> None:
+    """The quick check for plain steps must agree with the field-by-field one: the same
+    step when it accepts, and no opinion (None) whenever the full check would raise or
+    would find labels."""
+    plain = stepscope._plain_step(raw)
+    try:
+        step, labels = stepscope._step(raw, 0)
+    except FieldError:
+        assert plain is None
+        return
+    if labels:
+        assert plain is None
+    elif plain is not None:
+        assert plain == step
+
+
+def test_plain_step_check_takes_the_common_step() -> None:
+    raw = {"kind": "thought", "content": "2 + 2 = 4", "labels": []}
+    assert stepscope._plain_step(raw) == ParsedStep(
+        kind="thought", role="assistant", content="2 + 2 = 4", labelable=True
+    )

@@ -1,0 +1,177 @@
+"""The import writer's large-file machinery: chunks, the read-ahead thread, steps
+streamed with COPY before their trajectories, and the foreign-key shortcut. Small chunk
+sizes make a few records cross several chunks."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from labeling.models import StepLabel
+from tests.conftest import REALDATA
+from trajectories import synthetic
+from trajectories.hashing import prefix_hashes
+from trajectories.models import ImportBatch, Step, Trajectory
+from trajectories.services import ImportRejected, imports, project_create, trajectory_import
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(imports, "IMPORT_CHUNK", 3)
+    monkeypatch.setattr(imports, "CHUNK_STEPS", 20)
+
+
+def labelled_records(count: int) -> list[dict[str, Any]]:
+    records = list(synthetic.rollouts(tasks=count // 2, rollouts_per_task=2, seed=4))
+    for number, record in enumerate(records):
+        # One labelled step among plain ones: both parser paths, and labels in chunks.
+        for step in record["steps"]:
+            step.pop("labels", None)
+        record["steps"][1]["labels"] = [{"annotator": "import:test", "value": number % 2}]
+    return records
+
+
+def write(path: Path, records: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def test_many_chunks_write_every_row_once_with_consistent_keys(tmp_path: Path) -> None:
+    records = labelled_records(10)
+    # Repeats of line 1 in a later chunk and of line 4 in the same chunk.
+    path = write(tmp_path / "runs.jsonl", [*records, records[0], records[3]])
+    project = project_create(slug="chunks", name="chunks")
+
+    batch = trajectory_import(project=project, source_format="stepscope", path=path)
+
+    assert (batch.created_count, batch.unchanged_count) == (10, 2)
+    assert batch.step_count == Step.objects.count() == sum(len(r["steps"]) for r in records)
+    for record in records:
+        trajectory = Trajectory.objects.get(external_id=record["id"])
+        steps = list(trajectory.steps.order_by("index"))
+        assert [s.content for s in steps] == [s["content"] for s in record["steps"]]
+        assert [s.index for s in steps] == list(range(len(record["steps"])))
+        assert trajectory.step_count == len(steps)
+        label = StepLabel.objects.get(step__trajectory=trajectory)
+        assert (label.step.index, label.value) == (1, records.index(record) % 2)
+    with connection.cursor() as cursor:
+        # Written without the row-by-row check, the key must still hold for every step.
+        cursor.execute(
+            "SELECT count(*) FROM trajectories_step s"
+            " LEFT JOIN trajectories_trajectory t ON t.id = s.trajectory_id WHERE t.id IS NULL"
+        )
+        assert cursor.fetchone() == (0,)
+        cursor.execute("SHOW session_replication_role")
+        assert cursor.fetchone() == ("origin",)
+
+
+def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:
+    records = labelled_records(4)
+    path = write(tmp_path / "runs.jsonl", records)
+    project = project_create(slug="hashes", name="hashes")
+    trajectory_import(project=project, source_format="stepscope", path=path)
+
+    from trajectories.formats.stepscope import parse
+
+    for parsed in parse(path):
+        assert not isinstance(parsed, imports.RecordError)
+        stored = Step.objects.filter(trajectory__external_id=parsed.external_id).order_by("index")
+        assert [s.prefix_hash for s in stored] == prefix_hashes(parsed.task, parsed.steps)
+
+
+def test_without_the_shortcut_the_import_is_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database role that may not skip trigger checks (not a superuser) keeps the
+    deferred foreign-key check; the rows written are the same."""
+    monkeypatch.setattr(imports, "_can_skip_trigger_checks", lambda: False)
+    records = labelled_records(6)
+    path = write(tmp_path / "runs.jsonl", records)
+    project = project_create(slug="checked", name="checked")
+
+    batch = trajectory_import(project=project, source_format="stepscope", path=path)
+
+    assert batch.created_count == 6
+    assert Step.objects.count() == sum(len(r["steps"]) for r in records)
+    assert StepLabel.objects.count() == 6
+
+
+def test_bad_record_in_a_later_chunk_writes_nothing(tmp_path: Path) -> None:
+    records = labelled_records(10)
+    records[8]["steps"][2]["kind"] = "pondering"
+    path = write(tmp_path / "runs.jsonl", records)
+    project = project_create(slug="bad", name="bad")
+
+    with pytest.raises(ImportRejected) as rejected:
+        trajectory_import(project=project, source_format="stepscope", path=path)
+
+    assert rejected.value.batch.errors == [
+        {
+            "location": "line 9",
+            "field": "steps.2.kind",
+            "message": "is 'pondering'; expected one of message, thought, action, tool_call, "
+            "tool_result, observation, answer",
+        }
+    ]
+    assert not Trajectory.objects.exists()
+    assert not Step.objects.exists()
+    assert not StepLabel.objects.exists()
+
+
+def test_file_error_met_by_the_read_ahead_thread_fails_the_whole_file(tmp_path: Path) -> None:
+    """A JSON array cut off after several chunks were written: the parser's FileError
+    is raised in the importing thread, and nothing from the file stays."""
+    text = (REALDATA / "tau_bench" / "gpt-4o-airline.json").read_text()
+    runs = json.loads(text)[:12]
+    whole = json.dumps(runs)
+    path = tmp_path / "cut.json"
+    path.write_text(whole[: len(whole) * 3 // 4])
+    project = project_create(slug="cut", name="cut")
+
+    with pytest.raises(ImportRejected) as rejected:
+        trajectory_import(project=project, source_format="openai-messages", path=path)
+
+    batch = rejected.value.batch
+    assert batch.status == ImportBatch.Status.FAILED
+    assert batch.errors[0]["location"] == "file"
+    assert "not valid JSON at record" in batch.errors[0]["message"]
+    assert batch.processed_count > 3  # several chunks were parsed and written first
+    assert not Trajectory.objects.exists()
+    assert not Step.objects.exists()
+
+
+def test_read_ahead_stops_and_closes_the_parser_when_the_import_stops_early() -> None:
+    closed = threading.Event()
+
+    def chunks() -> Iterator[list[int]]:
+        try:
+            for number in range(1000):
+                yield [number]
+        finally:
+            closed.set()
+
+    before = threading.active_count()
+    with imports._read_ahead(chunks()) as items:
+        assert next(items) == [0]
+    assert closed.is_set()
+    assert threading.active_count() == before
+
+
+def test_read_ahead_raises_the_parsers_error_in_the_caller() -> None:
+    def chunks() -> Iterator[list[int]]:
+        yield [1]
+        raise imports.FileError("broken at record 1")
+
+    with (
+        pytest.raises(imports.FileError, match="broken at record 1"),
+        imports._read_ahead(chunks()) as items,
+    ):
+        assert list(items) == [[1]]
