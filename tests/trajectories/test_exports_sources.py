@@ -190,6 +190,7 @@ def test_the_api_takes_a_credit_run_and_the_job_keeps_it(
     # The worker's task body, in this process (the test transaction never commits).
     job = export_job_run(job_id=response.json()["id"])
     assert job.status == ExportJob.Status.DONE, job.error
+    assert job.manifest is not None
     assert str(run.pk) in job.manifest["revisions"]["attribution"]
     rows = pq.read_table(Path(job.out_dir) / "rl.parquet").to_pylist()
     assert None not in {r["credit"] for r in rows}
