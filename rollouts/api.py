@@ -133,6 +133,7 @@ class RolloutJobViewSet(
                 max_continuations=data.get("max_continuations"),
                 max_tokens=data.get("max_tokens"),
                 chunk_continuations=data.get("chunk_continuations"),
+                against=data.get("against", ""),
             )
         except services.RolloutError as error:
             raise ValidationError({"detail": str(error)}) from None

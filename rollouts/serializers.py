@@ -88,6 +88,8 @@ class RolloutJobCreateSerializer(serializers.Serializer[Any]):
     chunk_continuations = serializers.IntegerField(
         required=False, allow_null=True, min_value=1, max_value=4096
     )
+    # A label source the finished job's MC labels are compared with (result.agreement).
+    against = serializers.CharField(required=False, allow_blank=True, max_length=300)
 
     def validate_steps(self, value: Any) -> Any:
         if value in (RolloutJob.Mode.ALL, RolloutJob.Mode.SEARCH):

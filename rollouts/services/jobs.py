@@ -21,6 +21,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from labeling.models import FinalLabel, StepLabel
+from labeling.sources import label_source_parse
 from rollouts import answers, generation, search, tasks
 from rollouts.models import (
     Policy,
@@ -29,6 +30,7 @@ from rollouts.models import (
     RolloutJob,
     RolloutSearch,
 )
+from rollouts.selectors import job_agreement
 from rollouts.services.parents import parent_outcome, parents_load
 from rollouts.services.policies import RolloutError
 from trajectories.models import Project, Step, Trajectory
@@ -55,9 +57,12 @@ def rollout_job_start(
     max_continuations: int | None = None,
     max_tokens: int | None = None,
     chunk_continuations: int | None = None,
+    against: str = "",
 ) -> RolloutJob:
     """A job continuing ``k`` times from each selected step, planned by a task on the
-    default queue and generated on the policy's queue."""
+    default queue and generated on the policy's queue. With ``against`` (a label source,
+    e.g. ``import:synthetic-truth``) the finished job records how its Monte Carlo labels
+    agree with that source (``result["agreement"]``)."""
     if policy.project_id not in (None, project.pk):
         raise RolloutError("that policy belongs to another project")
     if mode not in RolloutJob.Mode.values:
@@ -69,6 +74,12 @@ def rollout_job_start(
         generation.policy_params(policy.parameters)
     except (answers.AnswerCheckError, generation.PolicyError) as error:
         raise RolloutError(str(error)) from None
+    against = against.strip()
+    if against:
+        try:
+            label_source_parse(against)
+        except ValueError as error:
+            raise RolloutError(f"against: {error}") from None
     for name, value in (
         ("max_continuations", max_continuations),
         ("max_tokens", max_tokens),
@@ -91,7 +102,11 @@ def rollout_job_start(
         selection["filters"] = dataclasses.asdict(filters)
     if alternatives:
         selection["alternatives"] = {str(pk): text for pk, text in alternatives.items()}
-    options = {"chunk_continuations": chunk_continuations} if chunk_continuations else {}
+    options: dict[str, Any] = {}
+    if chunk_continuations:
+        options["chunk_continuations"] = chunk_continuations
+    if against:
+        options["against"] = against
     with transaction.atomic():
         job = RolloutJob.objects.create(
             project=project, policy=policy, mode=mode, k=k, answer_check=str(check),
@@ -379,9 +394,21 @@ def job_finish_if_complete(job: RolloutJob) -> bool:
         job.error = "the continuation budget ran out before every branch was rolled out"
     job.finished_at = now
     job.result = {**job.result, **job_summary(job)}
+    if job.options.get("against"):
+        job.result["agreement"] = _agreement(job)
     _rates(job, now)
     job.save()
     return True
+
+
+def _agreement(job: RolloutJob) -> dict[str, object]:
+    """How the job's MC labels agree with the label source it was started against; a
+    source that no longer resolves (a renamed scorer) is noted, not fatal."""
+    against = job.options["against"]
+    try:
+        return job_agreement(job, against=against)
+    except ValueError as error:
+        return {"against": against, "error": str(error)}
 
 
 def _rates(job: RolloutJob, now: Any) -> None:

@@ -446,3 +446,75 @@ def test_an_export_takes_mc_labels(
 
 def job_continuations(project: Project) -> int:
     return Continuation.objects.filter(trajectory__project=project).count()
+
+
+def test_a_job_started_against_a_label_source_records_its_agreement(
+    project: Project, make_policy: Callable[..., Policy], scripted: Callable[..., ScriptedGenerator]
+) -> None:
+    """Imported truth says steps 0..2 are good and step 3 is the first error (as the demo's
+    generated labels do); a perfect policy's MC labels agree on every one of them."""
+    failed = arithmetic(project, slip=3)
+    truth = UserFactory.create(username="import:truth", is_active=False)
+    schema = LabelSchema.objects.get(project=project)
+    for step in failed.steps.filter(index__lte=3):
+        StepLabel.objects.create(
+            step=step, annotator=truth, schema=schema, value=1 if step.index < 3 else -1
+        )
+    scripted(continue_correctly)
+    with pytest.raises(services.RolloutError, match="against: unknown label source"):
+        start(project, make_policy("refused"), k=2, mode=RolloutJob.Mode.ALL, against="truth")
+    job = run_job(
+        start(project, make_policy(), k=2, mode=RolloutJob.Mode.ALL, against=" import:truth ")
+    )
+    assert job.status == RolloutJob.Status.DONE, job.error
+    assert job.options["against"] == "import:truth"
+    agreement = job.result["agreement"]
+    assert agreement["against"] == "import:truth"
+    assert (agreement["steps_compared"], agreement["step_accuracy"]) == (4, 1.0)
+    assert agreement["first_error"]["trajectories"] == 1
+    assert agreement["first_error"]["acc_erroneous"] == 1.0
+
+
+def test_a_real_tiny_model_continues_exactly_the_stored_prefix(
+    project: Project, make_policy: Callable[..., Policy]
+) -> None:
+    """No script: the tiny causal LM decodes greedily. The prompt is the stored task and
+    steps 0..2, verbatim (a newline and double space included), rendered in the policy's
+    format; what the job stored after them is what the model generates from exactly
+    that prompt, and the prompt's length is what the continuation records."""
+    from rollouts.generation import PrefixStep
+    from rollouts.generation.generator import Generator, Item, generator_build
+    from rollouts.generation.prompts import render_prompt
+
+    trajectory = trajectory_with_steps(
+        project, ["1 + 1 = 2", "2 + 1 =  3\n(checked)", "3 + 1 = 4", "The answer is 4."],
+        ground_truth="4",
+    )  # fmt: skip
+    step = trajectory.steps.get(index=2)
+    policy = make_policy(parameters={"temperature": 0.0, "max_new_tokens": 12})
+    job = run_job(start(project, policy, k=2, step_ids=[step.pk]))
+    assert job.status == RolloutJob.Status.DONE, job.error
+
+    generator = generator_build(services.policy_spec(policy))
+    assert isinstance(generator, Generator)
+    stored = [
+        PrefixStep(s.content, s.role, s.kind)
+        for s in trajectory.steps.filter(index__lte=2).order_by("index")
+    ]
+    prompt = render_prompt(generator.params, trajectory.task, stored)
+    ids = tuple(generator.tokenizer(prompt)["input_ids"])
+    request = Request(key=0, task=trajectory.task, steps=tuple(stored), samples=1)
+    (batch,) = generator.prepare([Item(request, 0, ids, 0)])
+    (expected,) = generator.decode(batch, generator.run(batch))
+    assert expected.steps, "the tiny model generated nothing to compare"
+
+    parent_hashes = list(trajectory.steps.order_by("index").values_list("prefix_hash", flat=True))
+    children = list(Trajectory.objects.filter(continuation__branch__job=job))
+    assert len(children) == 2
+    for child in children:
+        rollout = child.metadata["rollout"]
+        assert (rollout["prompt_tokens"], rollout["dropped_tokens"]) == (len(ids), 0)
+        own = list(child.steps.order_by("index").values_list("content", "prefix_hash"))
+        assert [c for c, _ in own[:3]] == [s.content for s in stored]
+        assert [h for _, h in own[:3]] == parent_hashes[:3]
+        assert tuple(c for c, _ in own[3:]) == expected.steps

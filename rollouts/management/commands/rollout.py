@@ -44,9 +44,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-tokens", type=int, help="generated-token budget")
         parser.add_argument("--chunk", type=int, help="continuations per Celery task")
         parser.add_argument(
-            "--against", metavar="SOURCE",
-            help="with --wait: compare the MC labels with this label source, e.g."
-            " import:synthetic-truth",
+            "--against", metavar="SOURCE", default="",
+            help="when the job ends, compare its MC labels with this label source, e.g."
+            " import:synthetic-truth (in the job's result: agreement)",
         )  # fmt: skip
         parser.add_argument("--wait", action="store_true", help="wait until the job ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
@@ -84,17 +84,15 @@ class Command(BaseCommand):
                 max_continuations=options["max_continuations"],
                 max_tokens=options["max_tokens"],
                 chunk_continuations=options["chunk"],
+                against=options["against"],
             )
         except RolloutError as error:
             raise CommandError(str(error)) from None
         if options["wait"]:
             job = _wait_for(job, timeout=options["timeout"])
         summary = job_summary_line(job)
-        if options["wait"] and options["against"]:
-            try:
-                summary["agreement"] = selectors.job_agreement(job, against=options["against"])
-            except ValueError as error:
-                raise CommandError(str(error)) from None
+        if "agreement" in job.result:
+            summary["agreement"] = job.result["agreement"]
         self.stdout.write(json.dumps(summary))
         if job.status == RolloutJob.Status.FAILED:
             raise SystemExit(1)
