@@ -202,7 +202,10 @@ def train(
     import torch
     import torch.nn.functional as functional
 
-    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if "OMP_NUM_THREADS" not in os.environ:
+        # Every core, unless told otherwise: on a machine shared with other work, one
+        # thread (OMP_NUM_THREADS=1) can train faster than threads that wait on each other.
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
     torch.manual_seed(seed)
     rng = random.Random(seed)
     drills = round(batch_size * drill_fraction)
