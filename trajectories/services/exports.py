@@ -179,15 +179,15 @@ def export_trajectories(
     """The selected trajectories in task order (task key, then task text, then id), each
     with its steps, resolved labels and, when asked for, scores and corrections.
 
-    Must run inside a transaction: the resolved labels go into a temporary table (one
-    label per step, indexed), then steps are read a chunk of trajectories at a time by
-    trajectory id, each step's label, score and credit by an index lookup.
+    Must run inside a transaction: the resolved labels and the chosen run's credits go
+    into one temporary table (a row per step, indexed), then steps are read a chunk of
+    trajectories at a time by trajectory id, each step's values by an index lookup.
     """
     order = _ordered_ids(project, request)
-    table = f"export_labels_{uuid.uuid4().hex[:12]}"
-    labels_sql, labels_params = label_source_sql(project, request.labels)
+    table = f"export_values_{uuid.uuid4().hex[:12]}"
+    values_sql, values_params = _step_values_sql(project, request)
     with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {labels_sql}", labels_params)
+        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {values_sql}", values_params)
         try:
             with transaction.atomic():
                 cursor.execute(f"CREATE UNIQUE INDEX ON {table} (step_id)")
@@ -288,29 +288,43 @@ def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
     return selectors.trajectory_filters_from(definition)
 
 
+def _step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
+    """``(step_id, label, credit)`` for every step the label source labels or the credit
+    run credits: one pass over each (hash joins), so that reading a step's values later
+    is one lookup instead of one per table."""
+    labels_sql, params = label_source_sql(project, request.labels)
+    if request.credit_run is None:
+        return (
+            f"SELECT l.step_id, l.value AS label, NULL::float AS credit FROM ({labels_sql}) l",
+            params,
+        )
+    return (
+        "SELECT COALESCE(l.step_id, c.step_id) AS step_id, l.value AS label, c.value AS credit"
+        f" FROM ({labels_sql}) l FULL JOIN"
+        " (SELECT step_id, value FROM scoring_stepcredit WHERE run_id = %s) c"
+        " ON c.step_id = l.step_id",
+        [*params, request.credit_run],
+    )
+
+
 def _steps_sql(
-    project: Project, request: ExportRequest, labels_table: str
+    project: Project, request: ExportRequest, values_table: str
 ) -> tuple[str, list[Any]]:
     """Steps of a chunk of trajectories (the last parameter, an id array) in order, with
     the resolved label, the chosen scorer's score, the chosen attribution run's credit, a
     correction and per-annotator labels when the format uses them."""
-    # Each per-step value is a correlated subquery over a unique key: an index lookup per
-    # step whatever the tables' statistics say. (As joins, the planner chose to scan the
-    # whole label and credit tables for every chunk: quadratic in the export's size.)
+    # Each per-step value is a lookup on a unique key whatever the tables' statistics say:
+    # a correlated subquery, or a lateral one kept from being flattened into a join by
+    # OFFSET 0. (As plain joins, the planner chose to scan the whole label and credit
+    # tables for every chunk: quadratic in the export's size.)
     params: list[Any] = []
-    score = credit = "NULL::float"
+    score = "NULL::float"
     if request.scorer:
         score = (
             "(SELECT sc.value FROM scoring_stepscore sc"
             " WHERE sc.step_id = s.id AND sc.scorer_id = %s)"
         )
         params.append(scorer_id_for(project, request.scorer))
-    if request.credit_run is not None:
-        credit = (
-            "(SELECT cr.value FROM scoring_stepcredit cr"
-            " WHERE cr.step_id = s.id AND cr.run_id = %s)"
-        )
-        params.append(request.credit_run)
     wants_corrections = request.format == "dpo" and request.options.corrections
     correction = (
         "(SELECT c.correction FROM ("
@@ -332,10 +346,11 @@ def _steps_sql(
     )
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
-        " s.tool_args, s.metadata, s.labelable, s.prefix_hash,"
-        f" (SELECT ref.value FROM {labels_table} ref WHERE ref.step_id = s.id),"
-        f" {score}, {credit}, {correction}, {annotators}"
+        " s.tool_args, s.metadata, s.labelable, s.prefix_hash, v.label,"
+        f" {score}, v.credit, {correction}, {annotators}"
         " FROM trajectories_step s"
+        " LEFT JOIN LATERAL (SELECT r.label, r.credit FROM"
+        f" {values_table} r WHERE r.step_id = s.id OFFSET 0) v ON true"
         " WHERE s.trajectory_id = ANY(%s)"
         " ORDER BY s.trajectory_id, s.index"
     )
