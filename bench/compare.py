@@ -11,6 +11,10 @@ computes (model against ``human:majority``: confusion, kappa, AUROC, calibration
 first-error F1 and its threshold sweep, outcome against process), and the agreement
 between the humans on its own. Prints one line per figure and a JSON line last. The
 project, its rows and the bench users are dropped at the end, also when a step fails.
+
+The baseline, in the same run: the same comparison with the majority counted from the
+labels at query time (as before ``labeling_stepmajority`` kept it per step), with the
+same results checked, and the ratio of the two.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +44,14 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from labeling.compare import CompareQuery, big_joins, compare_run, human_agreement  # noqa: E402
+from labeling import sources  # noqa: E402
+from labeling.compare import (  # noqa: E402
+    CompareQuery,
+    CompareResult,
+    big_joins,
+    compare_run,
+    human_agreement,
+)
 from labeling.models import LabelSchema  # noqa: E402
 from labeling.sources import label_source_parse, label_source_sql  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
@@ -200,6 +214,52 @@ def _backend_cpu() -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def counted_majority_sql(project: Project) -> tuple[str, list[Any]]:
+    """The baseline: ``human:majority`` counted from the submitted human labels at query
+    time, one ``mode()`` aggregate per step (what labeling/sources.py did before the
+    majority was kept per step)."""
+    return (
+        "SELECT l.step_id, mode() WITHIN GROUP (ORDER BY l.value) AS value"
+        " FROM labeling_steplabel l"
+        " JOIN auth_user u ON u.id = l.annotator_id"
+        " JOIN trajectories_step s ON s.id = l.step_id"
+        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        " WHERE t.project_id = %s AND l.status = 'submitted'"
+        "   AND u.username NOT LIKE 'import:%%'"
+        " GROUP BY l.step_id"
+        " HAVING mode() WITHIN GROUP (ORDER BY l.value)"
+        "    = mode() WITHIN GROUP (ORDER BY l.value DESC)",
+        [project.pk],
+    )
+
+
+@contextmanager
+def majority_counted() -> Iterator[None]:
+    """Resolve ``human:majority`` by counting, for the baseline runs."""
+    kept = sources._majority_sql
+    sources._majority_sql = counted_majority_sql
+    try:
+        yield
+    finally:
+        sources._majority_sql = kept
+
+
+def _timed(query: CompareQuery, repeat: int) -> tuple[list[float], list[float], CompareResult]:
+    """Wall-clock and CPU seconds (Python and the PostgreSQL backend) of ``repeat`` runs."""
+    timings, cpu = [], []
+    result = None
+    for _ in range(repeat):
+        backend, own = _backend_cpu(), time.process_time()
+        start = time.perf_counter()
+        result = compare_run(query)
+        timings.append(time.perf_counter() - start)
+        after = _backend_cpu()
+        if backend is not None and after is not None:
+            cpu.append(after - backend + time.process_time() - own)
+    assert result is not None
+    return timings, cpu, result
+
+
 def _time_source(project: Project) -> float:
     """How long PostgreSQL takes to resolve the majority labels on their own."""
     sql, params = label_source_sql(project, label_source_parse("human:majority"))
@@ -210,6 +270,12 @@ def _time_source(project: Project) -> float:
             cursor.execute(f"SELECT count(*) FROM ({sql}) r", params)
             cursor.fetchone()
             return time.perf_counter() - start
+
+
+def _comparable(result: CompareResult) -> dict[str, Any]:
+    data = result.as_json()
+    data.pop("seconds")
+    return data
 
 
 def main() -> None:
@@ -235,20 +301,26 @@ def main() -> None:
         query = CompareQuery(
             project=project, scorer=scorer, source=label_source_parse("human:majority")
         )
-        timings, cpu = [], []
-        result = None
+        # Kept and counted runs alternate, so both see the same load on the machine.
+        timings, cpu, counted_timings, counted_cpu = [], [], [], []
+        result = counted = None
         for _ in range(args.repeat):
-            backend, own = _backend_cpu(), time.process_time()
-            start = time.perf_counter()
-            result = compare_run(query)
-            timings.append(time.perf_counter() - start)
-            after = _backend_cpu()
-            if backend is not None and after is not None:
-                cpu.append(after - backend + time.process_time() - own)
-        assert result is not None
+            wall, used, result = _timed(query, 1)
+            timings += wall
+            cpu += used
+            with majority_counted():
+                wall, used, counted = _timed(query, 1)
+            counted_timings += wall
+            counted_cpu += used
+        assert result is not None and counted is not None
+        same = json.dumps(_comparable(result)) == json.dumps(_comparable(counted))
         compare_s = statistics.median(timings)
         cpu_s = statistics.median(cpu) if cpu else None
+        counted_s = statistics.median(counted_timings)
+        counted_cpu_s = statistics.median(counted_cpu) if counted_cpu else None
         source_s = _time_source(project)
+        with majority_counted():
+            counted_source_s = _time_source(project)
         start = time.perf_counter()
         humans = human_agreement(project)
         humans_s = time.perf_counter() - start
@@ -261,7 +333,13 @@ def main() -> None:
             "compare_s": round(compare_s, 3),
             "compare_runs_s": [round(t, 3) for t in timings],
             "compare_cpu_s": round(cpu_s, 3) if cpu_s is not None else None,
+            "baseline_counted_s": round(counted_s, 3),
+            "baseline_counted_runs_s": [round(t, 3) for t in counted_timings],
+            "baseline_counted_cpu_s": round(counted_cpu_s, 3) if counted_cpu_s else None,
+            "speedup": round(counted_s / compare_s, 2),
+            "same_results": same,
             "majority_labels_s": round(source_s, 3),
+            "majority_counted_s": round(counted_source_s, 3),
             "humans_s": round(humans_s, 3),
             "load_average": round(load, 2),
             "kappa": round(result.kappa, 4),
@@ -276,7 +354,19 @@ def main() -> None:
         )
         if cpu_s is not None:
             print(f"  CPU time, Python and PostgreSQL together: {cpu_s:.2f} s")
-        print(f"  resolving human:majority alone: {source_s:.2f} s")
+        runs = ", ".join(f"{t:.2f}" for t in counted_timings)
+        print(
+            f"baseline, majority counted at query time: {counted_s:.2f} s (median of {runs})"
+            + (f", CPU {counted_cpu_s:.2f} s" if counted_cpu_s is not None else "")
+        )
+        print(
+            f"  kept / counted: {compare_s / counted_s:.2f} of the time;"
+            f" results {'identical' if same else 'DIFFERENT'}"
+        )
+        print(
+            f"  resolving human:majority alone: {source_s:.2f} s kept,"
+            f" {counted_source_s:.2f} s counted"
+        )
         print(
             f"  kappa {result.kappa:.3f}, AUROC {result.auroc:.3f},"
             f" first-error F1 {result.first_error.f1:.3f}"

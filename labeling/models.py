@@ -178,6 +178,45 @@ StepLabelEvent: Any = pghistory.create_event_model(
 )
 
 
+class StepMajority(models.Model):
+    """The ``human:majority`` label of a step that human annotators labelled: the value
+    with the strictly highest count among their submitted labels (imported labels do not
+    vote), NULL on a tie. A row exists while the step has such a label.
+
+    Statement-level triggers on ``labeling_steplabel`` (migration 0003) keep it in the
+    same transaction as every label write (upserts, undo, submit, ``COPY``, the ORM), so
+    a comparison over a million steps reads the majority with one index scan instead of
+    aggregating every label. The triggers lock a step's row before they recount it, so
+    two annotators labelling one step at once are counted one after the other (at READ
+    COMMITTED, which label writes use). Renaming a user into or out of ``import:`` does
+    not recount their labels.
+
+    No foreign-key constraints: the triggers write a million rows in one statement when
+    labels are copied in, and a step's labels (whose deletion removes its row) go before
+    the step itself."""
+
+    step = models.OneToOneField(
+        Step, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
+    )
+    value = models.IntegerField(null=True)
+
+    class Meta:
+        indexes: ClassVar = [
+            models.Index(
+                fields=["project", "step"],
+                include=["value"],
+                condition=models.Q(value__isnull=False),
+                name="stepmajority_project_step",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"majority {self.value} on {self.step_id}"
+
+
 class TrajectoryLabel(models.Model):
     """One annotator's verdict on a whole trajectory, and the record of their work on it:
     a draft while they label its steps, submitted when they finish."""

@@ -104,23 +104,13 @@ def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[A
 
 
 def _majority_sql(project: Project) -> tuple[str, list[Any]]:
-    # The value with the strictly highest count among human annotators' submitted labels.
-    # mode() takes the first of the most frequent values in its ORDER BY, so ascending and
-    # descending give the same value exactly when one value leads alone; a tie gives no
-    # label. One streaming aggregate per step: several times cheaper than counting per
-    # (step, value) and ranking with window functions, which matters over millions of
-    # labels (bench/compare.py).
+    # Kept per step by triggers on the step labels (labeling.models.StepMajority): the
+    # value with the strictly highest count among human annotators' submitted labels,
+    # NULL on a tie. Reading it is an index scan in step order, where counting the votes
+    # here cost a second of CPU per million labels (bench/compare.py).
     return (
-        "SELECT l.step_id, mode() WITHIN GROUP (ORDER BY l.value) AS value"
-        " FROM labeling_steplabel l"
-        " JOIN auth_user u ON u.id = l.annotator_id"
-        " JOIN trajectories_step s ON s.id = l.step_id"
-        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        " WHERE t.project_id = %s AND l.status = 'submitted'"
-        "   AND u.username NOT LIKE 'import:%%'"
-        " GROUP BY l.step_id"
-        " HAVING mode() WITHIN GROUP (ORDER BY l.value)"
-        "    = mode() WITHIN GROUP (ORDER BY l.value DESC)",
+        "SELECT m.step_id, m.value FROM labeling_stepmajority m"
+        " WHERE m.project_id = %s AND m.value IS NOT NULL",
         [project.pk],
     )
 
