@@ -7,13 +7,15 @@ each row to the driver's per-value adapters, and lets JSON columns be serialised
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from typing import Any
+
+import orjson
 
 from trajectories.formats.base import ParsedStep
 
 NULL = "\\N"
-_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
 class Json:
@@ -27,9 +29,18 @@ class Json:
 
 def text(value: str) -> str:
     # Most values need no escaping; testing for the four characters is much cheaper
-    # than translating every string.
+    # than escaping every string.
     if "\\" in value or "\n" in value or "\t" in value or "\r" in value:
-        value = value.translate(_ESCAPES)
+        # Four C-level replaces run about twenty times faster than str.translate with
+        # a mapping, which looks every character up in a dict; JSON text of a source
+        # record (full of escaped newlines) made that the largest cost of an import.
+        # Backslashes go first so the ones added after are not doubled.
+        value = (
+            value.replace("\\", "\\\\")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+            .replace("\t", "\\t")
+        )
     if "\x00" in value:
         raise ValueError("text contains a NUL character, which PostgreSQL cannot store")
     if not value.isascii():
@@ -44,10 +55,34 @@ def json_text(value: Any) -> str:
         return "{}"
     if value == [] and isinstance(value, list):
         return "[]"
-    encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    try:
+        # orjson encodes several times faster than json.dumps, and source records
+        # (whole runs) are a large part of what some imports write.
+        encoded = orjson.dumps(value).decode()
+    except TypeError:  # integers beyond 64 bits, non-string keys, lone surrogates
+        encoded = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    else:
+        # orjson writes NaN and infinities as null; PostgreSQL cannot store them, and
+        # data must not change on the way in, so they stay an error as with json.dumps.
+        if "null" in encoded and not _finite(value):
+            raise ValueError("JSON cannot hold NaN or infinity")
     if "\\u0000" in encoded:
         raise ValueError("JSON contains a NUL character, which PostgreSQL's jsonb cannot store")
     return text(encoded)
+
+
+def _finite(value: Any) -> bool:
+    """Whether no float anywhere in ``value`` is NaN or infinite."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending.extend(item.values())
+        elif isinstance(item, list | tuple):
+            pending.extend(item)
+        elif isinstance(item, float) and not math.isfinite(item):
+            return False
+    return True
 
 
 def field(value: Any) -> str:
