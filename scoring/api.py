@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from labeling.models import Queue
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.serializers import (
@@ -149,6 +150,7 @@ class ScoringRunViewSet(
                 only_unscored=data["only_unscored"],
                 trajectory_ids=data.get("trajectories"),
                 filters=TrajectoryFilters(**filters) if filters else None,
+                queue=_queue_by_name_or_id(project, data["queue"]) if "queue" in data else None,
             )
         except services.ScoringError as error:
             raise ValidationError({"scorer": str(error)}) from None
@@ -254,6 +256,14 @@ def _scorer_by_name_or_id(project: Project, value: str) -> Scorer:
     if scorer is None:
         raise ValidationError({"scorer": f"no scorer {value!r} for this project"})
     return scorer
+
+
+def _queue_by_name_or_id(project: Project, value: str) -> Queue:
+    queues = Queue.objects.filter(project=project)
+    queue = (queues.filter(pk=int(value)) if value.isdigit() else queues.filter(name=value)).first()
+    if queue is None:
+        raise ValidationError({"queue": f"no queue {value!r} in this project"})
+    return queue
 
 
 # SimpleRouter: the API root view comes from trajectories/api.py.

@@ -4,20 +4,33 @@ from typing import Any
 
 from django import forms
 
+from labeling.models import Queue
 from scoring.methods import METHODS
 from scoring.models import Scorer
 from scoring.services import NEUTRAL_CHOICES
+from trajectories.models import Project
 
 
 class ScoringRunForm(forms.Form):
     scorer = forms.ModelChoiceField(queryset=Scorer.objects.none(), empty_label=None)
+    queue = forms.ModelChoiceField(
+        queryset=Queue.objects.none(),
+        required=False,
+        empty_label="all trajectories",
+        label="Steps of",
+    )
     only_unscored = forms.BooleanField(required=False, label="Only unscored steps")
 
-    def __init__(self, *args: Any, scorers: list[Scorer], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, scorers: list[Scorer], project: Project | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         field = self.fields["scorer"]
         assert isinstance(field, forms.ModelChoiceField)
         field.queryset = Scorer.objects.filter(pk__in=[s.pk for s in scorers]).order_by("name")
+        queue = self.fields["queue"]
+        assert isinstance(queue, forms.ModelChoiceField)
+        queue.queryset = Queue.objects.filter(project=project).order_by("name")
 
 
 class TrainHeadForm(forms.Form):

@@ -66,6 +66,9 @@ class ScoringRunCreateSerializer(serializers.Serializer[Any]):
         child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
     )
     filters = TrajectoryFiltersSerializer(required=False)
+    queue = serializers.CharField(
+        required=False, help_text="a labeling queue (name or id): score its trajectories"
+    )
 
 
 class ScorerTrainSerializer(serializers.Serializer[Any]):

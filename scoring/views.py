@@ -48,7 +48,7 @@ def _section(
         "runs": selectors.scoring_runs_recent(project),
         "attribution_runs": selectors.attribution_runs_recent(project),
         "scorers": scorers,
-        "run_form": run_form or ScoringRunForm(scorers=scorers),
+        "run_form": run_form or ScoringRunForm(scorers=scorers, project=project),
         "train_form": train_form or TrainHeadForm(),
         "methods": methods.METHODS.values(),
     }
@@ -78,7 +78,7 @@ def scoring_section(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def scoring_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = _managed_project(request, slug)
-    form = ScoringRunForm(request.POST, scorers=selectors.scorer_choices(project))
+    form = ScoringRunForm(request.POST, scorers=selectors.scorer_choices(project), project=project)
     if form.is_valid():
         try:
             services.scoring_run_start(
@@ -86,6 +86,7 @@ def scoring_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 scorer=form.cleaned_data["scorer"],
                 user=request.user,  # type: ignore[arg-type]
                 only_unscored=form.cleaned_data["only_unscored"],
+                queue=form.cleaned_data["queue"],
             )
         except services.ScoringError as error:
             form.add_error("scorer", str(error))

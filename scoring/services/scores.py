@@ -21,6 +21,7 @@ from django.db import InterfaceError, OperationalError, transaction
 from django.db.models import Avg, Exists, F, OuterRef, Q
 from django.utils import timezone
 
+from labeling.models import Queue, QueueItem
 from scoring import prm, tasks
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from trajectories.models import Project, Step, Trajectory
@@ -107,11 +108,15 @@ def scoring_run_start(
     only_unscored: bool = False,
     trajectory_ids: Iterable[int] | None = None,
     filters: TrajectoryFilters | None = None,
+    queue: Queue | None = None,
 ) -> ScoringRun:
-    """A run over the project's labelable steps (all, a filter, or given trajectories),
-    planned into chunks by a task on the default queue."""
+    """A run over the project's labelable steps (all, a filter, given trajectories, the
+    trajectories of a labeling queue, or where these are combined, the steps all of them
+    select), planned into chunks by a task on the default queue."""
     if scorer.project_id not in (None, project.pk):
         raise ScoringError("that scorer belongs to another project")
+    if queue is not None and queue.project_id != project.pk:
+        raise ScoringError("that labeling queue belongs to another project")
     if not scorer.runs_a_model:
         raise ScoringError(
             f"{scorer.name} holds scores computed elsewhere; add to them with import_scores"
@@ -123,6 +128,9 @@ def scoring_run_start(
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
     if filters is not None and filters != TrajectoryFilters():
         selection["filters"] = dataclasses.asdict(filters)
+    if queue is not None:
+        selection["queue"] = queue.pk
+        selection["queue_name"] = queue.name
     with transaction.atomic():
         run = ScoringRun.objects.create(
             project=project, scorer=scorer, kind=ScoringRun.Kind.SCORE, selection=selection,
@@ -141,6 +149,14 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
     if "filters" in selection:
         filters = TrajectoryFilters(**selection["filters"])
         steps = steps.filter(trajectory__in=trajectories_filtered(run.project, filters))
+    if "queue" in selection:
+        steps = steps.filter(
+            Exists(
+                QueueItem.objects.filter(
+                    queue_id=selection["queue"], trajectory_id=OuterRef("trajectory_id")
+                )
+            )
+        )
     if selection.get("only_unscored"):
         scored = StepScore.objects.filter(step=OuterRef("pk"), scorer=run.scorer)
         steps = steps.exclude(Exists(scored))

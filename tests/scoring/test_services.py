@@ -7,19 +7,23 @@ covers the real queue."""
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db.models import Count
 
 from labeling.models import LabelSchema, StepLabel
+from labeling.services import queue_create
 from scoring import selectors, services
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from tests.factories import UserFactory, trajectory_with_steps
 from trajectories.models import Project, Step, Trajectory
+from trajectories.selectors import TrajectoryFilters
+from trajectories.services import project_create
 
 pytestmark = pytest.mark.django_db
 
@@ -185,6 +189,52 @@ def test_a_chunk_whose_worker_keeps_dying_fails_the_run(
     run.refresh_from_db()
     assert run.status == ScoringRun.Status.FAILED
     assert "never finished" in run.error
+
+
+def test_a_queue_selects_the_steps_of_its_trajectories(
+    project: Project, make_scorer: Callable[..., Scorer]
+) -> None:
+    first, second, third = three_trajectories(project)
+    queue = queue_create(
+        project=project, name="review", created_by=None,
+        filters=TrajectoryFilters(min_steps=4),
+    )  # fmt: skip
+    assert set(queue.items.values_list("trajectory_id", flat=True)) == {second.pk, third.pk}
+    scorer = make_scorer()
+    run = run_to_completion(services.scoring_run_start(project=project, scorer=scorer, queue=queue))
+    assert run.selection["queue"] == queue.pk
+    expected = labelable_steps(project) - set(first.steps.values_list("pk", flat=True))
+    assert run.total == run.done == len(expected) == 8
+    assert set(StepScore.objects.values_list("step_id", flat=True)) == expected
+
+
+def test_a_queue_of_another_project_is_refused(
+    project: Project, make_scorer: Callable[..., Scorer]
+) -> None:
+    other = project_create(slug="other", name="Other")
+    queue = queue_create(project=other, name="q", created_by=None, filters=TrajectoryFilters())
+    with pytest.raises(services.ScoringError, match="another project"):
+        services.scoring_run_start(project=project, scorer=make_scorer(), queue=queue)
+
+
+def test_score_command_takes_a_queue(project: Project, make_scorer: Callable[..., Scorer]) -> None:
+    first, *_ = three_trajectories(project)
+    queue = queue_create(
+        project=project, name="firsts", created_by=None, filters=TrajectoryFilters(max_steps=3)
+    )
+    make_scorer(name="prm")
+    out = io.StringIO()
+    call_command("score", "--project", "demo", "--scorer", "prm", "--queue", "firsts", stdout=out)
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    run = ScoringRun.objects.get(pk=summary["run"])
+    assert run.selection["queue"] == queue.pk
+    run = run_to_completion(run)
+    assert run.total == 3
+    assert set(StepScore.objects.values_list("step_id", flat=True)) == set(
+        first.steps.values_list("pk", flat=True)
+    )
+    with pytest.raises(CommandError, match="no queue 'nope'"):
+        call_command("score", "--project", "demo", "--scorer", "prm", "--queue", "nope")
 
 
 def test_an_empty_selection_is_done_at_once(

@@ -15,10 +15,13 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from labeling.services import queue_create
 from scoring.models import Scorer, ScoringRun
 from scoring.selectors import step_scores_for_trajectory
 from tests.factories import ProjectFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Project
+from trajectories.selectors import TrajectoryFilters
+from trajectories.services import project_create
 
 pytestmark = pytest.mark.django_db
 
@@ -78,6 +81,34 @@ def test_filters_are_part_of_the_selection(
     assert response.status_code == 201, response.content
     run = ScoringRun.objects.get()
     assert run.selection["filters"]["outcome"] == "failure"
+
+
+def test_a_queue_by_name_or_id_is_part_of_the_selection(
+    project: Project, owner: User, make_scorer: Callable[..., Scorer]
+) -> None:
+    make_scorer(name="prm")
+    queue = queue_create(
+        project=project, name="batch 1", created_by=None, filters=TrajectoryFilters()
+    )
+    for value in ("batch 1", str(queue.pk)):
+        response = api(owner).post(
+            "/api/v1/scoring-runs/",
+            {"project": "demo", "scorer": "prm", "queue": value},
+            format="json",
+        )
+        assert response.status_code == 201, response.content
+        assert response.json()["selection"]["queue"] == queue.pk
+    other = project_create(slug="other", name="Other")
+    foreign = queue_create(
+        project=other, name="theirs", created_by=None, filters=TrajectoryFilters()
+    )
+    for value in ("theirs", str(foreign.pk), "nope"):
+        response = api(owner).post(
+            "/api/v1/scoring-runs/",
+            {"project": "demo", "scorer": "prm", "queue": value},
+            format="json",
+        )
+        assert response.status_code == 400 and "queue" in response.json()
 
 
 def test_annotators_may_watch_but_not_start(
@@ -218,6 +249,28 @@ def test_owner_starts_a_run_from_the_page(
     assert f'id="scoring-run-{run.pk}"' in html
     assert 'hx-trigger="every 2s"' in html  # a queued run polls for progress
     assert reverse("scoring-run-cancel", args=[run.pk]) in html
+
+
+def test_owner_scores_a_queue_from_the_page(
+    project: Project, owner: User, make_scorer: Callable[..., Scorer]
+) -> None:
+    scorer = make_scorer(name="prm")
+    queue = queue_create(
+        project=project, name="batch 1", created_by=None, filters=TrajectoryFilters()
+    )
+    other = project_create(slug="other", name="Other")
+    foreign = queue_create(
+        project=other, name="theirs", created_by=None, filters=TrajectoryFilters()
+    )
+    client = browser(owner)
+    page = client.get(reverse("scoring-section", args=["demo"])).content.decode()
+    assert "batch 1" in page and "theirs" not in page
+    url = reverse("scoring-run-start", args=["demo"])
+    response = client.post(url, {"scorer": scorer.pk, "queue": foreign.pk}, headers=HTMX)
+    assert "Select a valid choice" in response.content.decode()
+    assert not ScoringRun.objects.exists()
+    client.post(url, {"scorer": scorer.pk, "queue": queue.pk}, headers=HTMX)
+    assert ScoringRun.objects.get().selection["queue"] == queue.pk
 
 
 def test_annotator_cannot_start_or_cancel(

@@ -1,4 +1,4 @@
-"""python manage.py score --project SLUG --scorer NAME [--only-unscored] [--wait]"""
+"""python manage.py score --project SLUG --scorer NAME [--queue NAME] [--only-unscored] [--wait]"""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from labeling.models import Queue
 from scoring.management.waiting import project_or_error, run_summary, wait_for
 from scoring.models import ScoringRun
 from scoring.selectors import scorer_latest
@@ -27,6 +28,9 @@ class Command(BaseCommand):
             "--trajectory", type=int, action="append", dest="trajectories", metavar="ID",
             help="score only this trajectory (repeatable)",
         )  # fmt: skip
+        parser.add_argument(
+            "--queue", metavar="NAME", help="score only the trajectories of this labeling queue"
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -35,12 +39,18 @@ class Command(BaseCommand):
         scorer = scorer_latest(project, options["scorer"])
         if scorer is None:
             raise CommandError(f"no scorer {options['scorer']!r} for project {project.slug!r}")
+        queue = None
+        if options["queue"]:
+            queue = Queue.objects.filter(project=project, name=options["queue"]).first()
+            if queue is None:
+                raise CommandError(f"no queue {options['queue']!r} in project {project.slug!r}")
         try:
             run = scoring_run_start(
                 project=project,
                 scorer=scorer,
                 only_unscored=options["only_unscored"],
                 trajectory_ids=options["trajectories"],
+                queue=queue,
             )
         except ScoringError as error:
             raise CommandError(str(error)) from None
