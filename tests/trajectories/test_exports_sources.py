@@ -4,6 +4,7 @@ rows, and Monte Carlo labels (``--labels mc...``) from rollouts' step values."""
 from __future__ import annotations
 
 import json
+import threading
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import transaction
 from rest_framework.test import APIClient
 
 from rollouts.models import Policy, StepMC
@@ -22,7 +24,13 @@ from tests.factories import MembershipFactory, UserFactory
 from trajectories import synthetic
 from trajectories.models import ExportJob, Membership, Project, Step
 from trajectories.services import project_create, trajectory_import
-from trajectories.services.exports import export_job_run
+from trajectories.services.exports import (
+    ExportCancelled,
+    export_job_run,
+    export_request_build,
+    export_write,
+)
+from trajectories.services.progress import ProgressWriter
 
 
 def export(*args: str) -> dict[str, Any]:
@@ -197,3 +205,40 @@ def test_the_api_takes_a_credit_run_and_the_job_keeps_it(
     refused = api.post("/api/v1/exports/", {**body, "credit_run": run.pk + 1000}, format="json")
     assert refused.status_code == 400
     assert f"no attribution run {run.pk + 1000}" in refused.content.decode()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Path) -> None:
+    """Outside a caller's transaction a second connection reads ahead in the export's
+    snapshot; the files are the same as when one connection reads everything, and a
+    cancelled export stops the reading thread."""
+    project = rollouts_project(tmp_path)
+    run = finished_run(project)
+    request = export_request_build(
+        project=project, format="rl", labels="import:synthetic-truth", neutral="keep",
+        credit_run=run.pk,
+    )  # fmt: skip
+    ahead = export_write(project=project, request=request, out_dir=tmp_path / "ahead")
+    with transaction.atomic():
+        inline = export_write(project=project, request=request, out_dir=tmp_path / "inline")
+    assert ahead["files"] == inline["files"]
+    assert ahead["files"]["rl.parquet"]["rows"] == 24
+
+    class Cancelled(ProgressWriter):
+        def __init__(self) -> None:
+            pass
+
+        def report(self, amount: int) -> bool:
+            return True
+
+        def status(self) -> str | None:
+            return "cancelled"
+
+    threads = threading.active_count()
+    with pytest.raises(ExportCancelled):
+        export_write(
+            project=project, request=request, out_dir=tmp_path / "cancelled",
+            progress=Cancelled(),
+        )  # fmt: skip
+    assert threading.active_count() == threads
+    assert not list((tmp_path / "cancelled").iterdir())

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
+import re
 import shutil
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -152,7 +156,7 @@ def export_write(
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         result: ExportResult = write_export(
-            export_trajectories(project, request, progress=progress),
+            export_trajectories(project, request, progress=progress, read_ahead=not nested),
             format_name=request.format,
             options=request.options,
             out_dir=out_dir,
@@ -174,16 +178,50 @@ def export_write(
 
 
 def export_trajectories(
-    project: Project, request: ExportRequest, *, progress: ProgressWriter | None = None
+    project: Project,
+    request: ExportRequest,
+    *,
+    progress: ProgressWriter | None = None,
+    read_ahead: bool = False,
 ) -> Iterator[ExportTrajectory]:
     """The selected trajectories in task order (task key, then task text, then id), each
     with its steps, resolved labels and, when asked for, scores and corrections.
 
-    Must run inside a transaction: the resolved labels and the chosen run's credits go
-    into one temporary table (a row per step, indexed), then steps are read a chunk of
-    trajectories at a time by trajectory id, each step's values by an index lookup.
+    Must run inside a transaction. With ``read_ahead`` (for a transaction of its own, at
+    REPEATABLE READ) a second connection reads the next chunks while this thread builds
+    records from the last: it imports this transaction's snapshot, so both see exactly
+    the same data, and PostgreSQL's work overlaps with Python's.
     """
     order = _ordered_ids(project, request)
+    lossless = request.format == "stepscope"
+    if read_ahead:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_export_snapshot()")
+            snapshot = cursor.fetchone()[0]
+        chunks = _read_ahead(project, request, order, snapshot)
+    else:
+        chunks = _read_chunks(project, request, order)
+    try:
+        for ids, heads, rows in chunks:
+            yield from _trajectories(ids, heads, rows, lossless)
+            _tick(progress, len(ids))
+    finally:
+        chunks.close()
+
+
+# What one chunk reads: the trajectory ids in order, their rows, and their steps' rows.
+Chunk = tuple[list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]]]
+# Chunks the reading thread may hold before this thread takes them (bounded memory).
+READ_AHEAD_CHUNKS = 2
+_SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
+
+
+def _read_chunks(
+    project: Project, request: ExportRequest, order: list[int]
+) -> Generator[Chunk, None, None]:
+    """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
+    connection. The resolved labels and the chosen run's credits go into one temporary
+    table first (a row per step, indexed), so each step's values are one index lookup."""
     table = f"export_values_{uuid.uuid4().hex[:12]}"
     values_sql, values_params = _step_values_sql(project, request)
     with connection.cursor() as cursor:
@@ -198,16 +236,71 @@ def export_trajectories(
                 f" ({detail.message_detail if detail else error}); name one schema's labels"
             ) from None
         cursor.execute(f"ANALYZE {table}")
+    steps_sql, extra_params = _steps_sql(project, request, table)
     try:
-        steps_sql, extra_params = _steps_sql(project, request, table)
-        lossless = request.format == "stepscope"
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
-            yield from _chunk(ids, steps_sql, extra_params, lossless)
-            _tick(progress, len(ids))
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT id, external_id, task, task_key, ground_truth, model_name,"
+                    " outcome_reward, success, metadata, source_format"
+                    " FROM trajectories_trajectory WHERE id = ANY(%s)",
+                    [ids],
+                )
+                heads = {row[0]: row for row in cursor.fetchall()}
+                cursor.execute(steps_sql, [*extra_params, ids])
+                yield ids, heads, cursor.fetchall()
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _read_ahead(
+    project: Project, request: ExportRequest, order: list[int], snapshot: str
+) -> Generator[Chunk, None, None]:
+    """``_read_chunks`` on a thread of its own, in a transaction that imports
+    ``snapshot``, handing chunks over through a bounded queue. Closing this generator
+    (the export finished, failed or was cancelled) stops the thread and waits for it."""
+    if not _SNAPSHOT_ID.fullmatch(snapshot):
+        raise ValueError(f"unexpected snapshot id {snapshot!r}")
+    handed: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
+    stop = threading.Event()
+
+    def hand(item: Chunk | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        # Django gives this thread a connection of its own; it is closed at the end.
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                with closing(_read_chunks(project, request, order)) as chunks:
+                    for chunk in chunks:
+                        if not hand(chunk):
+                            return
+            hand(None)
+        except BaseException as error:  # handed to the consuming thread, which raises it
+            hand(error)
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=read, name="export-reader", daemon=True)
+    reader.start()
+    try:
+        while (item := handed.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
 
 
 def _ordered_ids(project: Project, request: ExportRequest) -> list[int]:
@@ -219,19 +312,12 @@ def _ordered_ids(project: Project, request: ExportRequest) -> list[int]:
     )
 
 
-def _chunk(
-    ids: list[int], steps_sql: str, extra_params: list[Any], lossless: bool
+def _trajectories(
+    ids: list[int],
+    heads: dict[int, tuple[Any, ...]],
+    rows: list[tuple[Any, ...]],
+    lossless: bool,
 ) -> Iterator[ExportTrajectory]:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
-            " success, metadata, source_format FROM trajectories_trajectory"
-            " WHERE id = ANY(%s)",
-            [ids],
-        )
-        heads = {row[0]: row for row in cursor.fetchall()}
-        cursor.execute(steps_sql, [*extra_params, ids])
-        rows = cursor.fetchall()
     steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
     annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
     for row in rows:
