@@ -24,7 +24,10 @@ STEP_KINDS = (
 )
 
 
-@dataclass(frozen=True)
+# Not frozen: steps are the most numerous objects an import makes, and a frozen
+# dataclass sets each field through object.__setattr__, which made building one three
+# times slower. Parsers build steps once and nothing changes them afterwards.
+@dataclass(slots=True)
 class ParsedStep:
     kind: str
     role: str

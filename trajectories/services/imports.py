@@ -39,8 +39,8 @@ from trajectories.services.projects import imported_annotator
 
 # Trajectories and steps written per round of COPY statements; bounds memory for large
 # files while keeping the per-round queries few.
-IMPORT_CHUNK = 2000
-CHUNK_STEPS = 40_000
+IMPORT_CHUNK = 1000
+CHUNK_STEPS = 20_000
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
 
