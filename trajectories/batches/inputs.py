@@ -23,7 +23,10 @@ StepReward = Literal["label", "score"]
 PromptsPer = Literal["task", "trajectory"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+# Not frozen: an export builds one per step (a million for a large one), a frozen
+# dataclass sets each field through object.__setattr__ (twice as slow to build), and
+# nothing changes a step after it is read.
+@dataclass(slots=True, kw_only=True)
 class ExportStep:
     index: int
     kind: str
