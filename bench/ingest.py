@@ -122,6 +122,7 @@ def _text(rng: random.Random, chars: int) -> str:
 
 def child_import(path: Path, source_format: str) -> None:
     """Runs in a fresh interpreter: import, report time, CPU and peak RSS, clean up."""
+    _vacuum()
     project = project_create(slug=f"bench-{os.getpid()}-{int(time.time())}", name="bench")
     server = _backend_cpu_reader()
     try:
@@ -166,7 +167,10 @@ def baselines(path: Path, source_format: str) -> dict[str, float]:
         cursor = wrapper.cursor
         cursor.execute("CREATE TABLE bench_scratch_steps (LIKE trajectories_step)")
         try:
+            server = _backend_cpu_reader()
+            server_start = server()
             figures["bare_copy_s"] = _timed_copy(cursor, "bench_scratch_steps", rows)
+            figures["bare_copy_server_cpu_s"] = server() - server_start
         finally:
             cursor.execute("DROP TABLE bench_scratch_steps")
         cursor.execute("CREATE TEMP TABLE bench_scratch_temp (LIKE trajectories_step)")
@@ -190,6 +194,7 @@ def _real_table_copy(rows: list[str], trajectory_ids: list[int]) -> float:
     """COPY into trajectories_step as an import without the FK shortcut would: every
     index maintained and the deferred foreign-key check run; then rolled back. The
     trajectories the steps point at are written first, untimed."""
+    _vacuum()
     project = project_create(slug=f"bench-copy-{os.getpid()}-{int(time.time())}", name="bench")
     try:
         with transaction.atomic(), connection.cursor() as wrapper:
@@ -233,6 +238,16 @@ def _renumber(block: str, trajectories: dict[int, int], step_ids: Iterator[int])
         _, trajectory, rest = line.split("\t", 2)
         lines.append(f"{next(step_ids)}\t{trajectories[int(trajectory)]}\t{rest}")
     return "".join(lines)
+
+
+def _vacuum() -> None:
+    """Clear the dead rows earlier runs left (deleted or rolled back), so that each
+    measurement starts from the same tables rather than one bloated by the last."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "VACUUM trajectories_step, trajectories_trajectory, trajectories_trajectorysource,"
+            " labeling_steplabel"
+        )
 
 
 def _own_cpu() -> float:
@@ -326,6 +341,7 @@ def main() -> None:
         "import_server_cpu_s": round(result["server_cpu_s"], 2),
         "bare_copy_s": round(bare_s, 2),
         "bare_copy_steps_per_s": round(steps / bare_s),
+        "bare_copy_server_cpu_s": round(copies["bare_copy_server_cpu_s"], 2),
         "temp_table_copy_s": round(temp_s, 2),
         "real_table_copy_s": round(real_s, 2),
         "import_rate_over_copy_rate": round(bare_s / import_s, 3),
@@ -339,6 +355,7 @@ def main() -> None:
         f" its PostgreSQL backend {result['server_cpu_s']:.2f} s"
     )
     print(f"bare COPY of the same step rows:    {bare_s:.2f} s, {steps / bare_s:,.0f} steps/s")
+    print(f"  CPU of its PostgreSQL backend:    {copies['bare_copy_server_cpu_s']:.2f} s")
     print(f"  the same into a TEMP table:       {temp_s:.2f} s (no WAL)")
     print(f"  the same into trajectories_step:  {real_s:.2f} s (its indexes, FK checked)")
     print(f"import rate / bare COPY rate:       {bare_s / import_s:.3f}")

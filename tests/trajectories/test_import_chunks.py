@@ -175,3 +175,16 @@ def test_read_ahead_raises_the_parsers_error_in_the_caller() -> None:
         imports._read_ahead(chunks()) as items,
     ):
         assert list(items) == [[1]]
+
+
+def test_step_table_has_no_trigger_the_shortcut_would_silence() -> None:
+    """session_replication_role = replica turns off every ordinary trigger on the step
+    COPY, not only the foreign-key check; a trigger added to trajectories_step later
+    (history, counters) would silently not fire for imports. Revisit the shortcut in
+    imports._ChunkWriter before adding one."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT tgname FROM pg_trigger"
+            " WHERE tgrelid = 'trajectories_step'::regclass AND NOT tgisinternal"
+        )
+        assert cursor.fetchall() == []
