@@ -496,8 +496,10 @@ def _can_skip_trigger_checks() -> bool:
     Steps are written with the ids of trajectories this same transaction wrote, which no
     other transaction can see, let alone delete, before it commits; so the foreign key
     from step to trajectory holds by construction, and checking it row by row (a deferred
-    trigger per step, run at commit) took longer than writing the steps. Only superusers
-    may set ``session_replication_role``; other roles keep the checks.
+    trigger per step, run at commit) took longer than writing the steps. The setting
+    turns off every ordinary trigger, and trajectories_step has none but the key's (a
+    test in tests/trajectories/test_import_chunks.py fails if one is added). Only
+    superusers may set ``session_replication_role``; other roles keep the checks.
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('is_superuser') = 'on'")
