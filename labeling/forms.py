@@ -71,6 +71,13 @@ class QueueForm(TrajectoryFilterForm):
         min_value=1, max_value=20, initial=1, help_text="Annotators per trajectory."
     )
     lease_minutes = forms.IntegerField(min_value=1, max_value=7 * 24 * 60, initial=30)
+    order = forms.ChoiceField(
+        choices=Queue.Order.choices,
+        initial=Queue.Order.POSITION,
+        required=False,
+        help_text="Most uncertain first: trajectories whose unlabelled steps the latest"
+        " trained head scores nearest 0.5 come first.",
+    )
     assignees = forms.ModelMultipleChoiceField(
         queryset=User.objects.none(),
         required=False,
@@ -79,7 +86,7 @@ class QueueForm(TrajectoryFilterForm):
     )
     limit = forms.IntegerField(required=False, min_value=1, label="At most")
 
-    field_order = ["name", "description", "overlap", "lease_minutes", "assignees"]
+    field_order = ["name", "description", "overlap", "lease_minutes", "order", "assignees"]
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -325,7 +325,13 @@ FinalLabelEvent: Any = pghistory.create_event_model(
 class Queue(models.Model):
     """What to label and by whom: a fixed selection of a project's trajectories, each to be
     labelled by ``overlap`` different annotators. "Next item" leases one item to one
-    annotator for ``lease_seconds``."""
+    annotator for ``lease_seconds``, in the queue's ``order``."""
+
+    class Order(models.TextChoices):
+        POSITION = "position", "in order"
+        # The trajectories whose unlabelled steps the latest trained head is least sure of
+        # (score nearest 0.5) first: the labels that teach the head most.
+        UNCERTAIN = "uncertain", "most uncertain first"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="queues")
     name = models.CharField(max_length=200)
@@ -339,6 +345,9 @@ class Queue(models.Model):
     # Who may take items; nobody listed means every member of the project.
     assignees = models.ManyToManyField(
         settings.AUTH_USER_MODEL, blank=True, related_name="assigned_queues"
+    )
+    order = models.CharField(
+        max_length=10, choices=Order.choices, default=Order.POSITION, db_default=Order.POSITION
     )
     # The filters the selection was made with, for the record.
     selection = models.JSONField(default=dict, blank=True)
@@ -362,6 +371,10 @@ class QueueItem(models.Model):
     queue = models.ForeignKey(Queue, on_delete=models.CASCADE, related_name="items")
     trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="queue_items")
     position = models.PositiveIntegerField(default=0)
+    # For the "most uncertain first" order: the least |score - 0.5| among the trajectory's
+    # unlabelled labelable steps under the latest trained head, when this was last ranked
+    # (labeling.services.queue_uncertainty_refresh); NULL (last) when none is scored.
+    uncertainty = models.FloatField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -370,6 +383,9 @@ class QueueItem(models.Model):
         ]
         indexes: ClassVar = [
             models.Index(fields=["queue", "position", "id"], name="queueitem_order"),
+            models.Index(
+                fields=["queue", "uncertainty", "position", "id"], name="queueitem_uncertain"
+            ),
             models.Index(fields=["trajectory"], name="queueitem_trajectory"),
         ]
 

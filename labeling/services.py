@@ -17,7 +17,7 @@ from typing import Any
 import pghistory
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, Min, OuterRef, Q
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
@@ -32,6 +32,8 @@ from labeling.models import (
     TrajectoryLabel,
 )
 from labeling.selectors import LabelingState, Lease
+from scoring.models import Scorer
+from scoring.selectors import latest_trained_head, steps_most_uncertain
 from trajectories.models import Project, Step
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -580,11 +582,15 @@ def queue_create(
     assignees: list[User] | None = None,
     description: str = "",
     limit: int | None = None,
+    order: str = Queue.Order.POSITION,
 ) -> Queue:
     """A queue over the project's trajectories that match ``filters`` (oldest first, at
-    most ``limit``), inserted in one statement whatever the selection's size."""
+    most ``limit``), inserted in one statement whatever the selection's size; leased in
+    ``order`` (for "most uncertain first", ranked by the latest trained head now)."""
     if Queue.objects.filter(project=project, name=name).exists():
         raise LabelingError(f"A queue named {name!r} exists already.")
+    if order not in Queue.Order.values:
+        raise LabelingError(f"Unknown queue order {order!r}.")
     with transaction.atomic():
         queue = Queue.objects.create(
             project=project,
@@ -592,6 +598,7 @@ def queue_create(
             description=description,
             overlap=overlap,
             lease_seconds=lease_seconds,
+            order=order,
             created_by=created_by,
             selection={
                 key: value for key, value in vars(filters).items() if value not in ("", None)
@@ -610,7 +617,67 @@ def queue_create(
                 f" SELECT %s, sel.id, row_number() OVER (ORDER BY sel.id), %s FROM ({sql}) sel",
                 [queue.pk, timezone.now(), *params],
             )
+        if order == Queue.Order.UNCERTAIN:
+            queue_uncertainty_refresh(queue=queue)
     return queue
+
+
+def queue_order_set(*, queue: Queue, order: str) -> Queue:
+    if order not in Queue.Order.values:
+        raise LabelingError(f"Unknown queue order {order!r}.")
+    with transaction.atomic():
+        queue.order = order
+        queue.save(update_fields=["order"])
+        if order == Queue.Order.UNCERTAIN:
+            queue_uncertainty_refresh(queue=queue)
+    return queue
+
+
+def queue_uncertainty_refresh(*, queue: Queue, scorer: Scorer | None = None) -> int:
+    """Rank the queue's items for "most uncertain first": each trajectory by its most
+    uncertain unlabelled step (``scoring.selectors.steps_most_uncertain``: score nearest
+    0.5 under ``scorer``, by default the project's latest trained head); trajectories
+    with no such step go last. Returns how many items got a rank.
+
+    Leasing then reads the stored rank through an index, whatever the queue's size; a
+    trained head's scoring run ranks the project's uncertain queues again when it ends."""
+    scorer = scorer or latest_trained_head(queue.project)
+    if scorer is None:
+        QueueItem.objects.filter(queue=queue).update(uncertainty=None)
+        return 0
+    uncertain = (
+        steps_most_uncertain(queue.project, scorer)
+        .filter(
+            Exists(QueueItem.objects.filter(queue=queue, trajectory_id=OuterRef("trajectory_id")))
+        )
+        .order_by()
+        .values("trajectory_id")
+        .annotate(least=Min("uncertainty"))
+    )
+    sql, params = uncertain.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE labeling_queueitem SET uncertainty = NULL"
+            " WHERE queue_id = %s AND uncertainty IS NOT NULL",
+            [queue.pk],
+        )
+        cursor.execute(
+            "UPDATE labeling_queueitem i SET uncertainty = u.least"
+            f" FROM ({sql}) u WHERE i.queue_id = %s AND i.trajectory_id = u.trajectory_id",
+            [*params, queue.pk],
+        )
+        return cursor.rowcount
+
+
+def queues_uncertainty_refresh(*, project: Project) -> int:
+    """Rank every active "most uncertain first" queue of ``project`` again (after a new
+    trained head scored its steps). Returns how many queues were ranked."""
+    queues = list(
+        Queue.objects.filter(project=project, order=Queue.Order.UNCERTAIN, is_active=True)
+    )
+    for queue in queues:
+        queue_uncertainty_refresh(queue=queue)
+    return len(queues)
 
 
 def queue_item_take(*, queue: Queue, annotator: User | AbstractBaseUser) -> QueueAssignment | None:
@@ -689,6 +756,13 @@ class _ItemFull(Exception):
         self.item_id = item_id
 
 
+# Each order follows one of the queue item indexes.
+_ITEM_ORDER: dict[str, str] = {
+    Queue.Order.POSITION: "i.position, i.id",
+    Queue.Order.UNCERTAIN: "i.uncertainty NULLS LAST, i.position, i.id",
+}
+
+
 def _next_free_item(
     queue: Queue,
     annotator_id: int,
@@ -708,7 +782,7 @@ def _next_free_item(
                    WHERE a.item_id = i.id
                      AND (a.status = 'submitted' OR (a.status = 'leased' AND a.expires_at > %s))
                   ) < %s
-            ORDER BY i.position, i.id
+            ORDER BY {_ITEM_ORDER[queue.order]}
             LIMIT 1
             FOR UPDATE OF i {"SKIP LOCKED" if skip_locked else ""}
             """,

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from labeling import selectors, services
 from labeling.forms import QueueForm
-from labeling.models import QueueAssignment
+from labeling.models import Queue, QueueAssignment
 from labeling.views.common import HtmxHttpRequest, current_user, refuse
 from trajectories.selectors import membership_role, project_get_for_user
 
@@ -55,6 +55,7 @@ def queue_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 lease_seconds=data["lease_minutes"] * 60,
                 assignees=list(data["assignees"]),
                 limit=data["limit"],
+                order=data["order"] or Queue.Order.POSITION,
             )
         except services.LabelingError as error:
             form.add_error(None, error.message)

@@ -22,8 +22,10 @@ from django.db.models import Avg, Exists, F, OuterRef, Q
 from django.utils import timezone
 
 from labeling.models import Queue, QueueItem
+from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.selectors import latest_trained_head
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -310,6 +312,17 @@ def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
             run.steps_per_second = run.done / seconds if seconds > 0 else None
             fields += ["status", "finished_at", "steps_per_second"]
         run.save(update_fields=fields)
+        if run.status == ScoringRun.Status.DONE and _is_latest_head(run):
+            # The "most uncertain first" queues follow the newest head's scores.
+            queues_uncertainty_refresh(project=run.project)
+
+
+def _is_latest_head(run: ScoringRun) -> bool:
+    scorer = run.scorer
+    if scorer is None or scorer.kind != Scorer.Kind.TRAINED_HEAD:
+        return False
+    latest = latest_trained_head(run.project)
+    return latest is not None and latest.pk == scorer.pk
 
 
 def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResult]) -> int:

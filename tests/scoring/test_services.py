@@ -12,15 +12,18 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 from django.db.models import Count
 
-from labeling.models import LabelSchema, StepLabel
-from labeling.services import queue_create
+from labeling.models import LabelSchema, Queue, StepLabel
+from labeling.services import queue_create, queue_item_take
 from scoring import selectors, services
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.prm.head import Head
 from tests.factories import UserFactory, trajectory_with_steps
+from tests.scoring.conftest import TinyModels
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters
 from trajectories.services import project_create
@@ -358,3 +361,37 @@ def test_most_uncertain_steps_come_first(project: Project) -> None:
     StepLabel.objects.create(step=steps[1], annotator=UserFactory.create(), schema=schema, value=1)
     ordered = list(selectors.steps_most_uncertain(project).values_list("index", flat=True))
     assert ordered == [3, 0, 2]  # 0.6, 0.9 / 0.1 tie broken by position; labeled step 1 gone
+
+
+def test_a_new_heads_scoring_run_ranks_the_uncertain_queues(
+    project: Project, tiny_models: TinyModels
+) -> None:
+    """Training a head and scoring with it re-ranks "most uncertain first" queues, so the
+    next lease follows the newest head's scores of the real steps."""
+    three_trajectories(project)
+    queue = queue_create(
+        project=project, name="teach", created_by=None, filters=TrajectoryFilters(),
+        order=Queue.Order.UNCERTAIN,
+    )  # fmt: skip
+    assert not queue.items.filter(uncertainty__isnull=False).exists()  # nothing scored yet
+    weights = np.random.default_rng(0).normal(size=64) * 3
+    head = Scorer.objects.create(
+        project=project, name="head", kind=Scorer.Kind.TRAINED_HEAD, revision="1",
+        model_ref=str(tiny_models.encoder),
+        artifact={"head": Head(tuple(float(w) for w in weights), 0.1).to_dict()},
+    )  # fmt: skip
+    run = run_to_completion(services.scoring_run_start(project=project, scorer=head))
+    assert run.status == ScoringRun.Status.DONE
+    ranks = dict(queue.items.values_list("trajectory_id", "uncertainty"))
+    scores = StepScore.objects.filter(scorer=head)
+    expected = {
+        t: min(
+            abs(v - 0.5)
+            for v in scores.filter(step__trajectory_id=t).values_list("value", flat=True)
+        )
+        for t in ranks
+    }
+    assert ranks == pytest.approx(expected)
+    most_uncertain = min(expected, key=lambda t: expected[t])
+    taken = queue_item_take(queue=queue, annotator=UserFactory.create())
+    assert taken is not None and taken.item.trajectory_id == most_uncertain
