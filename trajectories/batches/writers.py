@@ -205,6 +205,12 @@ class ParquetRecordWriter(_AtomicFile):
         self.row_group_size = row_group_size
         self._columns = list(schema.names)
         self._column_set = set(self._columns)
+        # The row group's size is estimated from the text columns' lengths, the nested
+        # columns walked, and 8 bytes for every other column.
+        self._text_columns = [f.name for f in schema if pa.types.is_string(f.type)]
+        self._nested_columns = [f.name for f in schema if pa.types.is_nested(f.type)]
+        others = len(self._columns) - len(self._text_columns) - len(self._nested_columns)
+        self._scalar_bytes = 8 * others
         self._rows: list[Mapping[str, Any]] = []
         self._buffered = 0
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
@@ -225,7 +231,14 @@ class ParquetRecordWriter(_AtomicFile):
                 f"record keys {list(record)} do not match the schema's columns {self._columns}"
             )
         self._rows.append(record)
-        self._buffered += _approximate_size(record)
+        size = self._scalar_bytes
+        for name in self._text_columns:
+            text = record[name]
+            if text is not None:
+                size += len(text)
+        for name in self._nested_columns:
+            size += _approximate_size(record[name])
+        self._buffered += size
         self.rows += 1
         if len(self._rows) >= self.row_group_size or self._buffered >= ROW_GROUP_BYTES:
             self._flush()
