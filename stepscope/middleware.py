@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from rest_framework.response import Response
@@ -34,6 +35,12 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 
+DATABASE_UNAVAILABLE = (
+    "The database is unavailable right now, so nothing of this request was saved."
+    " Try again in a moment."
+)
+
+
 class SecurityHeadersMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
@@ -46,13 +53,18 @@ class SecurityHeadersMiddleware:
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if isinstance(exception, QueueUnavailable):
             return service_unavailable(request, str(exception))
+        if isinstance(exception, OperationalError | InterfaceError):
+            # The database went away (a restart, a failover): the request's transaction
+            # was rolled back, so say that nothing of it was saved.
+            return service_unavailable(request, DATABASE_UNAVAILABLE)
         return None
 
 
 def service_unavailable(request: HttpRequest, message: str) -> HttpResponse:
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": message}, status=503)
-    body = render_to_string("503.html", {"message": message}, request=request)
+    # No request: context processors would load the session, maybe from a dead database.
+    body = render_to_string("503.html", {"message": message})
     return HttpResponse(body, status=503)
 
 
@@ -60,6 +72,8 @@ def api_exception_handler(exception: Exception, context: dict[str, Any]) -> Resp
     """DRF's handler, plus a 503 with the reason when a job cannot be queued."""
     if isinstance(exception, QueueUnavailable):
         return Response({"detail": str(exception)}, status=503)
+    if isinstance(exception, OperationalError | InterfaceError):
+        return Response({"detail": DATABASE_UNAVAILABLE}, status=503)
     return exception_handler(exception, context)
 
 
