@@ -1,0 +1,138 @@
+"""A Celery worker killed (SIGKILL: no warm shutdown, no acknowledgement) in the middle of
+an import and of an export. Another worker takes the unacknowledged task again and
+finishes it: no duplicate rows, no partial files. (Scoring, attribution and rollout
+chunks have the same test in tests/scoring and tests/rollouts.)"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db.models import Count
+
+from labeling.sources import label_source_parse
+from tests.scoring.conftest import Workers
+from trajectories import synthetic
+from trajectories.batches import ExportOptions, Neutral
+from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
+from trajectories.services import import_upload_start
+from trajectories.services.exports import ExportRequest, export_start
+
+pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
+
+TASKS = 6000  # x 4 rollouts x 7 steps: 168,000 steps, several seconds of work
+
+
+@pytest.fixture
+def workers(transactional_db: None) -> Iterator[Workers]:
+    from django.db import connection
+
+    started = Workers(connection.settings_dict["NAME"])
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_killed_workers_lose_no_import_and_no_export(
+    workers: Workers, project: Project, owner: User
+) -> None:
+    records = synthetic.rollouts(tasks=TASKS, seed=5)
+    content = "".join(json.dumps(record) + "\n" for record in records).encode()
+    expected = TASKS * 4
+
+    # --- the import ----------------------------------------------------------------------
+    first = workers.start(["default"], "kill-import-a")
+    batch = import_upload_start(
+        project=project,
+        user=owner,
+        source_format="stepscope",
+        upload=SimpleUploadedFile("big.jsonl", content),
+    )
+
+    def importing() -> bool:
+        batch.refresh_from_db()
+        return batch.status == ImportBatch.Status.RUNNING and batch.processed_count > 0
+
+    assert wait_until(importing, timeout=120), f"never saw the import running: {batch.status}"
+    workers.kill(first)
+    batch.refresh_from_db()
+    assert batch.status == ImportBatch.Status.RUNNING
+    # All or nothing: the killed transaction left no trajectory behind.
+    assert not Trajectory.objects.filter(project=project).exists()
+
+    workers.start(["default"], "kill-import-b")
+
+    def imported() -> bool:
+        batch.refresh_from_db()
+        return batch.status not in (ImportBatch.Status.QUEUED, ImportBatch.Status.RUNNING)
+
+    assert wait_until(imported, timeout=300), "the import never finished after the kill"
+    assert batch.status == ImportBatch.Status.DONE, batch.errors
+    assert batch.created_count == expected
+    assert Trajectory.objects.filter(project=project).count() == expected
+    duplicates = (
+        Step.objects.filter(trajectory__project=project)
+        .values("trajectory_id", "index")
+        .annotate(n=Count("id"))
+        .filter(n__gt=1)
+    )
+    assert not duplicates.exists()
+    steps = Step.objects.filter(trajectory__project=project).count()
+    assert steps == expected * 7
+
+    # --- the export ----------------------------------------------------------------------
+    workers.stop_all()
+    first = workers.start(["default"], "kill-export-a")
+    job = export_start(
+        project=project,
+        user=owner,
+        request=ExportRequest(
+            format="stepscope",
+            labels=label_source_parse("human:majority"),
+            options=ExportOptions(neutral=Neutral.DROP),
+        ),
+    )
+
+    def exporting() -> bool:
+        job.refresh_from_db()
+        return job.status == ExportJob.Status.RUNNING and job.done > 0
+
+    assert wait_until(exporting, timeout=120), f"never saw the export running: {job.status}"
+    workers.kill(first)
+    out_dir = Path(settings.MEDIA_ROOT) / "exports" / str(job.pk)
+    # Nothing that looks finished: only hidden temporary files, if anything.
+    assert all(path.name.startswith(".") for path in out_dir.glob("*"))
+
+    workers.start(["default"], "kill-export-b")
+
+    def exported() -> bool:
+        job.refresh_from_db()
+        return job.status not in (ExportJob.Status.QUEUED, ExportJob.Status.RUNNING)
+
+    assert wait_until(exported, timeout=300), "the export never finished after the kill"
+    assert job.status == ExportJob.Status.DONE, job.error
+    files = sorted(path.name for path in out_dir.iterdir())
+    assert not [name for name in files if name.startswith(".")], files
+    for entry in job.files:
+        data = (out_dir / entry["name"]).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+    data_file = next(e["name"] for e in job.files if e["name"].endswith(".jsonl"))
+    lines = (out_dir / data_file).read_bytes().count(b"\n")
+    assert lines == expected
