@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test test-system lint format typecheck bench install services worker migrate demo clean browser
+.PHONY: run stop test test-system lint format typecheck bench bench-load install services worker migrate demo clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -64,6 +64,11 @@ bench: migrate
 	$(PY) bench/scoring.py
 	$(PY) bench/compare.py
 	$(PY) bench/export.py
+
+# 50 annotators labelling through gunicorn for 5 minutes while a scoring run and an export
+# run (the whole stack in a temporary directory, or on DATABASE_URL / CELERY_BROKER_URL).
+bench-load: install
+	$(PY) bench/load.py
 
 clean: stop
 	rm -rf .stepscope staticfiles

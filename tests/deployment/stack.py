@@ -62,6 +62,7 @@ class Stack:
         self.external = bool(database_url)
         env = {k: v for k, v in os.environ.items() if k not in _PRIVATE and "PYTEST" not in k}
         env.update(
+            DJANGO_SETTINGS_MODULE="stepscope.settings",
             STEPSCOPE_DATA_DIR=str(root / "data"),
             STEPSCOPE_SECRET_KEY="stack-test-secret-key-" + "x" * 40,
             STEPSCOPE_REQUIRE_SECRET_KEY="1",
