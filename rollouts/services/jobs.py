@@ -33,6 +33,7 @@ from rollouts.models import (
 from rollouts.selectors import job_agreement
 from rollouts.services.parents import parent_outcome, parents_load
 from rollouts.services.policies import RolloutError
+from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -107,6 +108,7 @@ def rollout_job_start(
         options["chunk_continuations"] = chunk_continuations
     if against:
         options["against"] = against
+    broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         job = RolloutJob.objects.create(
             project=project, policy=policy, mode=mode, k=k, answer_check=str(check),

@@ -38,6 +38,7 @@ from scoring.services.scores import (
     ScoringError,
     scorer_spec,
 )
+from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -168,6 +169,7 @@ def attribution_run_start(
         "label_source": label_source,
         "selection": selection,
     }
+    broker_require()  # a dead broker is said now; no job is left queued
     for _ in range(2):
         try:
             with transaction.atomic():

@@ -26,6 +26,7 @@ from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.selectors import latest_trained_head
+from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -133,6 +134,7 @@ def scoring_run_start(
     if queue is not None:
         selection["queue"] = queue.pk
         selection["queue_name"] = queue.name
+    broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         run = ScoringRun.objects.create(
             project=project, scorer=scorer, kind=ScoringRun.Kind.SCORE, selection=selection,
@@ -550,6 +552,7 @@ def scorer_train_start(
     )
     if existing.exists():
         raise ScoringError(f"{name!r} is a scorer of another kind in this project")
+    broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         run = ScoringRun.objects.create(
             project=project,

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
 from scoring.models import AttributionRun
+from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.batches import (
     ExportOptions,
@@ -485,6 +486,7 @@ def _attribution_revisions(project: Project, request: ExportRequest) -> dict[str
 def export_start(*, project: Project, user: User, request: ExportRequest) -> ExportJob:
     from trajectories.tasks import export_run
 
+    broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         job = ExportJob.objects.create(
             project=project,
