@@ -91,7 +91,7 @@ class LabelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         request=StepLabelWriteSerializer,
         responses={200: StepLabelSerializer, 201: StepLabelSerializer},
     )
-    def create(self, request: Request) -> Response:
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Set your label on a step; 201 when it is new, 200 when it updated yours."""
         write = StepLabelWriteSerializer(data=request.data)
         write.is_valid(raise_exception=True)

@@ -4,7 +4,7 @@ user's projects, so anything outside them is a 404, as on the pages."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
@@ -98,7 +98,7 @@ class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
         ).select_related("project")
 
     @extend_schema(request=ImportRequestSerializer, responses=ImportBatchSerializer)
-    def create(self, request: Request) -> Response:
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = ImportRequestSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
@@ -143,7 +143,7 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
         ).select_related("project")
 
     @extend_schema(request=ExportRequestSerializer, responses=ExportJobSerializer)
-    def create(self, request: Request) -> Response:
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         incoming = ExportRequestSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = dict(incoming.validated_data)
@@ -160,7 +160,7 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
         return Response(ExportJobSerializer(job).data, status=202)
 
     @action(detail=True, methods=["get"], url_path=r"files/(?P<name>[^/]+)")
-    def download(self, request: Request, pk: str, name: str) -> FileResponse:
+    def download(self, request: Request, pk: str, name: str, **kwargs: Any) -> FileResponse:
         job = self.get_object()
         names = {f["name"] for f in job.files} | {"manifest.json"}
         if job.status != ExportJob.Status.DONE or name not in names:
