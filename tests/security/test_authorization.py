@@ -1,0 +1,213 @@
+"""Who may do what, for every URL of the project: each route from the resolver, filled
+with objects of one project, is requested (GET and POST) by every role, and the status
+must be exactly the one ``ACCESS`` states. A URL added without an entry fails the test,
+so whoever adds one has to say who may use it.
+
+Statuses, in the order of ``ROLES`` (anonymous, outsider, annotator, researcher, admin):
+``login`` is a redirect to the login page, any other token a status code. The policy:
+anonymous visitors are sent to the login page (401 on the API); an outsider (signed in,
+no membership) gets a 404 for anything of the project, as if it did not exist; annotators
+read and label but get a 403 for importing, exporting, queues, review, scoring, rollouts
+and settings; researchers do all of that except editing the label schema and settings,
+which is the project admin's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.http import HttpResponse
+
+from tests.security.world import ROLES, Visitors, build_world, project_routes
+
+pytestmark = pytest.mark.django_db
+
+# Free text of the world; an outsider or an anonymous visitor must never read it.
+MARK = "W0RLD-MARK"
+
+# Project pages that answer a POST like a GET (they have no write of their own; the
+# CSRF middleware still guards the POST).
+_READ = {"GET": "login 404 200 200 200", "POST": "login 404 200 200 200"}
+# Read-only pages and partials that refuse other methods.
+_GET_ONLY = {"GET": "login 404 200 200 200", "POST": "login 405 405 405 405"}
+# Poll rows of a run or job: HTMX gets the row, a plain request is sent to the section.
+_ROW = {"GET": "login 404 302 302 302", "POST": "login 404 302 302 302"}
+# Writes any member may make (labels, queue moves); an empty form is refused with a
+# redirect back and a message.
+_MEMBER_WRITE = {"GET": "login 405 405 405 405", "POST": "login 404 302 302 302"}
+# Cancel buttons: researchers and admins; a plain form post is redirected back.
+_CANCEL = {"GET": "login 405 405 405 405", "POST": "login 404 403 302 302"}
+# Forms that start work (scoring, attribution, rollouts): an empty form re-renders (200).
+_START = {"GET": "login 405 405 405 405", "POST": "login 404 403 200 200"}
+
+# The API: 401 without a token; an outsider's lists are empty, their objects 404.
+_API_LIST = {"GET": "401 200 200 200 200", "POST": "401 405 405 405 405"}
+_API_LIST_CREATE = {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"}
+_API_OBJECT = {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"}
+_API_CANCEL = {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"}
+# Open to anyone: probes for load balancers, and the API's description.
+_PUBLIC = {"GET": "200 200 200 200 200", "POST": "405 405 405 405 405"}
+
+ACCESS: dict[str, dict[str, str]] = {
+    "healthz": _PUBLIC,
+    "readyz": _PUBLIC,
+    # Staff only (a Django staff account, not a project role): others go to the admin login.
+    "admin-status": {"GET": "302 302 302 302 302", "POST": "302 302 302 302 302"},
+    "login": {"GET": "200 200 200 200 200", "POST": "200 200 200 200 200"},
+    "logout": {"GET": "405 405 405 405 405", "POST": "login login login login login"},
+    # Browse pages.
+    "project-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
+    "project-home": _READ,
+    "trajectory-list": _READ,
+    "task-tree": _READ,
+    "trajectory-detail": _READ,
+    "trajectory-compare": _READ,
+    "step-content": _READ,
+    "import-detail": _READ,
+    "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},
+    # Everyone sees the exports; researchers and admins start and cancel them.
+    "export-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
+    "export-detail": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
+    "export-download": _READ,
+    "selection-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
+    "selection-delete": {"GET": "login 404 302 302 302", "POST": "login 404 403 302 302"},
+    # The labeling surface.
+    "step-label": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
+    "step-history": _GET_ONLY,
+    "trajectory-steps": _GET_ONLY,
+    "label-undo": _MEMBER_WRITE,
+    "trajectory-submit": _MEMBER_WRITE,
+    "guidelines": _GET_ONLY,
+    # Queues: members take, skip and see them; researchers and admins make and close them.
+    "queue-list": _GET_ONLY,
+    "queue-detail": _GET_ONLY,
+    "queue-create": {"GET": "login 404 403 200 200", "POST": "login 404 403 200 200"},
+    "queue-next": _MEMBER_WRITE,
+    "queue-skip": _MEMBER_WRITE,
+    "queue-active": _CANCEL,
+    # Review and adjudication: researchers and admins.
+    "review-list": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
+    "review-trajectory": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
+    "final-label": _CANCEL,
+    # Every member reads the schema; only the project admin changes it.
+    "schema-edit": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
+    # Compare pages: annotators too, in a project that neither labels blind nor hides
+    # scores (test_blind.py covers the other case).
+    "compare": _GET_ONLY,
+    "compare-steps": _GET_ONLY,
+    "compare-first-errors": _GET_ONLY,
+    "compare-humans": _GET_ONLY,
+    "compare-disagreements": _GET_ONLY,
+    "compare-disagreement-queue": _CANCEL,
+    "failure-overview": _GET_ONLY,
+    "failure-list": _GET_ONLY,
+    # Scoring and attribution.
+    "scoring-section": _READ,
+    "scoring-run-start": _START,
+    "scorer-train": _START,
+    "scoring-run-row": _ROW,
+    "scoring-run-cancel": _CANCEL,
+    "attribution-run-start": _START,
+    "attribution-run-row": _ROW,
+    "attribution-run-cancel": _CANCEL,
+    "step-saliency": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
+    "trajectory-evidence": _GET_ONLY,
+    # Rollouts.
+    "rollouts-section": _READ,
+    "rollout-job-start": _START,
+    "rollout-job-row": _ROW,
+    "rollout-job-cancel": _CANCEL,
+    "step-rollouts": _READ,
+    "step-rollout-start": _START,
+    # The REST API.
+    "api:api-root": _API_LIST,
+    "api:api-schema": _PUBLIC,
+    "api:api-docs": _PUBLIC,
+    "api:project-list": _API_LIST,
+    "api:project-detail": _API_OBJECT,
+    "api:trajectory-list": _API_LIST,
+    "api:trajectory-detail": _API_OBJECT,
+    "api:trajectory-labels": _API_OBJECT,
+    "api:step-list": _API_LIST,
+    "api:step-detail": _API_OBJECT,
+    # POST with an empty body: invalid (400) before any project is named.
+    "api:import-list": _API_LIST_CREATE,
+    "api:import-detail": _API_OBJECT,
+    "api:export-list": _API_LIST_CREATE,
+    "api:export-detail": _API_OBJECT,
+    "api:export-download": _API_OBJECT,
+    # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
+    "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
+    "api:label-list": _API_LIST_CREATE,
+    "api:label-detail": _API_OBJECT,
+    "api:scorer-list": _API_LIST_CREATE,
+    "api:scorer-detail": _API_OBJECT,
+    "api:scorer-train": {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"},
+    "api:scoring-run-list": _API_LIST_CREATE,
+    "api:scoring-run-detail": _API_OBJECT,
+    "api:scoring-run-cancel": _API_CANCEL,
+    "api:attribution-run-list": _API_LIST_CREATE,
+    "api:attribution-run-detail": _API_OBJECT,
+    "api:attribution-run-cancel": _API_CANCEL,
+    "api:attribution-run-credits": _API_OBJECT,
+    "api:policy-list": _API_LIST_CREATE,
+    "api:policy-detail": _API_OBJECT,
+    "api:rollout-list": _API_LIST_CREATE,
+    "api:rollout-detail": _API_OBJECT,
+    "api:rollout-cancel": _API_CANCEL,
+}
+
+
+def outcome(response: HttpResponse) -> str:
+    if response.status_code == 302 and response["Location"].startswith("/login/"):
+        return "login"
+    return str(response.status_code)
+
+
+def body(response: HttpResponse) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode(errors="replace")  # type: ignore[attr-defined]
+    return response.content.decode(errors="replace")
+
+
+def test_every_url_has_a_stated_access() -> None:
+    keys = {route.key for route in project_routes()}
+    missing = sorted(keys - ACCESS.keys())
+    stale = sorted(ACCESS.keys() - keys)
+    assert not missing, f"URLs without an entry in ACCESS (say who may use them): {missing}"
+    assert not stale, f"entries in ACCESS for URLs that no longer exist: {stale}"
+
+
+def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
+    world = build_world(tmp_path, text=MARK)
+    visitors = Visitors(world)
+    wrong = []
+    leaks = []
+    for route in project_routes():
+        for method in ("GET", "POST"):
+            expected = ACCESS[route.key][method].split()
+            for role, want in zip(ROLES, expected, strict=True):
+                response = visitors.request(route, role, method)
+                got = outcome(response)
+                if got != want:
+                    wrong.append(f"{method} {route.path(world)} as {role}: {got}, expected {want}")
+                if role in ("anonymous", "outsider") and MARK in body(response):
+                    leaks.append(f"{method} {route.path(world)} as {role}")
+    assert not wrong, "\n".join(wrong)
+    assert not leaks, "the project's content reached non-members:\n" + "\n".join(leaks)
+
+
+def test_the_api_has_no_put_patch_or_delete(tmp_path: Path) -> None:
+    """Writes go through POST only (the matrix above states them); every API route
+    refuses the other write methods, even for the project admin."""
+    world = build_world(tmp_path, text=MARK)
+    visitors = Visitors(world)
+    allowed = []
+    for route in project_routes():
+        if not route.is_api:
+            continue
+        for method in ("PUT", "PATCH", "DELETE"):
+            response = visitors.request(route, "admin", method)
+            if response.status_code != 405:
+                allowed.append(f"{method} {route.path(world)}: {response.status_code}")
+    assert not allowed, "\n".join(allowed)
