@@ -2,6 +2,12 @@
 (in a child process, so its peak memory is its own), against a bare COPY of the same step
 rows into an unindexed scratch table, in the same run.
 
+The figure asked for is ``import_rate_over_copy_rate`` (bare COPY seconds / import
+seconds). Beside it: the same rows COPYed into the real, indexed ``trajectories_step``
+(what the indexes and foreign key cost on their own), into a TEMP table (no WAL), and the
+CPU seconds of the importing process and of its PostgreSQL backend, which say more than
+wall time on a shared, loaded machine.
+
     make bench
     .venv/bin/python bench/ingest.py --steps 1000000 --step-chars 300 --steps-per-trajectory 20
     .venv/bin/python bench/ingest.py --format openai-messages --steps 100000
