@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.http import HttpResponse
 
-from tests.security.world import ROLES, Visitors, build_world, project_routes
+from tests.security.world import ROLES, Visitors, body, build_world, project_routes
 
 pytestmark = pytest.mark.django_db
 
@@ -162,12 +162,6 @@ def outcome(response: HttpResponse) -> str:
     if response.status_code == 302 and response["Location"].startswith("/login/"):
         return "login"
     return str(response.status_code)
-
-
-def body(response: HttpResponse) -> str:
-    if getattr(response, "streaming", False):
-        return b"".join(response.streaming_content).decode(errors="replace")  # type: ignore[attr-defined]
-    return response.content.decode(errors="replace")
 
 
 def test_every_url_has_a_stated_access() -> None:

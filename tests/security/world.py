@@ -136,6 +136,7 @@ class Visitors:
         session_api: bool = False,
         data: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
+        query: str = "",
     ) -> Any:
         """``method`` on ``route`` as ``role``; the API with the role's token unless
         ``session_api`` (then like the pages, by the session cookie)."""
@@ -147,7 +148,7 @@ class Visitors:
             extra["HTTP_AUTHORIZATION"] = f"Token {self.tokens[role]}"
         # The API's throttle counts calls in the cache; these tests make many.
         cache.clear()
-        path = route.path(self.world) + route_query(route, self.world)
+        path = route.path(self.world) + (query or route_query(route, self.world))
         cookies = SimpleCookie(client.cookies)
         with transaction.atomic():
             if data is None:
@@ -158,6 +159,12 @@ class Visitors:
         # A logout (rolled back in the database) must not sign the client out either.
         client.cookies = cookies
         return response
+
+
+def body(response: Any) -> str:
+    if getattr(response, "streaming", False):
+        return b"".join(response.streaming_content).decode(errors="replace")
+    return str(response.content.decode(errors="replace"))
 
 
 def route_query(route: Route, world: World) -> str:

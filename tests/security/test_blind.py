@@ -1,0 +1,101 @@
+"""Blind labeling: an annotator who has not submitted a trajectory must not read another
+annotator's labels on it through any page, HTMX partial or API call. The other
+annotator's label carries a distinctive rationale, correction and verdict comment; every
+GET route of the project (plain and as HTMX, the evidence parts too) is requested as the
+annotator and none of them may contain it, while a researcher does see it (so the search
+would find it if it leaked)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from labeling.models import StepLabel, TrajectoryLabel
+from tests.security.world import Route, Visitors, World, body, build_world, project_routes
+
+pytestmark = pytest.mark.django_db
+
+SECRET = "BLIND-SECRET-7f3a"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    world = build_world(tmp_path, blind=True)
+    StepLabel.objects.filter(pk=world.label.pk).update(
+        rationale=f"rationale {SECRET}", correction=f"correction {SECRET}"
+    )
+    TrajectoryLabel.objects.filter(annotator=world.other_annotator).update(
+        comment=f"comment {SECRET}"
+    )
+    return world
+
+
+def _variants(route: Route, world: World) -> list[tuple[str, dict[str, Any]]]:
+    """Extra query strings of the partials a route serves."""
+    if route.key == "trajectory-evidence":
+        step = world.step.pk
+        return [
+            ("", {}),
+            ("?part=top", {"htmx": True}),
+            ("?part=columns&from=0&to=10", {"htmx": True}),
+            (f"?part=step&step={step}", {"htmx": True}),
+        ]
+    if route.key == "api:label-list":
+        return [("", {}), (f"?step={world.step.pk}", {}), ("?annotator=annotator2", {})]
+    return [("", {})]
+
+
+def _reads(visitors: Visitors, role: str) -> dict[str, str]:
+    """Every GET of the project as ``role``, plain and as HTMX: path -> body."""
+    seen = {}
+    for route in project_routes():
+        if route.key in ("api:api-schema", "api:api-docs"):
+            continue
+        for query, options in _variants(route, visitors.world):
+            for htmx in {False, bool(options.get("htmx"))} | {not route.is_api}:
+                response = visitors.request(route, role, "GET", htmx=htmx, query=query)
+                if response.status_code == 200:
+                    label = f"{route.path(visitors.world)}{query}{' (htmx)' if htmx else ''}"
+                    seen[label] = body(response)
+    return seen
+
+
+def test_blind_annotator_reads_no_other_annotators_labels(world: World) -> None:
+    visitors = Visitors(world)
+    annotator_reads = _reads(visitors, "annotator")
+    leaked = sorted(path for path, text in annotator_reads.items() if SECRET in text)
+    assert not leaked, f"another annotator's label reached a blind annotator: {leaked}"
+    # The pages that matter were read (not refused), so the check above means something.
+    trajectory = f"/t/{world.trajectory.pk}/"
+    for page in (trajectory, f"/steps/{world.step.pk}/history/", "/api/v1/labels/"):
+        assert page in annotator_reads, f"{page} was not readable by the annotator"
+
+    researcher_reads = _reads(visitors, "researcher")
+    shown = {path for path, text in researcher_reads.items() if SECRET in text}
+    for page in (
+        f"/steps/{world.step.pk}/history/",
+        f"/t/{world.trajectory.pk}/review/",
+        "/api/v1/labels/",
+        f"/api/v1/trajectories/{world.trajectory.pk}/labels/",
+    ):
+        assert page in shown, f"a researcher should see the label on {page}"
+
+
+def test_blind_annotator_cannot_fetch_the_label_by_id_or_filter(world: World) -> None:
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    detail = visitors.request(routes["api:label-detail"], "annotator", "GET")
+    assert detail.status_code == 404
+    listed = visitors.request(
+        routes["api:label-list"], "annotator", "GET", query=f"?step={world.step.pk}"
+    )
+    assert listed.status_code == 200
+    assert listed.json()["results"] == []
+    on_trajectory = visitors.request(routes["api:trajectory-labels"], "annotator", "GET")
+    assert on_trajectory.status_code == 200
+    assert on_trajectory.json() == []
+    # The compare pages show everyone's labels: refused in a blind project.
+    for key in ("compare", "compare-humans", "compare-disagreements", "failure-overview"):
+        assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
