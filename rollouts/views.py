@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.middleware import HtmxDetails
 
+from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
 from rollouts.forms import RolloutJobForm, StepRolloutForm
 from rollouts.models import RolloutJob
@@ -126,11 +127,14 @@ def _panel(
 ) -> HttpResponse:
     project = step.trajectory.project
     policies = list(selectors.policies_for_project(project))
+    # Monte Carlo values are model evidence: a project that hides model scores from
+    # annotators until they submit hides these too, as the trajectory page's strips do.
+    shown = labeling_state_for_user(request.user, step.trajectory_id).show_model_scores
     context: dict[str, Any] = {
         "project": project,
         "trajectory": step.trajectory,
         "step": step,
-        "rollouts": selectors.step_rollouts(step),
+        "rollouts": selectors.step_rollouts(step) if shown else None,
         "can_manage": selectors.can_run_rollouts(request.user, project),
         "policies": policies,
         "form": form or StepRolloutForm(policies=policies),

@@ -225,3 +225,25 @@ def test_the_step_include_renders_a_link_without_queries(step: Step) -> None:
     assert len(queries) == 0
     assert f'href="/steps/{step.pk}/rollouts/"' in html
     assert f'hx-target="#step-rollouts-{step.pk}"' in html
+
+
+def test_a_project_hiding_model_scores_hides_mc_values_from_annotators(
+    owner: User, annotator: User, project: Project, step: Step, job: RolloutJob
+) -> None:
+    from rollouts.models import StepMC
+
+    assert job.policy is not None
+    StepMC.objects.create(
+        step=step, policy=job.policy, job=job, k=4, successes=3, soft=0.75, hard=True
+    )
+    project.settings = {"hide_model_scores": True}
+    project.save()
+    hidden = browser(annotator).get(f"/steps/{step.pk}/rollouts/", headers=HTMX)
+    assert hidden.status_code == 200
+    assert b"hidden until you submit" in hidden.content and b"(3/4" not in hidden.content
+    assert b"every 2s" not in hidden.content
+    shown = browser(owner).get(f"/steps/{step.pk}/rollouts/", headers=HTMX)
+    assert b"(3/4" in shown.content and b"hidden until you submit" not in shown.content
+    project.settings = {}
+    project.save()
+    assert b"(3/4" in browser(annotator).get(f"/steps/{step.pk}/rollouts/", headers=HTMX).content
