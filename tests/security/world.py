@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import transaction
@@ -157,7 +158,9 @@ class Visitors:
                 response = getattr(client, method.lower())(path, data, **extra)
             transaction.set_rollback(True)
         # A logout (rolled back in the database) must not sign the client out either.
-        client.cookies = cookies
+        session = client.cookies.get(settings.SESSION_COOKIE_NAME)
+        if role != "anonymous" and (session is None or not session.value):
+            client.cookies = cookies
         return response
 
 
