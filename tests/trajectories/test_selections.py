@@ -72,16 +72,16 @@ def labelled(project: Project) -> dict[str, Any]:
     )
     scores = {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}
     for name, values in scores.items():
-        for step, value in zip(steps[name], values, strict=True):
-            StepScore.objects.create(step=step, scorer=scorer, value=value)
+        for step, score in zip(steps[name], values, strict=True):
+            StepScore.objects.create(step=step, scorer=scorer, value=score)
 
     run = AttributionRun.objects.create(
         project=project, method="group-relative", key="k", status=AttributionRun.Status.DONE
     )
     credits = {"agreed": [0.5, 0.1, -0.7], "split": [0.2, -0.6, 0.0]}
     for name, values in credits.items():
-        for step, value in zip(steps[name], values, strict=True):
-            StepCredit.objects.create(step=step, run=run, value=value)
+        for step, credit in zip(steps[name], values, strict=True):
+            StepCredit.objects.create(step=step, run=run, value=credit)
     return {"trajectories": made, "run": run}
 
 
