@@ -242,3 +242,20 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
         )  # fmt: skip
     assert threading.active_count() == threads
     assert not list((tmp_path / "cancelled").iterdir())
+
+
+@pytest.mark.django_db
+def test_dpo_pairs_come_from_sibling_rollouts_read_from_the_database(tmp_path: Path) -> None:
+    """Rollouts of one task share their steps until one slips; the slip (-1) and the
+    correct step other rollouts took there (+1) are siblings after the same prefix."""
+    rollouts_project(tmp_path)
+    out = tmp_path / "o"
+    summary = export("--project", "arith", "--format", "dpo", "--labels",
+                     "import:synthetic-truth", "--neutral", "drop", "--out", str(out))  # fmt: skip
+    pairs = [json.loads(line) for line in (out / "dpo.jsonl").read_text().splitlines()]
+    assert summary["rows"] == len(pairs) > 0
+    for pair in pairs:
+        # Synthetic steps read "Step n: a op b = c"; a slip gets c wrong.
+        chosen, rejected = pair["chosen"], pair["rejected"]
+        assert chosen.split("=")[0] == rejected.split("=")[0]
+        assert chosen != rejected

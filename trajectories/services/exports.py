@@ -431,9 +431,13 @@ def _steps_sql(
         if request.format == "stepscope"
         else "NULL"
     )
+    # Step metadata (tool call ids, token logprobs) and prefix hashes are read only by the
+    # formats that use them: chat messages and the lossless format, and sibling pairs.
+    metadata = "s.metadata" if request.format in ("stepscope", "sft", "rl") else "NULL"
+    prefix_hash = "s.prefix_hash" if request.format == "dpo" else "''"
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
-        " s.tool_args, s.metadata, s.labelable, s.prefix_hash, v.label,"
+        f" s.tool_args, {metadata}, s.labelable, {prefix_hash}, v.label,"
         f" {score}, v.credit, {correction}, {annotators}"
         " FROM trajectories_step s"
         " LEFT JOIN LATERAL (SELECT r.label, r.credit FROM"
