@@ -22,8 +22,12 @@ def read_text(path: Path) -> str:
 
 
 def loads(text: str | bytes) -> Any:
-    """``json.loads`` that rejects NaN and Infinity; raises ValueError."""
-    return json.loads(text, parse_constant=_reject_constant)
+    """``json.loads`` that rejects NaN and Infinity; raises ValueError, also for nesting
+    too deep for Python's parser (a RecursionError would end the whole import)."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def load_file(path: Path) -> Any:
