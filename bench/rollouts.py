@@ -16,7 +16,8 @@ continuations as trajectories, write the Monte Carlo values and record progress,
 after chunk. It runs in this process rather than through Celery so both figures share
 one process and one thread pool. The bare loop is only ``model.generate`` over the same
 batches, already tokenized, padded, seeded alike and on the device, with the same
-sampling settings. Prints one line per measurement and a final JSON line.
+sampling settings and CPU threads. Prints one line per measurement and a final JSON
+line.
 """
 
 from __future__ import annotations
@@ -81,6 +82,9 @@ def main() -> None:
                 **demo_policy.PARAMETERS,
                 "device": args.device,
                 "dtype": args.dtype,
+                # The bare loop is transformers generate: compare like with like, also
+                # on a GPU worker where vLLM is installed.
+                "backend": "transformers",
                 "batch_size": args.batch_size,
                 "chunk_continuations": args.chunk,
             },
@@ -191,7 +195,7 @@ def bare_loop(generator: Generator, batches: list[Any]) -> tuple[float, int]:
     synchronize(generator.device)
     start = time.perf_counter()
     outputs = []
-    with torch.inference_mode():
+    with torch.inference_mode(), generator.threads():
         for batch in batches:
             torch.manual_seed(batch.seed)
             outputs.append(network.generate(**batch.inputs, **kwargs)[:, batch.width :])

@@ -56,6 +56,10 @@ class PolicyParams:
     backend: str = "auto"
     # Continuations per Celery task: a killed worker loses at most this many.
     chunk_continuations: int = 64
+    # torch's intra-op threads while generating on CPU; 0 leaves torch's own setting.
+    # A small model gains nothing from more than one, and on a busy machine threads
+    # that wait on each other made generation ten times slower (bench/rollouts.py).
+    cpu_threads: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         values = dataclasses.asdict(self)
@@ -106,6 +110,8 @@ def _check_choices(params: PolicyParams) -> None:
             raise PolicyError(f"parameter {name!r} must be at least 1")
     if params.max_new_tokens >= params.max_length:
         raise PolicyError("'max_new_tokens' must be below 'max_length' to leave room for a prompt")
+    if params.cpu_threads < 0:
+        raise PolicyError("parameter 'cpu_threads' cannot be negative")
     if params.temperature < 0:
         raise PolicyError("parameter 'temperature' cannot be negative")
     if not 0 < params.top_p <= 1:

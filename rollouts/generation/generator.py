@@ -15,7 +15,8 @@ import gc
 import importlib.util
 import logging
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -184,10 +185,25 @@ class Generator:
             kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
         return kwargs
 
+    @contextmanager
+    def threads(self) -> Iterator[None]:
+        """Generate with the policy's ``cpu_threads`` (on CPU), then give torch back its
+        own setting: a worker process also runs scorers, which keep theirs."""
+        wanted = self.params.cpu_threads if self.device.type == "cpu" else 0
+        before = torch.get_num_threads()
+        if not wanted or wanted == before:
+            yield
+            return
+        torch.set_num_threads(wanted)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(before)
+
     def run(self, batch: Batch) -> torch.Tensor:
         """The new tokens of one batch, shape (rows, generated length)."""
         torch.manual_seed(batch.seed)
-        with torch.inference_mode():
+        with torch.inference_mode(), self.threads():
             output = self.model.generate(**batch.inputs, **self.generation_kwargs())
         return output[:, batch.width :]
 

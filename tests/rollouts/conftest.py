@@ -18,7 +18,9 @@ from tests.scoring.conftest import Workers
 from trajectories.models import Project, Trajectory
 
 # Small enough that a random model's continuations stay short and fast.
-TINY_PARAMETERS = {"max_new_tokens": 6, "batch_size": 8, "max_length": 256, "step_join": "\n"}
+TINY_PARAMETERS = {
+    "max_new_tokens": 6, "batch_size": 8, "max_length": 256, "step_join": "\n", "cpu_threads": 1,
+}  # fmt: skip
 
 
 @pytest.fixture(scope="session")

@@ -66,6 +66,7 @@ def test_parameters_are_checked_by_name_and_type() -> None:
         ({"max_new_tokens": 5000}, "below 'max_length'"),
         ({"task_format": "{question}"}, "not a valid format"),
         ({"stop": [""]}, "non-empty strings"),
+        ({"cpu_threads": -1}, "cannot be negative"),
     ):
         with pytest.raises(PolicyError, match=message):
             policy_params(raw)
@@ -131,3 +132,22 @@ def test_a_policy_is_loaded_once_per_process(tiny_policy_dir: Path) -> None:
         generator.generator_build(
             PolicySpec(model_ref=str(tiny_policy_dir), params=policy_params({"backend": "vllm"}))
         )
+
+
+def test_cpu_threads_hold_while_generating_and_are_given_back(tiny_policy_dir: Path) -> None:
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        generator = make_generator(tiny_policy_dir, cpu_threads=1)
+        with generator.threads():
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+        with make_generator(tiny_policy_dir).threads():
+            assert torch.get_num_threads() == 2  # 0: torch's own setting
+        request = Request(key=1, task="1 + 1", steps=(), samples=2)
+        assert len(generator.generate([request])) == 2
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
