@@ -1,6 +1,7 @@
 """Request-level guards that every page and API call passes: a Content-Security-Policy that
 lets only our own scripts run, a refusal of request bodies over the upload limit before
-any of the body is read, and a clear 503 when a job cannot be queued."""
+any of the body is read, a clear 503 when a job cannot be queued, and a 400 for an API
+value the database refuses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
+from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
 from rest_framework.response import Response
@@ -74,6 +75,10 @@ def api_exception_handler(exception: Exception, context: dict[str, Any]) -> Resp
         return Response({"detail": str(exception)}, status=503)
     if isinstance(exception, OperationalError | InterfaceError):
         return Response({"detail": DATABASE_UNAVAILABLE}, status=503)
+    if isinstance(exception, DataError):
+        # A value from the request that PostgreSQL cannot hold or compare (a NUL byte in
+        # a filter, a number beyond the column's range): the client's error, not ours.
+        return Response({"detail": f"A value in the request was refused: {exception}"}, status=400)
     return exception_handler(exception, context)
 
 
