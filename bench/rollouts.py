@@ -62,6 +62,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="rounds; the best is reported")
     parser.add_argument("--model", help="a causal LM directory instead of the demo policy")
     parser.add_argument("--train-minutes", type=float, default=5.0)
+    parser.add_argument(
+        "--cpu-threads", type=int, default=demo_policy.PARAMETERS["cpu_threads"],
+        help="torch threads while generating on CPU (0: torch's own setting)",
+    )  # fmt: skip
     args = parser.parse_args()
 
     model_dir = Path(args.model) if args.model else demo_policy_dir()
@@ -87,6 +91,7 @@ def main() -> None:
                 "backend": "transformers",
                 "batch_size": args.batch_size,
                 "chunk_continuations": args.chunk,
+                "cpu_threads": args.cpu_threads,
             },
         )
         report = measure(project, policy, args.k, args.repeat)
@@ -95,6 +100,7 @@ def main() -> None:
     report.update(
         device=args.device, dtype=args.dtype, tasks=args.tasks, k=args.k,
         batch_size=args.batch_size, chunk=args.chunk, model=str(model_dir),
+        cpu_threads=args.cpu_threads, torch_threads=torch.get_num_threads(),
     )  # fmt: skip
     if args.device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name(torch.device(args.device))

@@ -45,7 +45,8 @@ PARAMETERS: dict[str, Any] = {
     "top_p": 1.0,
     "max_new_tokens": 160,
     "batch_size": 64,
-    # A model this small generates fastest on one thread (see PolicyParams.cpu_threads).
+    # One thread: steady on a machine that also runs the web server and PostgreSQL
+    # (see PolicyParams.cpu_threads).
     "cpu_threads": 1,
 }
 EOS = "<|endoftext|>"

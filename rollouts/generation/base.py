@@ -57,8 +57,9 @@ class PolicyParams:
     # Continuations per Celery task: a killed worker loses at most this many.
     chunk_continuations: int = 64
     # torch's intra-op threads while generating on CPU; 0 leaves torch's own setting.
-    # A small model gains nothing from more than one, and on a busy machine threads
-    # that wait on each other made generation ten times slower (bench/rollouts.py).
+    # A small model gains little from more than one (the demo policy: 15% with two on
+    # a quiet two-core machine), and on a busy machine threads that wait on each other
+    # made its generation ten times slower (bench/rollouts.py --cpu-threads).
     cpu_threads: int = 0
 
     def to_dict(self) -> dict[str, Any]:
