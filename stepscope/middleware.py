@@ -1,7 +1,7 @@
 """Request-level guards that every page and API call passes: a Content-Security-Policy that
 lets only our own scripts run, a refusal of request bodies over the upload limit before
-any of the body is read, a clear 503 when a job cannot be queued, and a 400 for an API
-value the database refuses."""
+any of the body is read, a clear 503 when a job cannot be queued, and a 400 for a value
+from the request that the database refuses."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import DataError, InterfaceError, OperationalError
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.loader import render_to_string
+from django.views.defaults import bad_request
 from rest_framework.response import Response
 from rest_framework.views import exception_handler
 
@@ -58,6 +59,10 @@ class SecurityHeadersMiddleware:
             # The database went away (a restart, a failover): the request's transaction
             # was rolled back, so say that nothing of it was saved.
             return service_unavailable(request, DATABASE_UNAVAILABLE)
+        if isinstance(exception, DataError):
+            # A value from the request that PostgreSQL cannot hold or compare (a NUL byte
+            # in ?task=, a queue id beyond bigint): a bad request, not a server error.
+            return bad_request(request, exception)
         return None
 
 
