@@ -21,7 +21,15 @@ import pytest
 from django.conf import settings
 
 from labeling.models import StepLabel
-from tests.security.world import Route, Visitors, World, body, build_world, project_routes
+from tests.security.world import (
+    Route,
+    Visitors,
+    World,
+    body,
+    build_world,
+    project_routes,
+    route_query,
+)
 from trajectories.models import ImportBatch, Project, Step, Trajectory
 
 # Short enough for every name field (a scorer's name is at most 100 characters).
@@ -155,6 +163,7 @@ def test_no_page_or_partial_holds_the_payloads_unescaped(tmp_path: Path) -> None
 SHOWN = {
     "project-home",
     "trajectory-list",
+    "task-tree",
     "trajectory-detail",
     "trajectory-compare",
     "step-content",
@@ -202,7 +211,7 @@ def test_no_payload_runs_in_the_browser_and_each_shows_as_text(
     problems = []
     visited = set()
     for route in _pages(visitors):
-        url = live_server.url + route.path(world)
+        url = live_server.url + route.path(world) + route_query(route, world)
         response = browser_page.goto(url, wait_until="networkidle")
         assert response is not None and response.status == 200, url
         visited.add(route.key)
