@@ -16,7 +16,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
 from django.http import HttpResponse
+from django.test import Client
+from django.urls import reverse
 
 from tests.security.world import ROLES, Visitors, body, build_world, project_routes
 
@@ -205,3 +208,26 @@ def test_the_api_has_no_put_patch_or_delete(tmp_path: Path) -> None:
             if response.status_code != 405:
                 allowed.append(f"{method} {route.path(world)}: {response.status_code}")
     assert not allowed, "\n".join(allowed)
+
+
+def test_the_admin_site_is_for_staff_only(tmp_path: Path) -> None:
+    """Django's admin site (left out of the matrix: it is Django's, with its own staff
+    check) sends every project role to its login page: a project admin is not staff."""
+    world = build_world(tmp_path, text=MARK)
+    paths = ["/admin/"]
+    for model in admin.site._registry:
+        meta = model._meta
+        paths.append(reverse(f"admin:{meta.app_label}_{meta.model_name}_changelist"))
+        paths.append(reverse(f"admin:{meta.app_label}_{meta.model_name}_add"))
+        paths.append(reverse("admin:app_list", args=[meta.app_label]))
+    wrong = []
+    for role in ROLES:
+        client = Client()
+        if role != "anonymous":
+            client.force_login(world.users[role])
+        for path in paths:
+            response = client.get(path)
+            if response.status_code != 302 or not response["Location"].startswith("/admin/login/"):
+                wrong.append(f"{path} as {role}: {response.status_code}")
+    assert len(paths) > 5
+    assert not wrong, "\n".join(wrong)

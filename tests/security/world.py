@@ -46,7 +46,6 @@ from trajectories.selectors import TrajectoryFilters
 from trajectories.services import project_create
 
 ROLES = ("anonymous", "outsider", "annotator", "researcher", "admin")
-PASSWORD = "pw-for-tests"
 
 
 @dataclass
