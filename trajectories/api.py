@@ -20,7 +20,12 @@ from rest_framework.routers import DefaultRouter
 
 from trajectories import services
 from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
-from trajectories.selectors import can_manage_data, project_get_for_user, projects_for_user
+from trajectories.selectors import (
+    can_download_exports,
+    can_manage_data,
+    project_get_for_user,
+    projects_for_user,
+)
 from trajectories.serializers import (
     ExportJobSerializer,
     ExportRequestSerializer,
@@ -162,6 +167,8 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
     @action(detail=True, methods=["get"], url_path=r"files/(?P<name>[^/]+)")
     def download(self, request: Request, pk: str, name: str, **kwargs: Any) -> FileResponse:
         job = self.get_object()
+        if not can_download_exports(request.user, job.project):
+            raise PermissionDenied("This project hides labels or model scores from annotators.")
         names = {f["name"] for f in job.files} | {"manifest.json"}
         if job.status != ExportJob.Status.DONE or name not in names:
             raise NotFound("No such file in this export.")

@@ -441,6 +441,17 @@ def can_manage_data(user: AnyUser, project: Project) -> bool:
     }
 
 
+def can_download_exports(user: AnyUser, project: Project) -> bool:
+    """Export files carry everyone's labels and the model's scores: in a project that
+    hides those from annotators (blind labeling, hidden scores), only researchers and
+    admins may read them."""
+    settings = project.settings or {}
+    hidden = bool(settings.get("blind_labeling") or settings.get("hide_model_scores"))
+    return can_manage_data(user, project) or (
+        not hidden and membership_role(user, project) is not None
+    )
+
+
 # --- Debugging rollouts: side-by-side comparison ----------------------------------------
 
 

@@ -294,6 +294,8 @@ def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 def export_download(request: HtmxHttpRequest, pk: int, name: str) -> FileResponse:
     job = selectors.export_job_get_for_user(request.user, pk)
+    if not selectors.can_download_exports(request.user, job.project):
+        raise PermissionDenied("This project hides labels or model scores from annotators.")
     names = {f["name"] for f in job.files} | {"manifest.json"}
     if job.status != ExportJob.Status.DONE or name not in names:
         raise Http404("No such file in this export.")
