@@ -99,3 +99,13 @@ def test_blind_annotator_cannot_fetch_the_label_by_id_or_filter(world: World) ->
     # The compare pages show everyone's labels: refused in a blind project.
     for key in ("compare", "compare-humans", "compare-disagreements", "failure-overview"):
         assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
+
+
+def test_blind_annotator_cannot_download_exports(world: World) -> None:
+    """An export's files carry every annotator's labels: in a blind project they are for
+    researchers and admins only, on the page and through the API."""
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    for key in ("export-download", "api:export-download"):
+        assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
+        assert visitors.request(routes[key], "researcher", "GET").status_code == 200, key
