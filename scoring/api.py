@@ -16,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
+from labeling.compare import can_compare
 from labeling.models import Queue
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
@@ -234,8 +235,12 @@ class AttributionRunViewSet(
     @extend_schema(responses={200: StepCreditSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=ByStepCursor)
     def credits(self, request: Request, pk: str | None = None) -> Response:
-        """The run's step credits, by step id."""
+        """The run's step credits, by step id. Credits come from model scores or from
+        everyone's labels, so a project that hides either from annotators keeps them to
+        researchers and admins."""
         run = self.get_object()
+        if not can_compare(request.user, run.project):
+            raise PermissionDenied("This project hides labels or model scores from annotators.")
         credits = (
             StepCredit.objects.filter(run=run)
             .select_related("step")
