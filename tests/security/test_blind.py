@@ -109,3 +109,14 @@ def test_blind_annotator_cannot_download_exports(world: World) -> None:
     for key in ("export-download", "api:export-download"):
         assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
         assert visitors.request(routes[key], "researcher", "GET").status_code == 200, key
+
+
+def test_blind_annotator_cannot_read_step_credits(world: World) -> None:
+    """Credits are computed from model scores or from everyone's labels (a first-error
+    credit marks where the majority put the first error)."""
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    credits = routes["api:attribution-run-credits"]
+    assert visitors.request(credits, "annotator", "GET").status_code == 403
+    response = visitors.request(credits, "researcher", "GET")
+    assert response.status_code == 200 and response.json()["results"]
