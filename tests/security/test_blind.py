@@ -7,6 +7,7 @@ would find it if it leaked)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +121,42 @@ def test_blind_annotator_cannot_read_step_credits(world: World) -> None:
     assert visitors.request(credits, "annotator", "GET").status_code == 403
     response = visitors.request(credits, "researcher", "GET")
     assert response.status_code == 200 and response.json()["results"]
+
+
+# Project-wide counts that include everyone's labels (how many steps carry a label, how
+# many labels each schema version has) say nothing about any step's label; /readyz
+# reports its own timings.
+COUNTS_ONLY = {"project-home", "schema-edit", "readyz"}
+
+
+def _normalised(text: str) -> str:
+    # CSRF tokens are masked afresh on every render.
+    return re.sub(r'(csrfmiddlewaretoken" value="|X-CSRFToken": ")[^"]+', r"\1", text)
+
+
+def test_blind_annotator_sees_the_same_bytes_whether_others_labelled_or_not(
+    world: World,
+) -> None:
+    """Stronger than looking for a text: every GET route, plain and as HTMX, answers the
+    blind annotator exactly the same before and after the other annotator's label (a
+    -1 on a step) and verdict are removed. Nothing of them, not even a colour or a
+    count on the trajectory page, reaches the annotator."""
+    visitors = Visitors(world)
+
+    def reads() -> dict[tuple[str, bool], tuple[int, str]]:
+        return {
+            (route.key, htmx): (response.status_code, _normalised(body(response)))
+            for route in project_routes()
+            if route.key not in COUNTS_ONLY
+            for htmx in (False, True)
+            for response in [visitors.request(route, "annotator", "GET", htmx=htmx)]
+        }
+
+    with_labels = reads()
+    StepLabel.objects.filter(annotator=world.other_annotator).delete()
+    TrajectoryLabel.objects.filter(annotator=world.other_annotator).delete()
+    without_labels = reads()
+
+    changed = sorted(key for key in with_labels if with_labels[key] != without_labels[key])
+    assert not changed, f"pages that show the other annotator's work: {changed}"
+    assert with_labels[("trajectory-detail", False)][0] == 200
