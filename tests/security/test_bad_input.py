@@ -1,8 +1,9 @@
 """Junk in every query parameter and form field the code reads: a NUL byte, a number
 beyond bigint, a negative number, words where numbers go and a very long string, on
-every route (pages, HTMX partials, the API; GET and POST), as a project admin. Nothing
-may answer with a server error. The parameter names are read from the views, APIs,
-forms and serializers, so a new parameter is covered the day it is added."""
+every route (pages, HTMX partials, the API; GET and POST), as a project admin and as
+an annotator of a blind project. Nothing may answer with a server error. The parameter
+names are read from the views, APIs, forms and serializers, so a new parameter is
+covered the day it is added."""
 
 from __future__ import annotations
 
@@ -46,8 +47,9 @@ def test_the_parameter_names_are_found() -> None:
     assert {"task", "queue", "credit", "part", "project", "annotator", "threshold"} <= names
 
 
-def test_junk_parameters_never_cause_a_server_error(tmp_path: Path) -> None:
-    world = build_world(tmp_path)
+@pytest.mark.parametrize(("role", "blind"), [("admin", False), ("annotator", True)])
+def test_junk_parameters_never_cause_a_server_error(role: str, blind: bool, tmp_path: Path) -> None:
+    world = build_world(tmp_path, blind=blind)
     visitors = Visitors(world)
     names = sorted(parameter_names())
     errors = []
@@ -65,10 +67,10 @@ def test_junk_parameters_never_cause_a_server_error(tmp_path: Path) -> None:
             junk = {name: value for name in names}
             query = "?" + urlencode(junk)
             for htmx in (False, True):
-                response = visitors.request(route, "admin", "GET", query=query, htmx=htmx)
+                response = visitors.request(route, role, "GET", query=query, htmx=htmx)
                 if failed(response):
                     errors.append(f"GET {route.path(world)} {value[:20]!r} htmx={htmx}")
-            response = visitors.request(route, "admin", "POST", data=junk)
+            response = visitors.request(route, role, "POST", data=junk)
             if failed(response):
                 errors.append(f"POST {route.path(world)} {value[:20]!r}")
     assert not errors, "server errors:\n" + "\n".join(errors)
