@@ -511,9 +511,31 @@ def export_start(*, project: Project, user: User, request: ExportRequest) -> Exp
     return job
 
 
+# pg_advisory_lock's first key for export jobs (the second is the job id).
+EXPORT_LOCK_CLASS = 7302
+
+
 def export_job_run(*, job_id: int) -> ExportJob:
     """The Celery task's body. A redelivered job starts again from an empty folder; a
-    finished or cancelled one is left as it is."""
+    finished or cancelled one is left as it is.
+
+    A task can be handed out a second time while a live worker still runs it (it ran
+    past the broker's visibility timeout): the session lock taken here lets only one
+    worker write the job's folder. A worker that died lost its connection, and with it
+    the lock, so its redelivered task runs again."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
+        (held,) = cursor.fetchone()
+    if not held:
+        return ExportJob.objects.get(pk=job_id)  # the worker holding the lock finishes it
+    try:
+        return _export_job_run_locked(job_id)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
+
+
+def _export_job_run_locked(job_id: int) -> ExportJob:
     job = ExportJob.objects.select_related("project").get(pk=job_id)
     if job.status not in (ExportJob.Status.QUEUED, ExportJob.Status.RUNNING):
         return job
