@@ -136,3 +136,28 @@ def test_killed_workers_lose_no_import_and_no_export(
     data_file = next(e["name"] for e in job.files if e["name"].endswith(".jsonl"))
     lines = (out_dir / data_file).read_bytes().count(b"\n")
     assert lines == expected
+
+
+def test_a_second_delivery_of_a_finished_import_changes_nothing(
+    project: Project, tmp_path: Path
+) -> None:
+    """A task handed out twice (it ran past the broker's visibility timeout): the second
+    run read the batch as running, then waited for the project's import lock while the
+    first run finished. It must leave the finished batch as it is."""
+    from trajectories.services import parser_get
+    from trajectories.services.imports import _import_into
+
+    path = tmp_path / "a.jsonl"
+    path.write_text(json.dumps(next(synthetic.rollouts(tasks=1, seed=9))) + "\n")
+    batch = ImportBatch.objects.create(
+        project=project, file_name="a.jsonl", source_format="stepscope",
+        status=ImportBatch.Status.RUNNING, stored_path=str(path),
+    )  # fmt: skip
+    stale = ImportBatch.objects.get(pk=batch.pk)
+    ImportBatch.objects.filter(pk=batch.pk).update(status=ImportBatch.Status.DONE, created_count=7)
+
+    _import_into(stale, path, parser_get("stepscope", None))
+
+    batch.refresh_from_db()
+    assert batch.status == ImportBatch.Status.DONE and batch.created_count == 7
+    assert not Trajectory.objects.filter(project=project).exists()

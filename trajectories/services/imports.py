@@ -209,6 +209,11 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
             # must not interleave with another import of the same rows.
             with connection.cursor() as cursor:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, batch.project_id])
+            # A task handed out twice (it ran past the broker's visibility timeout) waits
+            # above while the first run finishes; then there is nothing left to do.
+            finished = (ImportBatch.Status.DONE, ImportBatch.Status.FAILED)
+            if ImportBatch.objects.filter(pk=batch.pk, status__in=finished).exists():
+                raise _AlreadyFinished
             writer = _ChunkWriter(batch, _default_schema(batch.project), counts)
             with _read_ahead(_hashed_chunks(parser(path), batch.source_format)) as chunks:
                 for chunk in chunks:
@@ -225,6 +230,9 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
             if counts.errors and not skip_invalid:
                 raise _Rollback
             _link_parents(batch.project_id, counts.children)
+    except _AlreadyFinished:
+        batch.refresh_from_db()
+        return
     except _Rollback:
         counts.created = counts.steps = 0
     except FileError as error:
@@ -244,6 +252,10 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
     batch.errors = [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]]
     batch.finished_at = timezone.now()
     batch.save()
+
+
+class _AlreadyFinished(Exception):
+    """Another run of the same batch finished while this one waited for the lock."""
 
 
 class _Rollback(Exception):
