@@ -185,6 +185,9 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
         parser = None
         problem = RecordError(location="file", field="", message=str(error))
     if parser is None or not path.is_file():
+        batch.refresh_from_db()
+        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
+            return batch  # another delivery of this task finished it meanwhile
         if parser is not None:
             problem = RecordError(location="file", field="", message="the uploaded file is gone")
         batch.status = ImportBatch.Status.FAILED
