@@ -151,8 +151,10 @@ def test_starting_a_job_with_the_broker_down_says_so(
     queued in the database."""
     from stepscope.celery import app
 
-    # Nothing listens on port 9 (discard) here: connections are refused at once.
-    monkeypatch.setattr(app.conf, "broker_url", "redis://127.0.0.1:9/0")
+    # Nothing listens on port 9 (discard) here: connections are refused at once. Celery
+    # reads this variable before any setting, in both test modes.
+    monkeypatch.setenv("CELERY_BROKER_WRITE_URL", "redis://127.0.0.1:9/0")
+    assert app.conf.broker_write_url == "redis://127.0.0.1:9/0"
     token, _ = Token.objects.get_or_create(user=owner)
     api = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
     upload = SimpleUploadedFile("a.jsonl", b'{"id": "a", "task": "t", "steps": ["s"]}\n')
