@@ -16,7 +16,6 @@ then a final JSON line. Every loop is bounded; the run stops by itself.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import re
@@ -42,6 +41,7 @@ from django.contrib.auth.models import User  # noqa: E402
 
 from labeling.models import LabelSchema, StepLabel, StepLabelEvent  # noqa: E402
 from labeling.services import queue_create  # noqa: E402
+from tests.deployment.stack import Browserless, free_port  # noqa: E402
 from trajectories.formats.base import ParsedStep  # noqa: E402
 from trajectories.hashing import prefix_hashes  # noqa: E402
 from trajectories.models import Membership, Project, Step, Trajectory  # noqa: E402
@@ -53,62 +53,6 @@ REQUEST_TIMEOUT_S = 30
 
 
 @dataclass
-class Annotator:
-    """One simulated annotator: its own keep-alive connection and cookies."""
-
-    host: str
-    port: int
-    username: str
-    cookies: dict[str, str] = field(default_factory=dict)
-    conn: http.client.HTTPConnection | None = None
-
-    def request(
-        self, method: str, path: str, body: dict[str, str] | None = None, *, htmx: bool = False
-    ) -> tuple[int, dict[str, str], str]:
-        headers = {"Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
-        data = None
-        if body is not None:
-            data = urllib.parse.urlencode(body, doseq=True)
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        if method == "POST" and "csrftoken" in self.cookies:
-            headers["X-CSRFToken"] = self.cookies["csrftoken"]
-            headers["Referer"] = f"http://{self.host}:{self.port}/"
-        if htmx:
-            headers["HX-Request"] = "true"
-        for attempt in range(2):  # one retry on a connection the server closed
-            if self.conn is None:
-                self.conn = http.client.HTTPConnection(
-                    self.host, self.port, timeout=REQUEST_TIMEOUT_S
-                )
-            try:
-                self.conn.request(method, path, body=data, headers=headers)
-                response = self.conn.getresponse()
-                text = response.read().decode()
-                break
-            except (TimeoutError, http.client.HTTPException, ConnectionError):
-                self.conn.close()
-                self.conn = None
-                if attempt:
-                    raise
-        for name, value in response.getheaders():
-            if name.lower() == "set-cookie":
-                key, _, rest = value.partition("=")
-                self.cookies[key.strip()] = rest.split(";", 1)[0]
-        return response.status, {k.lower(): v for k, v in response.getheaders()}, text
-
-    def login(self) -> None:
-        status, _, page = self.request("GET", "/login/")
-        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
-        assert status == 200 and token, f"login page: {status}"
-        status, _, _ = self.request(
-            "POST",
-            "/login/",
-            {"username": self.username, "password": PASSWORD, "csrfmiddlewaretoken": token[1]},
-        )
-        assert status == 302 and "sessionid" in self.cookies, f"login failed: {status}"
-
-
-@dataclass
 class Result:
     latencies: list[float] = field(default_factory=list)
     ok: int = 0
@@ -117,7 +61,9 @@ class Result:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-def work(annotator: Annotator, queue_id: int, posts: int, result: Result, deadline: float) -> None:
+def work(
+    annotator: Browserless, queue_id: int, posts: int, result: Result, deadline: float
+) -> None:
     """Take items from the queue and label their steps until ``posts`` labels are sent."""
     annotator.login()
     sent = 0
@@ -176,12 +122,6 @@ def make_trajectory(project: Project, number: int, steps: int) -> None:
         )
         for n, (s, h) in enumerate(zip(parsed, prefix_hashes(task, parsed), strict=True))
     )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[bytes]:
@@ -257,7 +197,13 @@ def main() -> None:
         threads = [
             threading.Thread(
                 target=work,
-                args=(Annotator(host, port, user.username), queue.pk, args.posts, result, deadline),
+                args=(
+                    Browserless(host, port, user.username, PASSWORD, timeout=REQUEST_TIMEOUT_S),
+                    queue.pk,
+                    args.posts,
+                    result,
+                    deadline,
+                ),
             )
             for user in users
         ]
