@@ -65,37 +65,48 @@ def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -
     return LabelSource(kind, name, threshold=threshold)
 
 
-def label_source_sql(project: Project, source: LabelSource) -> tuple[str, list[Any]]:
+def label_source_sql(
+    project: Project, source: LabelSource, *, scoped: bool = True
+) -> tuple[str, list[Any]]:
     """SQL selecting ``(step_id, value)`` for every step of ``project`` that the source
-    labels; raises ValueError when the named annotator or scorer does not exist."""
+    labels; raises ValueError when the named annotator or scorer does not exist.
+
+    ``scoped=False`` is for a caller that joins the rows on its own steps of the project:
+    the joins that keep other projects' steps out are left out where that saves a pass
+    over the steps (their rows can never match), so the result may hold such rows."""
+    project_steps = (
+        " JOIN trajectories_step s ON s.id = {table}.step_id"
+        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+        " WHERE t.project_id = %s AND "
+    )
     if source.kind == "human" and source.name == "majority":
         return _majority_sql(project)
     if source.kind == "human" and source.name == "adjudicated":
+        if not scoped:
+            return "SELECT f.step_id, f.value FROM labeling_finallabel f", []
         return (
             "SELECT f.step_id, f.value FROM labeling_finallabel f"
-            " JOIN trajectories_step s ON s.id = f.step_id"
-            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-            " WHERE t.project_id = %s",
+            + project_steps.format(table="f").removesuffix(" AND "),
             [project.pk],
         )
     if source.kind in ("human", "import"):
         username = source.name if source.kind == "human" else IMPORTED_PREFIX + source.name
         if source.kind == "human" and username.startswith(IMPORTED_PREFIX):
             raise ValueError(f"{username!r} is an import source; use {username}")
-        return (
+        select = (
             "SELECT l.step_id, l.value FROM labeling_steplabel l"
             " JOIN auth_user u ON u.id = l.annotator_id"
-            " JOIN trajectories_step s ON s.id = l.step_id"
-            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-            " WHERE t.project_id = %s AND u.username = %s AND l.status = 'submitted'",
-            [project.pk, username],
         )
+        where = "u.username = %s AND l.status = 'submitted'"
+        if not scoped:
+            return f"{select} WHERE {where}", [username]
+        return f"{select}{project_steps.format(table='l')}{where}", [project.pk, username]
     if source.kind == "model":
-        return _model_sql(project, source.name, source.threshold)
+        return _model_sql(project, source.name, source.threshold, scoped=scoped)
     if source.kind == "mc":
         return _mc_sql(project, source.name, source.threshold)
     majority, majority_params = _majority_sql(project)
-    model, model_params = _model_sql(project, source.scorer, source.threshold)
+    model, model_params = _model_sql(project, source.scorer, source.threshold, scoped=scoped)
     return (
         f"SELECT COALESCE(h.step_id, m.step_id) AS step_id, COALESCE(h.value, m.value) AS value"
         f" FROM ({majority}) h FULL OUTER JOIN ({model}) m ON m.step_id = h.step_id",
@@ -115,11 +126,18 @@ def _majority_sql(project: Project) -> tuple[str, list[Any]]:
     )
 
 
-def _model_sql(project: Project, scorer_name: str, threshold: float) -> tuple[str, list[Any]]:
+def _model_sql(
+    project: Project, scorer_name: str, threshold: float, *, scoped: bool = True
+) -> tuple[str, list[Any]]:
     scorer_id = scorer_id_for(project, scorer_name)
-    return (
+    select = (
         "SELECT sc.step_id, CASE WHEN sc.value >= %s THEN 1 ELSE -1 END AS value"
         " FROM scoring_stepscore sc"
+    )
+    if not scoped:
+        return f"{select} WHERE sc.scorer_id = %s", [threshold, scorer_id]
+    return (
+        f"{select}"
         " JOIN trajectories_step s ON s.id = sc.step_id"
         " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
         " WHERE t.project_id = %s AND sc.scorer_id = %s",

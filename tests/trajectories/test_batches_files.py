@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import random
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -31,7 +33,7 @@ from trajectories.batches import (
     write_records,
     writers,
 )
-from trajectories.batches.writers import sha256_of
+from trajectories.batches.writers import ParquetRecordWriter, sha256_of
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -236,6 +238,51 @@ def test_parquet_row_groups_close_on_text_size_too(
     written = write_records(tmp_path / "long.parquet", rows, "parquet", schema=schemas.DPO)
     metadata = pq.ParquetFile(written.path).metadata
     assert (metadata.num_rows, metadata.num_row_groups) == (10, 4)
+
+
+@pytest.mark.parametrize(
+    ("row_group_size", "group_bytes"), [(10_000, None), (777, None), (10_000, 200_000)]
+)
+def test_rows_given_as_tables_cut_into_the_same_row_groups_and_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, row_group_size: int, group_bytes: int | None
+) -> None:
+    """write_table (the columnar rl export) against write, one dict at a time, on the
+    same rows handed over in tables of random sizes: same row groups, same bytes."""
+    if group_bytes is not None:
+        monkeypatch.setattr(writers, "ROW_GROUP_BYTES", group_bytes)
+    rng = random.Random(row_group_size)
+    rows = [
+        {
+            "trajectory_id": number // 7, "external_id": f"e{number // 7}",
+            "task_key": f"k{number // 50}", "step_index": number % 7, "role": "assistant",
+            "kind": "thought", "labelable": number % 3 > 0,
+            "step_text": "é x\n" * rng.randint(0, 300),
+            "step_reward": rng.choice([None, 1.0, -1.0]), "credit": rng.random(),
+            "outcome_reward": None, "success": rng.choice([None, True, False]),
+        }
+        for number in range(25_000)
+    ]  # fmt: skip
+    one_by_one = ParquetRecordWriter(
+        tmp_path / "a.parquet", schemas.RL_STEPS, row_group_size=row_group_size
+    )
+    for row in rows:
+        one_by_one.write(row)
+    expected = one_by_one.commit()
+    tables = ParquetRecordWriter(
+        tmp_path / "b.parquet", schemas.RL_STEPS, row_group_size=row_group_size
+    )
+    start = 0
+    while start < len(rows):
+        size = rng.randint(1, 6000)
+        tables.write_table(
+            pa.Table.from_pylist(rows[start : start + size], schema=schemas.RL_STEPS)
+        )
+        start += size
+    written = tables.commit()
+    assert written.rows == expected.rows == len(rows)
+    assert written.sha256 == expected.sha256
+    groups = pq.ParquetFile(written.path).metadata.num_row_groups
+    assert groups > len(rows) // row_group_size
 
 
 # --- atomic writes ------------------------------------------------------------------------

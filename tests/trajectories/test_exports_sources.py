@@ -214,15 +214,16 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
     cancelled export stops the reading thread."""
     project = rollouts_project(tmp_path)
     run = finished_run(project)
+    # (As JSON Lines: rl's Parquet is read in one COPY instead, test_exports_rl.py.)
     request = export_request_build(
         project=project, format="rl", labels="import:synthetic-truth", neutral="keep",
-        credit_run=run.pk,
+        credit_run=run.pk, container="jsonl",
     )  # fmt: skip
     ahead = export_write(project=project, request=request, out_dir=tmp_path / "ahead")
     with transaction.atomic():
         inline = export_write(project=project, request=request, out_dir=tmp_path / "inline")
     assert ahead["files"] == inline["files"]
-    assert ahead["files"]["rl.parquet"]["rows"] == 24
+    assert ahead["files"]["rl.jsonl"]["rows"] == 24
 
     class Cancelled(ProgressWriter):
         def __init__(self) -> None:

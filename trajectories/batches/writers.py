@@ -30,7 +30,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol, Self
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 Container = Literal["jsonl", "json", "parquet"]
@@ -213,6 +215,9 @@ class ParquetRecordWriter(_AtomicFile):
         self._scalar_bytes = 8 * others
         self._rows: list[Mapping[str, Any]] = []
         self._buffered = 0
+        # Rows given as tables (write_table) that do not fill a row group yet.
+        self._pending: pa.Table | None = None
+        self._pending_sizes = np.zeros(0, dtype=np.int64)
         self._writer: pq.ParquetWriter | None = pq.ParquetWriter(
             str(self.temp_path),
             schema,
@@ -243,6 +248,39 @@ class ParquetRecordWriter(_AtomicFile):
         if len(self._rows) >= self.row_group_size or self._buffered >= ROW_GROUP_BYTES:
             self._flush()
 
+    def write_table(self, table: pa.Table) -> None:
+        """Rows already in columns (an export built column by column), cut into row groups
+        exactly where :meth:`write` would cut the same rows, so both give the same bytes.
+        For schemas without nested columns (``write`` sizes those by walking Python
+        values); a writer takes its rows one way or the other, not both."""
+        if self._nested_columns:
+            raise ValueError("write_table takes schemas without nested columns")
+        if self._rows:
+            raise ValueError("this writer already holds rows given one at a time")
+        table = table.select(self._columns).cast(self.schema)
+        sizes = np.full(table.num_rows, self._scalar_bytes, dtype=np.int64)
+        for name in self._text_columns:
+            lengths = pc.fill_null(pc.utf8_length(table.column(name)), 0)
+            sizes += lengths.to_numpy(zero_copy_only=False)
+        self.rows += table.num_rows
+        pending = table if self._pending is None else pa.concat_tables([self._pending, table])
+        pending_sizes = np.concatenate([self._pending_sizes, sizes])
+        while pending.num_rows:
+            # write() closes a group after the row that brings it to row_group_size rows
+            # or to ROW_GROUP_BYTES of estimated size, whichever comes first.
+            over = np.flatnonzero(np.cumsum(pending_sizes) >= ROW_GROUP_BYTES)
+            cut = min(self.row_group_size, int(over[0]) + 1 if len(over) else pending.num_rows + 1)
+            if cut > pending.num_rows:
+                break
+            assert self._writer is not None
+            self._write_group(self._writer, pending.slice(0, cut))
+            pending, pending_sizes = pending.slice(cut), pending_sizes[cut:]
+        self._pending, self._pending_sizes = pending, pending_sizes
+
+    def _write_group(self, writer: pq.ParquetWriter, table: pa.Table) -> None:
+        # One chunk per column, as the tables write() builds: pages follow chunks.
+        writer.write_table(table.combine_chunks(), row_group_size=self.row_group_size)
+
     def _flush(self) -> None:
         if self._rows and self._writer is not None:
             self._writer.write_table(self._table(), row_group_size=self.row_group_size)
@@ -262,6 +300,8 @@ class ParquetRecordWriter(_AtomicFile):
         try:
             if self._rows:
                 writer.write_table(self._table(), row_group_size=self.row_group_size)
+            if self._pending is not None and self._pending.num_rows:
+                self._write_group(writer, self._pending)
         finally:
             writer.close()
 

@@ -10,6 +10,7 @@ leaves a file that looks finished.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import queue
@@ -156,16 +157,29 @@ def export_write(
             # (Inside a caller's transaction, the caller's isolation applies.)
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        result: ExportResult = write_export(
-            export_trajectories(project, request, progress=progress, read_ahead=not nested),
-            format_name=request.format,
-            options=request.options,
-            out_dir=out_dir,
-            container=request.container or None,  # type: ignore[arg-type]
-            compress=request.compress,
-            splits=parse_split_spec(request.split) if request.split else None,
-            seed=request.seed,
-        )
+        # Imported here: exports_rl builds on this module.
+        from trajectories.services.exports_rl import rl_parquet_supported, rl_parquet_write
+
+        result: ExportResult
+        if rl_parquet_supported(request.format, request.container):
+            result = rl_parquet_write(
+                project,
+                request,
+                order=_ordered_ids(project, request),
+                out_dir=out_dir,
+                progress=lambda done: _tick(progress, done),
+            )
+        else:
+            result = write_export(
+                export_trajectories(project, request, progress=progress, read_ahead=not nested),
+                format_name=request.format,
+                options=request.options,
+                out_dir=out_dir,
+                container=request.container or None,  # type: ignore[arg-type]
+                compress=request.compress,
+                splits=parse_split_spec(request.split) if request.split else None,
+                seed=request.seed,
+            )
     manifest = build_manifest(
         result,
         selection={"name": request.selection_name, "definition": request.selection},
@@ -204,7 +218,7 @@ def export_trajectories(
         chunks = _read_chunks(project, request, order)
     try:
         for ids, heads, rows in chunks:
-            yield from _trajectories(ids, heads, rows, lossless)
+            yield from trajectories_from_rows(ids, heads, rows, lossless)
             _tick(progress, len(ids))
     finally:
         chunks.close()
@@ -221,24 +235,9 @@ def _read_chunks(
     project: Project, request: ExportRequest, order: list[int]
 ) -> Generator[Chunk, None, None]:
     """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
-    connection. The resolved labels and the chosen run's credits go into one temporary
-    table first (a row per step, indexed), so each step's values are one index lookup."""
-    table = f"export_values_{uuid.uuid4().hex[:12]}"
-    values_sql, values_params = _step_values_sql(project, request)
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {values_sql}", values_params)
-        try:
-            with transaction.atomic():
-                cursor.execute(f"CREATE UNIQUE INDEX ON {table} (step_id)")
-        except IntegrityError as error:
-            detail = getattr(error.__cause__, "diag", None)
-            raise ValueError(
-                f"label source {request.labels} gives some step more than one label"
-                f" ({detail.message_detail if detail else error}); name one schema's labels"
-            ) from None
-    # No ANALYZE: every read of the table is an index lookup by step (see _steps_sql).
-    steps_sql, extra_params = _steps_sql(project, request, table)
-    try:
+    connection, with each step's values from :func:`step_values_table`."""
+    with step_values_table(project, request) as table:
+        steps_sql, extra_params = _steps_sql(project, request, table)
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
             with connection.cursor() as cursor:
@@ -251,6 +250,29 @@ def _read_chunks(
                 heads = {row[0]: row for row in cursor.fetchall()}
                 cursor.execute(steps_sql, [*extra_params, ids])
                 yield ids, heads, cursor.fetchall()
+
+
+@contextlib.contextmanager
+def step_values_table(project: Project, request: ExportRequest) -> Iterator[str]:
+    """A temporary table of ``(step_id, label, credit)``: the resolved labels and the
+    chosen run's credits, a row per step, indexed, so that each step's values are one
+    index lookup. Yields its name; dropped at the end (or with the transaction)."""
+    table = f"export_values_{uuid.uuid4().hex[:12]}"
+    values_sql, values_params = step_values_sql(project, request)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {values_sql}", values_params)
+        try:
+            with transaction.atomic():
+                cursor.execute(f"CREATE UNIQUE INDEX ON {table} (step_id)")
+        except IntegrityError as error:
+            detail = getattr(error.__cause__, "diag", None)
+            raise ValueError(
+                f"label source {request.labels} gives some step more than one label"
+                f" ({detail.message_detail if detail else error}); name one schema's labels"
+            ) from None
+    # No ANALYZE: every read of the table is an index lookup by step (see _steps_sql).
+    try:
+        yield table
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
@@ -313,12 +335,14 @@ def _ordered_ids(project: Project, request: ExportRequest) -> list[int]:
     )
 
 
-def _trajectories(
+def trajectories_from_rows(
     ids: list[int],
     heads: dict[int, tuple[Any, ...]],
     rows: list[tuple[Any, ...]],
     lossless: bool,
 ) -> Iterator[ExportTrajectory]:
+    """Snapshots of the trajectories ``ids``, in that order, from their rows (``heads``,
+    by id) and their steps' rows (in the column order of :func:`_steps_sql`)."""
     steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
     annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
     for row in rows:
@@ -375,7 +399,7 @@ def _filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
     return selectors.trajectory_filters_from(definition)
 
 
-def _step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
+def step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
     """``(step_id, label, credit)`` for every step the label source labels or the credit
     run credits: one pass over each (hash joins), so that reading a step's values later
     is one lookup instead of one per table."""

@@ -1,0 +1,262 @@
+"""The ``rl`` export's Parquet path, built column by column from a CSV COPY, against the
+row-by-row builders it stands in for: same files, byte for byte, and same manifest."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from django.contrib.auth.models import User
+from django.db import transaction
+
+from labeling.models import LabelSchema, StepLabel
+from scoring import services as scoring
+from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
+from tests.conftest import REALDATA
+from trajectories import synthetic
+from trajectories.batches import build_manifest, parse_split_spec, write_export
+from trajectories.batches.columnar import STEP_CSV, csv_tables
+from trajectories.models import Project, Step, Trajectory
+from trajectories.services import exports, project_create, trajectory_import
+from trajectories.services.exports import (
+    ExportCancelled,
+    export_request_build,
+    export_trajectories,
+    export_write,
+)
+from trajectories.services.progress import ProgressWriter
+
+TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
+PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
+
+
+def row_by_row(project: Project, request: exports.ExportRequest, out_dir: Path) -> dict[str, Any]:
+    """The export through the row builders (trajectories.batches.write_export), with the
+    manifest export_write builds around it."""
+    with transaction.atomic():
+        result = write_export(
+            export_trajectories(project, request),
+            format_name="rl",
+            options=request.options,
+            out_dir=out_dir,
+            container="parquet",
+            splits=parse_split_spec(request.split) if request.split else None,
+            seed=request.seed,
+        )
+    return build_manifest(
+        result,
+        selection={"name": request.selection_name, "definition": request.selection},
+        label_source=str(request.labels),
+        schema_revision=exports._schema_revision(project),
+        scorer_revisions=exports._scorer_revisions(project, request),
+        attribution_revisions=exports._attribution_revisions(project, request),
+    )
+
+
+@pytest.fixture
+def mixed(db: None, tmp_path: Path) -> tuple[Project, AttributionRun]:
+    """Arithmetic rollouts with credits and truth labels, tau-bench tool-calling runs
+    (tool calls, leading system and user turns, non-ASCII text) and ProcessBench
+    problems in one project; a human annotator's -1/0/+1 labels on a sample of every
+    kind of step, a scorer's scores on most steps, and a NaN credit."""
+    project = project_create(slug="mixed", name="mixed")
+    path = tmp_path / "rollouts.jsonl"
+    synthetic.write_jsonl(
+        path, synthetic.rollouts(tasks=4, rollouts_per_task=3, steps_per_task=4, seed=5)
+    )
+    trajectory_import(project=project, source_format="stepscope", path=path)
+    trajectory_import(project=project, source_format="openai-messages", path=TAU_BENCH)
+    trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
+    run = scoring.attribution_run_start(project=project, method="group-relative")
+    scoring.attribution_run_plan(run_id=run.pk)
+    for chunk_id in run.chunks.values_list("pk", flat=True):
+        scoring.attribution_chunk_run(chunk_id=chunk_id)
+    run.refresh_from_db()
+    assert run.status == AttributionRun.Status.DONE, run.error
+    # A credit that is not a number must come out null on both paths.
+    first_credit = StepCredit.objects.filter(run=run).order_by("step_id").first()
+    assert first_credit is not None
+    StepCredit.objects.filter(pk=first_credit.pk).update(value=math.nan)
+
+    rng = random.Random(11)
+    alice = User.objects.create(username="alice")
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    steps = list(Step.objects.filter(trajectory__project=project).order_by("id"))
+    # In batches: the majority trigger's recount of one large statement can take the
+    # fresh test database's planner minutes without statistics.
+    StepLabel.objects.bulk_create(
+        (
+            StepLabel(step=step, annotator=alice, schema=schema, value=rng.choice((-1, 0, 1)))
+            for step in steps
+            if step.labelable and rng.random() < 0.3
+        ),
+        batch_size=200,
+    )
+    StepScore.objects.bulk_create(
+        StepScore(step=step, scorer=scorer, value=rng.random())
+        for step in steps
+        if rng.random() < 0.7
+    )
+    return project, run
+
+
+CASES: dict[str, dict[str, Any]] = {
+    "truth labels, credits": dict(labels="import:synthetic-truth", neutral="keep"),
+    "human labels, neutral positive": dict(labels="human:alice", neutral="positive"),
+    "human labels, neutral dropped": dict(labels="human:alice", neutral="drop"),
+    "three splits": dict(labels="human:alice", neutral="negative", split="a=0.5,b=0.3,c=0.2"),
+    "rewards from scores": dict(
+        labels="human:alice", neutral="keep", scorer="prm", options={"step_reward": "score"}
+    ),
+    "prompts per trajectory": dict(
+        labels="human:alice",
+        neutral="keep",
+        split="train=0.8,test=0.2",
+        options={"prompts_per": "trajectory", "data_source": "mixed"},
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_columnar_rl_parquet_is_the_row_builders_files_byte_for_byte(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path, case: str
+) -> None:
+    project, run = mixed
+    request = export_request_build(
+        project=project, format="rl", credit_run=run.pk, seed=4, **CASES[case]
+    )
+    with transaction.atomic():
+        columnar = export_write(project=project, request=request, out_dir=tmp_path / "columnar")
+    reference = row_by_row(project, request, tmp_path / "rows")
+    assert columnar == reference
+    steps = Step.objects.filter(trajectory__project=project).count()
+    assert columnar["counts"]["steps"] == steps
+    assert sum(f["rows"] for n, f in columnar["files"].items() if n.startswith("rl-prompts")) > 0
+    for name in columnar["files"]:
+        assert (tmp_path / "columnar" / name).read_bytes() == (
+            tmp_path / "rows" / name
+        ).read_bytes()
+
+
+def test_tool_call_steps_read_as_the_other_formats_write_them(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path
+) -> None:
+    project, run = mixed
+    request = export_request_build(
+        project=project, format="rl", labels="human:alice", neutral="keep", credit_run=run.pk
+    )
+    export_write(project=project, request=request, out_dir=tmp_path)
+    table = pq.read_table(tmp_path / "rl.parquet")
+    step = (
+        Step.objects.filter(trajectory__project=project, kind="tool_call")
+        .exclude(tool_name="")
+        .select_related("trajectory")
+        .first()
+    )
+    assert step is not None
+    rows = table.filter(
+        pa.compute.and_(
+            pa.compute.equal(table["trajectory_id"], step.trajectory_id),
+            pa.compute.equal(table["step_index"], step.index),
+        )
+    ).to_pylist()
+    assert len(rows) == 1
+    assert rows[0]["step_text"].endswith("</tool_call>")
+    assert f'"name": "{step.tool_name}"' in rows[0]["step_text"]
+    assert rows[0]["step_text"].startswith(step.content)
+
+
+def test_a_step_with_two_labels_from_the_source_is_refused(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path
+) -> None:
+    """Two label schemas give alice two labels on one step: which one goes in is not
+    for the export to guess."""
+    project, _ = mixed
+    step = StepLabel.objects.filter(annotator__username="alice").first()
+    assert step is not None
+    second = LabelSchema.objects.create(project=project, name="other", is_active=False)
+    StepLabel.objects.create(step=step.step, annotator=step.annotator, schema=second, value=1)
+    request = export_request_build(
+        project=project, format="rl", labels="human:alice", neutral="keep"
+    )
+    with pytest.raises(ValueError, match="more than one label"):
+        export_write(project=project, request=request, out_dir=tmp_path)
+    assert not list(tmp_path.glob("*.parquet"))
+
+
+def test_a_cancelled_columnar_export_leaves_no_file(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path
+) -> None:
+    project, _ = mixed
+
+    class Cancelled(ProgressWriter):
+        def __init__(self) -> None:
+            pass
+
+        def report(self, amount: int) -> bool:
+            return True
+
+        def status(self) -> str | None:
+            return "cancelled"
+
+    request = export_request_build(
+        project=project, format="rl", labels="human:alice", neutral="keep"
+    )
+    with pytest.raises(ExportCancelled):
+        export_write(
+            project=project, request=request, out_dir=tmp_path / "out", progress=Cancelled()
+        )
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_progress_counts_every_trajectory_once(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small CSV pieces, so that trajectories run across tables."""
+    from trajectories.batches import columnar
+
+    monkeypatch.setattr(columnar, "BLOCK_BYTES", 2000)
+    project, _ = mixed
+    reported: list[int] = []
+
+    class Counting(ProgressWriter):
+        def __init__(self) -> None:
+            pass
+
+        def report(self, amount: int) -> bool:
+            reported.append(amount)
+            return False
+
+    request = export_request_build(
+        project=project, format="rl", labels="human:alice", neutral="keep"
+    )
+    export_write(project=project, request=request, out_dir=tmp_path, progress=Counting())
+    assert len(reported) > 10
+    assert sum(reported) == Trajectory.objects.filter(project=project).count()
+
+
+def test_csv_pieces_keep_odd_text_and_rows_larger_than_a_piece() -> None:
+    """Quotes, commas, newlines, tabs, backslashes and empty strings as PostgreSQL's CSV
+    writes them, a null, and a row far larger than the piece size."""
+    texts = ['a "quoted", text', "two\nlines\r\nand\ttab", "back\\slash", "", "x" * 50_000]
+    rows = []
+    for number, text in enumerate(texts):
+        quoted = '"' + text.replace('"', '""') + '"'
+        reward = "" if number == 2 else "0.5"
+        rows.append(
+            f'0,{number},e{number},k,{number},assistant,thought,t,{quoted},{reward},,-1,f,1,""\n'.encode()
+        )
+    tables = list(csv_tables(rows, STEP_CSV, block_bytes=100))
+    table = pa.concat_tables(tables)
+    assert len(tables) > 1
+    assert table.column("step_text").to_pylist() == texts
+    assert table.column("step_reward").to_pylist() == [0.5, 0.5, None, 0.5, 0.5]
+    assert table.column("credit").to_pylist() == [None] * 5
+    assert table.column("success").to_pylist() == [False] * 5
+    assert table.column("tool_call").to_pylist() == [""] * 5
