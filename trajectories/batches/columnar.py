@@ -21,7 +21,6 @@ neutral mapping, and ``tool_call`` is ``[tool_name, tool_args]`` as JSON for a
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +31,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from trajectories.batches import schemas
-from trajectories.batches.export import (
-    DEFAULT_SPLIT,
-    ExportedFile,
-    ExportResult,
-    check_export,
-    export_format,
-    file_name,
-)
+from trajectories.batches.export import ExportFiles, ExportResult, check_export, export_format
 from trajectories.batches.inputs import ExportOptions, ExportStep, TaskGroup
 from trajectories.batches.labels import LABEL_VALUES, Neutral, map_label
 from trajectories.batches.rl import verl_prompt_records
@@ -48,8 +40,6 @@ from trajectories.batches.text import step_text
 from trajectories.batches.writers import (
     DEFAULT_ROW_GROUP_SIZE,
     ParquetRecordWriter,
-    RecordWriter,
-    open_writer,
 )
 
 STEP_CSV = pa.schema(
@@ -167,37 +157,20 @@ def write_rl_parquet(
     """
     export = export_format("rl")
     check_export(export, options, "parquet", False)
-    result = ExportResult(
-        format=export.name,
-        container="parquet",
-        compressed=False,
-        splits=splits,
-        seed=seed,
-        options=options,
-    )
-    split_names = splits.names if splits is not None else (DEFAULT_SPLIT,)
-    for split in split_names:
-        result.split_sizes[split] = Counter()
+    files = ExportFiles(
+        export, options, out_dir, "parquet", splits=splits, seed=seed,
+        row_group_size=row_group_size,
+    )  # fmt: skip
+    result = files.result
     for group in groups:
         sizes = result.split_sizes[group.split]
         sizes["tasks"] += 1
         sizes["trajectories"] += len(group.trajectory_ids)
     result.counts["tasks"] = len(groups)
     result.counts["trajectories"] = sum(len(group.trajectory_ids) for group in groups)
-
-    writers: dict[tuple[str, str], RecordWriter] = {}
-    try:
-        for output in export.outputs:
-            for split in split_names:
-                name = file_name(output.name, split if splits else None, "parquet", False)
-                writers[output.name, split] = open_writer(
-                    Path(out_dir) / name,
-                    "parquet",
-                    schema=output.schema,
-                    row_group_size=row_group_size,
-                )
+    with files:
         try:
-            _write_steps(step_tables, writers, split_names, result, progress)
+            _write_steps(step_tables, files, result, progress)
         finally:
             # A generator that failed half way is closed now, so that the database
             # connection under it (a COPY) is free before the caller's transaction ends.
@@ -205,41 +178,22 @@ def write_rl_parquet(
             if close is not None:
                 close()
         for prompt_group in prompt_groups:
-            writer = writers["rl-prompts", prompt_group.split]
+            writer = files.writers["rl-prompts", prompt_group.split]
             for record in verl_prompt_records(prompt_group, options, result.notes):
                 writer.write(record)
                 result.split_sizes[prompt_group.split]["records:rl-prompts"] += 1
                 result.counts["records:rl-prompts"] += 1
-        for writer in writers.values():
-            writer.finish()
-        for (output_name, split), writer in writers.items():
-            written = writer.commit()
-            result.files.append(
-                ExportedFile(
-                    name=written.path.name,
-                    output=output_name,
-                    split=split,
-                    path=written.path,
-                    rows=written.rows,
-                    sha256=written.sha256,
-                    size=written.size,
-                )
-            )
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
     return result
 
 
 def _write_steps(
     tables: Iterable[pa.Table],
-    writers: dict[tuple[str, str], RecordWriter],
-    split_names: Sequence[str],
+    files: ExportFiles,
     result: ExportResult,
     progress: Callable[[int], None] | None,
 ) -> None:
     neutral = result.options.neutral
+    split_names = files.split_names
     last_trajectory: int | None = None
     for table in tables:
         if not table.num_rows:
@@ -252,7 +206,7 @@ def _write_steps(
             if len(split_names) > 1:
                 rows = table.filter(pc.equal(split_column, position))
             if rows.num_rows:
-                writer = writers["rl", split]
+                writer = files.writers["rl", split]
                 assert isinstance(writer, ParquetRecordWriter)
                 writer.write_table(rows)
         if progress is not None:

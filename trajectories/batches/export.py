@@ -291,30 +291,12 @@ def write_export(
     export = export_format(format_name)
     chosen: Container = container or export.containers[0]
     check_export(export, options, chosen, compress)
-    result = ExportResult(
-        format=export.name,
-        container=chosen,
-        compressed=compress,
-        splits=splits,
-        seed=seed,
-        options=options,
-    )
-    split_names = splits.names if splits is not None else (DEFAULT_SPLIT,)
-    for split in split_names:
-        result.split_sizes[split] = Counter()
-
-    writers: dict[tuple[str, str], JsonRecordWriter | ParquetRecordWriter] = {}
-    try:
-        for output in export.outputs:
-            for split in split_names:
-                name = file_name(output.name, split if splits else None, chosen, compress)
-                writers[output.name, split] = open_writer(
-                    Path(out_dir) / name,
-                    chosen,
-                    schema=output.schema,
-                    compress=compress,
-                    row_group_size=row_group_size,
-                )
+    files = ExportFiles(
+        export, options, out_dir, chosen, compress=compress, splits=splits, seed=seed,
+        row_group_size=row_group_size,
+    )  # fmt: skip
+    result = files.result
+    with files:
         groups = task_groups(
             _counted(trajectories, result),
             splits=splits,
@@ -328,31 +310,88 @@ def write_export(
             sizes["steps"] += sum(len(trajectory.steps) for trajectory in group.trajectories)
             result.counts["tasks"] += 1
             for output in export.outputs:
-                writer = writers[output.name, group.split]
+                writer = files.writers[output.name, group.split]
                 for record in output.build(group, options, result.notes):
                     writer.write(record)
                     sizes[f"records:{output.name}"] += 1
                     result.counts[f"records:{output.name}"] += 1
-        for writer in writers.values():
-            writer.finish()
-        for (output_name, split), writer in writers.items():
-            written = writer.commit()
-            result.files.append(
-                ExportedFile(
-                    name=written.path.name,
-                    output=output_name,
-                    split=split,
-                    path=written.path,
-                    rows=written.rows,
-                    sha256=written.sha256,
-                    size=written.size,
-                )
-            )
-    except BaseException:
-        for writer in writers.values():
-            writer.abort()
-        raise
     return result
+
+
+class ExportFiles:
+    """The files of one export (a writer per output and split) and the result that
+    counts what goes in them. Used as ``with``: every file is committed when the block
+    ends, or every one removed if it raises, and ``result.files`` lists them."""
+
+    def __init__(
+        self,
+        export: ExportFormat,
+        options: ExportOptions,
+        out_dir: Path,
+        container: Container,
+        *,
+        compress: bool = False,
+        splits: SplitSpec | None = None,
+        seed: int = 0,
+        row_group_size: int = DEFAULT_ROW_GROUP_SIZE,
+    ) -> None:
+        self.result = ExportResult(
+            format=export.name,
+            container=container,
+            compressed=compress,
+            splits=splits,
+            seed=seed,
+            options=options,
+        )
+        self.split_names = splits.names if splits is not None else (DEFAULT_SPLIT,)
+        for split in self.split_names:
+            self.result.split_sizes[split] = Counter()
+        self.writers: dict[tuple[str, str], JsonRecordWriter | ParquetRecordWriter] = {}
+        try:
+            for output in export.outputs:
+                for split in self.split_names:
+                    name = file_name(output.name, split if splits else None, container, compress)
+                    self.writers[output.name, split] = open_writer(
+                        Path(out_dir) / name,
+                        container,
+                        schema=output.schema,
+                        compress=compress,
+                        row_group_size=row_group_size,
+                    )
+        except BaseException:
+            self._abort()
+            raise
+
+    def __enter__(self) -> ExportFiles:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+        if kind is not None:
+            self._abort()
+            return
+        try:
+            for writer in self.writers.values():
+                writer.finish()
+            for (output_name, split), writer in self.writers.items():
+                written = writer.commit()
+                self.result.files.append(
+                    ExportedFile(
+                        name=written.path.name,
+                        output=output_name,
+                        split=split,
+                        path=written.path,
+                        rows=written.rows,
+                        sha256=written.sha256,
+                        size=written.size,
+                    )
+                )
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
 
 
 def _counted(
