@@ -15,8 +15,10 @@ gives every step a credit, which the ``rl`` rows carry. Setup is not timed.
 
 Each measurement runs in a child process of its own, so its peak RSS (``VmHWM``; see
 ``_peak_rss_mb``) is its own: the export service (``export_request_build`` +
-``export_write``: one snapshot, labels and credits resolved in PostgreSQL, records built
-and written by ``trajectories.batches``) and, for each format, the baseline: the same
+``export_write``: one snapshot, labels and credits resolved in PostgreSQL; both formats
+measured here take the bulk paths of ``trajectories/services/exports_bulk.py``, rl
+Parquet parsed from one CSV COPY and trl-stepwise records built by PostgreSQL, which
+write the same bytes as the row builders) and, for each format, the baseline: the same
 columns (task, step text and label; for ``rl`` also the trajectory's ids and outcome, the
 step's index, role, kind and credit) of the same steps, in the export's order, streamed
 with ``COPY`` and thrown away; with ``--repeat N`` each side is measured N times, alternating, and

@@ -31,7 +31,13 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from trajectories.batches import schemas
-from trajectories.batches.export import ExportFiles, ExportResult, check_export, export_format
+from trajectories.batches.export import (
+    ExportFiles,
+    ExportResult,
+    check_export,
+    export_format,
+    label_key,
+)
 from trajectories.batches.inputs import ExportOptions, ExportStep, TaskGroup
 from trajectories.batches.labels import LABEL_VALUES, Neutral, map_label
 from trajectories.batches.rl import verl_prompt_records
@@ -247,9 +253,5 @@ def _count(
             continue
         label = None if code % 4 == 3 else code % 4 - 1
         result.counts["labelable_steps"] += count
-        result.labels[_label_key(label)] += count
-        result.mapped_labels[_label_key(map_label(label, neutral))] += count
-
-
-def _label_key(value: int | None) -> str:
-    return "none" if value is None else str(value)
+        result.labels[label_key(label)] += count
+        result.mapped_labels[label_key(map_label(label, neutral))] += count

@@ -406,12 +406,12 @@ def _counted(
         values = Counter(step.label for step in trajectory.steps if step.labelable)
         result.counts["labelable_steps"] += values.total()
         for value, count in values.items():
-            result.labels[_label_key(value)] += count
-            result.mapped_labels[_label_key(map_label(value, neutral))] += count
+            result.labels[label_key(value)] += count
+            result.mapped_labels[label_key(map_label(value, neutral))] += count
         for step_labels in trajectory.labels_by_annotator:
             result.annotators.update(annotator for annotator, _ in step_labels)
         yield trajectory
 
 
-def _label_key(value: int | None) -> str:
+def label_key(value: int | None) -> str:
     return "none" if value is None else str(value)

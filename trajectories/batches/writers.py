@@ -161,7 +161,10 @@ class JsonRecordWriter(_AtomicFile):
         self._closed = False
 
     def write(self, record: Mapping[str, Any]) -> None:
-        text = encode_json(record)
+        self.write_encoded(encode_json(record))
+
+    def write_encoded(self, text: str) -> None:
+        """A record already encoded as :func:`encode_json` encodes it (one line)."""
         if self.array:
             text = ("[\n" if self.rows == 0 else ",\n") + text
         else:

@@ -36,7 +36,6 @@ from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.batches import (
     ExportOptions,
-    ExportResult,
     ExportStep,
     ExportTrajectory,
     build_manifest,
@@ -157,19 +156,13 @@ def export_write(
             # (Inside a caller's transaction, the caller's isolation applies.)
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        # Imported here: exports_rl builds on this module.
-        from trajectories.services.exports_rl import rl_parquet_supported, rl_parquet_write
+        # Imported here: exports_bulk builds on this module.
+        from trajectories.services import exports_bulk
 
-        result: ExportResult
-        if rl_parquet_supported(request.format, request.container):
-            result = rl_parquet_write(
-                project,
-                request,
-                order=_ordered_ids(project, request),
-                out_dir=out_dir,
-                progress=lambda done: _tick(progress, done),
-            )
-        else:
+        result = exports_bulk.bulk_export_write(
+            project, request, out_dir=out_dir, progress=lambda done: _tick(progress, done)
+        )
+        if result is None:
             result = write_export(
                 export_trajectories(project, request, progress=progress, read_ahead=not nested),
                 format_name=request.format,
@@ -207,7 +200,7 @@ def export_trajectories(
     records from the last: it imports this transaction's snapshot, so both see exactly
     the same data, and PostgreSQL's work overlaps with Python's.
     """
-    order = _ordered_ids(project, request)
+    order = ordered_ids(project, request)
     lossless = request.format == "stepscope"
     if read_ahead:
         with connection.cursor() as cursor:
@@ -326,7 +319,7 @@ def _read_ahead(
         reader.join()
 
 
-def _ordered_ids(project: Project, request: ExportRequest) -> list[int]:
+def ordered_ids(project: Project, request: ExportRequest) -> list[int]:
     chosen = selectors.trajectories_filtered(project, _filters(request.selection))
     return list(
         chosen.annotate(task_digest=MD5("task"))

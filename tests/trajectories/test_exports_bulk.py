@@ -1,8 +1,10 @@
-"""The ``rl`` export's Parquet path, built column by column from a CSV COPY, against the
-row-by-row builders it stands in for: same files, byte for byte, and same manifest."""
+"""The bulk export paths (``rl`` Parquet from one CSV COPY, ``trl-stepwise`` JSON built
+by PostgreSQL) against the row builders they stand in for: same files, byte for byte,
+and the same manifest."""
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -41,10 +43,11 @@ def row_by_row(project: Project, request: exports.ExportRequest, out_dir: Path) 
     with transaction.atomic():
         result = write_export(
             export_trajectories(project, request),
-            format_name="rl",
+            format_name=request.format,
             options=request.options,
             out_dir=out_dir,
-            container="parquet",
+            container=request.container or None,  # type: ignore[arg-type]
+            compress=request.compress,
             splits=parse_split_spec(request.split) if request.split else None,
             seed=request.seed,
         )
@@ -94,7 +97,7 @@ def mixed(db: None, tmp_path: Path) -> tuple[Project, AttributionRun]:
         (
             StepLabel(step=step, annotator=alice, schema=schema, value=rng.choice((-1, 0, 1)))
             for step in steps
-            if step.labelable and rng.random() < 0.3
+            if step.labelable and rng.random() < 0.1
         ),
         batch_size=200,
     )
@@ -260,3 +263,141 @@ def test_csv_pieces_keep_odd_text_and_rows_larger_than_a_piece() -> None:
     assert table.column("credit").to_pylist() == [None] * 5
     assert table.column("success").to_pylist() == [False] * 5
     assert table.column("tool_call").to_pylist() == [""] * 5
+
+
+# --- trl-stepwise ------------------------------------------------------------------------
+
+
+def odd_text_records() -> list[dict[str, Any]]:
+    """Steps whose text JSON must escape (quotes, backslashes, control characters,
+    newlines), non-ASCII and astral characters, non-labelable steps first and in the
+    middle, and a trajectory with no labelable step at all."""
+    texts = [
+        'she said "7"', "back\\slash \\n not a newline", "tab\there\nnew line\r\n",
+        "bell \x07 and \x1f unit", "café ∑ 数学 🧮", "\u2028 line separator", "plain",
+    ]  # fmt: skip
+    records = []
+    for number in range(6):
+        steps: list[dict[str, Any]] = [{"role": "user", "content": f"question {number}"}]
+        for index, text in enumerate(texts[number:] + texts[:number]):
+            steps.append({"kind": "thought", "content": f"{index}: {text}"})
+            if index == 2:
+                steps.append({"role": "tool", "kind": "observation", "content": "seen"})
+        records.append(
+            {"id": f"odd-{number}", "task": f"Task {number} with \"quotes\"",
+             "task_key": "" if number % 2 else f"odd-{number // 2}", "steps": steps}
+        )  # fmt: skip
+    records.append(
+        {"id": "no-labelable", "task": "nothing to label",
+         "steps": [{"role": "user", "content": "only a question"}]}
+    )  # fmt: skip
+    return records
+
+
+@pytest.fixture
+def plain(db: None, tmp_path: Path) -> Project:
+    """Synthetic rollouts with truth labels, ProcessBench, and the odd-text records; a
+    human annotator's -1/0/+1 labels on some of the labelable steps (+1 on every
+    odd-text one). No tool calls."""
+    project = project_create(slug="plain", name="plain")
+    path = tmp_path / "rollouts.jsonl"
+    synthetic.write_jsonl(
+        path, synthetic.rollouts(tasks=4, rollouts_per_task=3, steps_per_task=4, seed=8)
+    )
+    trajectory_import(project=project, source_format="stepscope", path=path)
+    trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
+    odd = tmp_path / "odd.jsonl"
+    odd.write_text(
+        "".join(json.dumps(record) + "\n" for record in odd_text_records()), encoding="utf-8"
+    )
+    trajectory_import(project=project, source_format="stepscope", path=odd)
+    rng = random.Random(3)
+    alice = User.objects.create(username="alice")
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    StepLabel.objects.bulk_create(
+        (
+            StepLabel(
+                step=step,
+                annotator=alice,
+                schema=schema,
+                # Every odd-text step is good, so those records carry all their text.
+                value=1
+                if step.trajectory.external_id.startswith("odd")
+                else rng.choice((-1, 0, 1)),
+            )
+            for step in Step.objects.filter(trajectory__project=project, labelable=True)
+            .select_related("trajectory")
+            .order_by("id")
+            if step.trajectory.external_id.startswith("odd") or rng.random() < 0.15
+        ),
+        batch_size=200,
+    )
+    return project
+
+
+TRL_CASES: dict[str, dict[str, Any]] = {
+    "truth labels": dict(labels="import:synthetic-truth", neutral="drop"),
+    "processbench labels": dict(labels="import:processbench", neutral="negative"),
+    "human labels, neutral positive": dict(labels="human:alice", neutral="positive"),
+    "human labels, neutral negative, all steps": dict(
+        labels="human:alice", neutral="negative", options={"stop_at_first_error": False}
+    ),
+    "splits, gzip": dict(
+        labels="human:alice", neutral="drop", split="train=0.6,test=0.4", compress=True
+    ),
+    "json array": dict(labels="human:alice", neutral="positive", container="json"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRL_CASES))
+def test_trl_stepwise_built_by_postgresql_is_the_row_builders_files_byte_for_byte(
+    plain: Project, tmp_path: Path, case: str
+) -> None:
+    request = export_request_build(project=plain, format="trl-stepwise", seed=2, **TRL_CASES[case])
+    with transaction.atomic():
+        bulk = export_write(project=plain, request=request, out_dir=tmp_path / "bulk")
+    reference = row_by_row(plain, request, tmp_path / "rows")
+    assert bulk == reference
+    assert bulk["counts"]["records"]["trl-stepwise"] > 0
+    for name in bulk["files"]:
+        assert (tmp_path / "bulk" / name).read_bytes() == (tmp_path / "rows" / name).read_bytes()
+
+
+def test_trl_stepwise_records_end_where_the_row_builders_end_them(
+    plain: Project, tmp_path: Path
+) -> None:
+    """The bulk path was taken (no tool calls), and its cuts and skips are counted."""
+    from trajectories.services import exports_bulk
+
+    request = export_request_build(
+        project=plain, format="trl-stepwise", labels="human:alice", neutral="drop"
+    )
+    with transaction.atomic():
+        result = exports_bulk.bulk_export_write(plain, request, out_dir=tmp_path)
+    assert result is not None
+    assert result.notes["cut_at_unlabelled_step"] > 0
+    assert result.notes["skipped_no_labelled_step"] > 0
+    # split("\n"), not splitlines(): a record holds U+2028 as it is, as JSON allows.
+    lines = (tmp_path / "trl-stepwise.jsonl").read_text(encoding="utf-8").split("\n")[:-1]
+    records = [json.loads(line) for line in lines]
+    completions = [completion for record in records for completion in record["completions"]]
+    for text in ('she said "7"', "back\\slash", "bell \x07", "🧮", "\u2028"):
+        assert any(text in completion for completion in completions), text
+    for record in records:
+        assert len(record["completions"]) == len(record["labels"]) > 0
+        assert False not in record["labels"][:-1]  # nothing follows the first error
+
+
+def test_trl_stepwise_with_tool_calls_takes_the_row_builders(
+    mixed: tuple[Project, AttributionRun], tmp_path: Path
+) -> None:
+    from trajectories.services import exports_bulk
+
+    project, _ = mixed
+    request = export_request_build(
+        project=project, format="trl-stepwise", labels="human:alice", neutral="drop"
+    )
+    with transaction.atomic():
+        assert exports_bulk.bulk_export_write(project, request, out_dir=tmp_path / "b") is None
+        written = export_write(project=project, request=request, out_dir=tmp_path / "out")
+    assert written == row_by_row(project, request, tmp_path / "rows")

@@ -1,11 +1,17 @@
-"""The ``rl`` export written as Parquet, column by column (see
-:mod:`trajectories.batches.columnar`).
+"""The two formats large exports are mostly made of, each read in one statement instead
+of a chunk of trajectories at a time through the row builders.
 
-The step rows come out of PostgreSQL in one ``COPY ... TO STDOUT (FORMAT csv)`` in the
-export's order, with the reward already mapped and non-finite floats nulled, and are
-parsed into Arrow tables; the verl prompts are built from each task's leading steps, a
-chunk of trajectories at a time, after the steps. Everything is read in the export's
-one snapshot, like every other format.
+- ``rl`` as Parquet: the step rows come out of PostgreSQL in one ``COPY ... TO STDOUT
+  (FORMAT csv)`` in the export's order, with the reward already mapped and non-finite
+  floats nulled, and are parsed into Arrow tables (:mod:`trajectories.batches.columnar`);
+  the verl prompts are built from each task's leading steps, a chunk at a time, after.
+- ``trl-stepwise`` as JSON: PostgreSQL builds each trajectory's record, window functions
+  finding where it ends (:mod:`trajectories.batches.encoded`). Trajectories with tool
+  calls among their labelable steps take the row builders, whose text for a tool call
+  (``step_text``) SQL does not reproduce.
+
+Both give the same bytes as the row builders (tests/trajectories/test_exports_bulk.py),
+and read in the export's one snapshot like every other format.
 """
 
 from __future__ import annotations
@@ -19,11 +25,14 @@ from django.db import connection
 from labeling.sources import label_source_sql
 from trajectories.batches import ExportResult, ExportTrajectory, TaskGroup, task_groups
 from trajectories.batches.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
+from trajectories.batches.encoded import EncodedTrajectory, write_trl_stepwise_encoded
+from trajectories.batches.export import export_format
 from trajectories.batches.labels import Neutral
 from trajectories.batches.splits import parse_split_spec
 from trajectories.models import Project
 from trajectories.services.exports import (
     ExportRequest,
+    ordered_ids,
     scorer_id_for,
     trajectories_from_rows,
 )
@@ -40,24 +49,42 @@ _NEUTRAL_REWARD = {
     Neutral.DROP: "NULL",
     Neutral.KEEP: "0.0",
 }
+_NEUTRAL_GOOD = {Neutral.POSITIVE: "true", Neutral.NEGATIVE: "false", Neutral.DROP: "NULL"}
 # Trajectories whose leading steps are read per query for the verl prompts.
 PROMPT_CHUNK = 500
+# Rows a server-side cursor fetches per round trip.
+FETCH_ROWS = 2000
 
 
-def rl_parquet_supported(format_name: str, container: str) -> bool:
-    return format_name == "rl" and container in ("", "parquet")
-
-
-def rl_parquet_write(
+def bulk_export_write(
     project: Project,
     request: ExportRequest,
     *,
-    order: list[int],
     out_dir: Path,
     progress: Callable[[int], None] | None = None,
+) -> ExportResult | None:
+    """Write the export into ``out_dir`` when one of the bulk paths serves it, else
+    None (the caller writes it with the row builders). Runs inside the export's
+    transaction."""
+    container = request.container or export_format(request.format).containers[0]
+    if request.format == "rl" and container == "parquet":
+        order = ordered_ids(project, request)
+        return _rl_parquet_write(project, request, order, out_dir, progress)
+    if request.format == "trl-stepwise" and container in ("jsonl", "json"):
+        order = ordered_ids(project, request)
+        if _has_labelable_tool_calls(order):
+            return None
+        return _trl_stepwise_write(project, request, order, out_dir, progress, container)
+    return None
+
+
+def _rl_parquet_write(
+    project: Project,
+    request: ExportRequest,
+    order: list[int],
+    out_dir: Path,
+    progress: Callable[[int], None] | None,
 ) -> ExportResult:
-    """Write the ``rl`` export of the trajectories ``order`` (ids in export order) into
-    ``out_dir``. Runs inside the export's transaction."""
     splits = parse_split_spec(request.split) if request.split else None
     groups = _planned_groups(order, request)
     split_names = splits.names if splits is not None else ("train",)
@@ -114,15 +141,8 @@ def _step_tables(
 ) -> Iterator[pa.Table]:
     """Every step of ``groups`` in order, as tables of ``STEP_CSV``'s columns. A
     generator, so the COPY is over (and the connection free) once it is exhausted."""
-    ids: list[int] = []
-    split_of: list[int] = []
-    keys: list[str] = []
-    for group in groups:
-        position = split_names.index(group.split)
-        for trajectory_id in group.trajectory_ids:
-            ids.append(trajectory_id)
-            split_of.append(position)
-            keys.append(group.key)
+    ids, split_of = _trajectory_arrays(groups, split_names)
+    keys = [group.key for group in groups for _ in group.trajectory_ids]
     sql, params = _rl_steps_sql(project, request)
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor
@@ -263,3 +283,129 @@ def _leading_steps(ids: list[int]) -> Iterator[ExportTrajectory]:
         )
         rows = cursor.fetchall()
     yield from trajectories_from_rows(ids, heads, rows, lossless=False)
+
+
+def _has_labelable_tool_calls(order: list[int]) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT EXISTS (SELECT 1 FROM trajectories_step s"
+            " WHERE s.trajectory_id = ANY(%s) AND s.labelable AND s.kind = 'tool_call'"
+            " AND s.tool_name <> '')",
+            [order],
+        )
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
+def _trl_stepwise_write(
+    project: Project,
+    request: ExportRequest,
+    order: list[int],
+    out_dir: Path,
+    progress: Callable[[int], None] | None,
+    container: str,
+) -> ExportResult:
+    splits = parse_split_spec(request.split) if request.split else None
+    groups = _planned_groups(order, request)
+    split_names = splits.names if splits is not None else ("train",)
+    return write_trl_stepwise_encoded(
+        groups,
+        _encoded_trajectories(project, request, groups, split_names),
+        options=request.options,
+        out_dir=out_dir,
+        container=container,  # type: ignore[arg-type]
+        compress=request.compress,
+        splits=splits,
+        seed=request.seed,
+        progress=progress,
+    )
+
+
+def _encoded_trajectories(
+    project: Project,
+    request: ExportRequest,
+    groups: Sequence[PlannedGroup],
+    split_names: Sequence[str],
+) -> Iterator[EncodedTrajectory]:
+    """Each trajectory of ``groups``, in order, with its record built by PostgreSQL,
+    read through a server-side cursor (memory stays bounded)."""
+    ids, split_of = _trajectory_arrays(groups, split_names)
+    sql, params = _trl_stepwise_sql(project, request)
+    connection.ensure_connection()
+    raw = connection.connection
+    assert raw is not None
+    with raw.cursor(name="stepscope_export_trl") as cursor:
+        cursor.itersize = FETCH_ROWS
+        cursor.execute(sql, [ids, *params, ids, split_of])
+        for split, steps, bad, neutral, good, unlabelled, cut, record in cursor:
+            yield EncodedTrajectory(
+                split=split,
+                steps=steps,
+                labels=(bad, neutral, good, unlabelled),
+                cut=cut,
+                record=record,
+            )
+
+
+def _trajectory_arrays(
+    groups: Sequence[PlannedGroup], split_names: Sequence[str]
+) -> tuple[list[int], list[int]]:
+    """The trajectory ids in export order and the position of each one's split."""
+    ids: list[int] = []
+    split_of: list[int] = []
+    for group in groups:
+        position = split_names.index(group.split)
+        ids.extend(group.trajectory_ids)
+        split_of.extend([position] * len(group.trajectory_ids))
+    return ids, split_of
+
+
+def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, list[object]]:
+    """Per trajectory (parameters: the ids, the label source's, the ids in order and
+    their split positions): its split, step count, labelable steps per resolved label,
+    whether its record ends at an unlabelled step, and the record's JSON text, as
+    ``trl_stepwise_records`` and ``encode_json`` make them.
+
+    A labelable step goes in when no labelable step up to it lacks a mapped label and,
+    with ``stop_at_first_error``, no labelable step before it is bad; the record is cut
+    at the first unlabelled labelable step that is reached that way.
+    """
+    labels_sql, params = label_source_sql(project, request.labels, scoped=False)
+    good = _NEUTRAL_GOOD[request.options.neutral]
+    after_error = " AND m.bad_before = 0" if request.options.stop_at_first_error else ""
+    kept = f"m.labelable AND m.good IS NOT NULL AND m.unlabelled_upto = 0{after_error}"
+    cut = f"m.labelable AND m.good IS NULL AND m.unlabelled_upto = 1{after_error}"
+    sql = (
+        "WITH steps AS ("
+        " SELECT s.trajectory_id, s.index, s.labelable, s.content, v.value AS label,"
+        f"  CASE v.value WHEN 1 THEN true WHEN -1 THEN false WHEN 0 THEN {good} END AS good"
+        " FROM trajectories_step s"
+        " JOIN unnest(%s::bigint[]) AS chosen(id) ON chosen.id = s.trajectory_id"
+        f" LEFT JOIN ({labels_sql}) v ON v.step_id = s.id"
+        "), marked AS ("
+        " SELECT steps.*,"
+        "  count(*) FILTER (WHERE labelable AND good IS NULL) OVER w AS unlabelled_upto,"
+        "  count(*) FILTER (WHERE labelable AND NOT good) OVER w"
+        "   - CASE WHEN labelable AND NOT good THEN 1 ELSE 0 END AS bad_before"
+        " FROM steps"
+        " WINDOW w AS (PARTITION BY trajectory_id ORDER BY index ROWS UNBOUNDED PRECEDING)"
+        ")"
+        " SELECT o.split, count(*),"
+        "  count(*) FILTER (WHERE m.labelable AND m.label = -1),"
+        "  count(*) FILTER (WHERE m.labelable AND m.label = 0),"
+        "  count(*) FILTER (WHERE m.labelable AND m.label = 1),"
+        "  count(*) FILTER (WHERE m.labelable AND m.label IS NULL),"
+        f"  coalesce(bool_or({cut}), false),"
+        "  '{\"prompt\":' || to_json(t.task)::text || ',\"completions\":['"
+        f"  || string_agg(to_json(m.content)::text, ',' ORDER BY m.index) FILTER (WHERE {kept})"
+        "  || '],\"labels\":['"
+        "  || string_agg(CASE WHEN m.good THEN 'true' ELSE 'false' END, ',' ORDER BY m.index)"
+        f"   FILTER (WHERE {kept})"
+        "  || ']}'"
+        " FROM unnest(%s::bigint[], %s::int[]) WITH ORDINALITY AS o(id, split, position)"
+        " JOIN trajectories_trajectory t ON t.id = o.id"
+        " JOIN marked m ON m.trajectory_id = o.id"
+        " GROUP BY o.position, o.split, t.task"
+        " ORDER BY o.position"
+    )
+    return sql, params
