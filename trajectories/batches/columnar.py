@@ -143,6 +143,16 @@ class PlannedGroup:
     trajectory_ids: Sequence[int]
 
 
+def count_groups(result: ExportResult, groups: Sequence[PlannedGroup]) -> None:
+    """Tasks and trajectories, in all and per split, as ``write_export`` counts them."""
+    for group in groups:
+        sizes = result.split_sizes[group.split]
+        sizes["tasks"] += 1
+        sizes["trajectories"] += len(group.trajectory_ids)
+    result.counts["tasks"] = len(groups)
+    result.counts["trajectories"] = sum(len(group.trajectory_ids) for group in groups)
+
+
 def write_rl_parquet(
     groups: Sequence[PlannedGroup],
     step_tables: Iterable[pa.Table],
@@ -168,12 +178,7 @@ def write_rl_parquet(
         row_group_size=row_group_size,
     )  # fmt: skip
     result = files.result
-    for group in groups:
-        sizes = result.split_sizes[group.split]
-        sizes["tasks"] += 1
-        sizes["trajectories"] += len(group.trajectory_ids)
-    result.counts["tasks"] = len(groups)
-    result.counts["trajectories"] = sum(len(group.trajectory_ids) for group in groups)
+    count_groups(result, groups)
     with files:
         try:
             _write_steps(step_tables, files, result, progress)

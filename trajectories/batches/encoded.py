@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trajectories.batches.columnar import PlannedGroup
+from trajectories.batches.columnar import PlannedGroup, count_groups
 from trajectories.batches.export import (
     ExportFiles,
     ExportResult,
@@ -68,12 +68,7 @@ def write_trl_stepwise_encoded(
         export, options, out_dir, container, compress=compress, splits=splits, seed=seed
     )
     result = files.result
-    for group in groups:
-        sizes = result.split_sizes[group.split]
-        sizes["tasks"] += 1
-        sizes["trajectories"] += len(group.trajectory_ids)
-    result.counts["tasks"] = len(groups)
-    result.counts["trajectories"] = sum(len(group.trajectory_ids) for group in groups)
+    count_groups(result, groups)
     writers = [files.writers["trl-stepwise", split] for split in files.split_names]
     labels = [0, 0, 0, 0]
     records: Counter[str] = Counter()

@@ -49,6 +49,11 @@ from trajectories.services.progress import ProgressWriter
 
 # Trajectories read per round trip.
 EXPORT_CHUNK = 200
+# The trajectory columns trajectories_from_rows reads (``heads``), for an id array.
+HEADS_SQL = (
+    "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
+    " success, metadata, source_format FROM trajectories_trajectory WHERE id = ANY(%s)"
+)
 
 
 @dataclass(frozen=True)
@@ -234,12 +239,7 @@ def _read_chunks(
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
             with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT id, external_id, task, task_key, ground_truth, model_name,"
-                    " outcome_reward, success, metadata, source_format"
-                    " FROM trajectories_trajectory WHERE id = ANY(%s)",
-                    [ids],
-                )
+                cursor.execute(HEADS_SQL, [ids])
                 heads = {row[0]: row for row in cursor.fetchall()}
                 cursor.execute(steps_sql, [*extra_params, ids])
                 yield ids, heads, cursor.fetchall()

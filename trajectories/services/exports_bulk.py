@@ -31,6 +31,7 @@ from trajectories.batches.labels import Neutral
 from trajectories.batches.splits import parse_split_spec
 from trajectories.models import Project
 from trajectories.services.exports import (
+    HEADS_SQL,
     ExportRequest,
     ordered_ids,
     scorer_id_for,
@@ -263,12 +264,7 @@ def _prompt_groups(groups: Sequence[PlannedGroup], request: ExportRequest) -> It
 def _leading_steps(ids: list[int]) -> Iterator[ExportTrajectory]:
     """The trajectories ``ids`` with only their steps before the first labelable one."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT id, external_id, task, task_key, ground_truth, model_name,"
-            " outcome_reward, success, metadata, source_format"
-            " FROM trajectories_trajectory WHERE id = ANY(%s)",
-            [ids],
-        )
+        cursor.execute(HEADS_SQL, [ids])
         heads = {row[0]: row for row in cursor.fetchall()}
         cursor.execute(
             "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
