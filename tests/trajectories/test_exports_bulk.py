@@ -401,3 +401,18 @@ def test_trl_stepwise_with_tool_calls_takes_the_row_builders(
         assert exports_bulk.bulk_export_write(project, request, out_dir=tmp_path / "b") is None
         written = export_write(project=project, request=request, out_dir=tmp_path / "out")
     assert written == row_by_row(project, request, tmp_path / "rows")
+
+
+def test_trl_stepwise_refuses_a_step_with_two_labels_from_the_source(
+    plain: Project, tmp_path: Path
+) -> None:
+    label = StepLabel.objects.filter(annotator__username="alice").first()
+    assert label is not None
+    second = LabelSchema.objects.create(project=plain, name="other", is_active=False)
+    StepLabel.objects.create(step=label.step, annotator=label.annotator, schema=second, value=1)
+    request = export_request_build(
+        project=plain, format="trl-stepwise", labels="human:alice", neutral="positive"
+    )
+    with pytest.raises(ValueError, match="more than one label"):
+        export_write(project=plain, request=request, out_dir=tmp_path / "out")
+    assert not list((tmp_path / "out").iterdir())

@@ -333,7 +333,12 @@ def _encoded_trajectories(
     with raw.cursor(name="stepscope_export_trl") as cursor:
         cursor.itersize = FETCH_ROWS
         cursor.execute(sql, [ids, *params, ids, split_of])
-        for split, steps, bad, neutral, good, unlabelled, cut, record in cursor:
+        for split, steps, bad, neutral, good, unlabelled, cut, repeated, record in cursor:
+            if repeated:
+                raise ValueError(
+                    f"label source {request.labels} gives some step more than one label;"
+                    " name one schema's labels"
+                )
             yield EncodedTrajectory(
                 split=split,
                 steps=steps,
@@ -359,7 +364,8 @@ def _trajectory_arrays(
 def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, list[object]]:
     """Per trajectory (parameters: the ids, the label source's, the ids in order and
     their split positions): its split, step count, labelable steps per resolved label,
-    whether its record ends at an unlabelled step, and the record's JSON text, as
+    whether its record ends at an unlabelled step, whether a step came twice (two labels
+    from the source), and the record's JSON text, as
     ``trl_stepwise_records`` and ``encode_json`` make them.
 
     A labelable step goes in when no labelable step up to it lacks a mapped label and,
@@ -392,6 +398,8 @@ def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, li
         "  count(*) FILTER (WHERE m.labelable AND m.label = 1),"
         "  count(*) FILTER (WHERE m.labelable AND m.label IS NULL),"
         f"  coalesce(bool_or({cut}), false),"
+        # Indexes run 0..n-1, so more rows than that are a step the source labels twice.
+        "  count(*) > max(m.index) + 1,"
         "  '{\"prompt\":' || to_json(t.task)::text || ',\"completions\":['"
         f"  || string_agg(to_json(m.content)::text, ',' ORDER BY m.index) FILTER (WHERE {kept})"
         "  || '],\"labels\":['"
