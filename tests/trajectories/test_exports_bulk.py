@@ -21,7 +21,7 @@ from scoring import services as scoring
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.conftest import REALDATA
 from trajectories import synthetic
-from trajectories.batches import build_manifest, parse_split_spec, write_export
+from trajectories.batches import parse_split_spec, write_export
 from trajectories.batches.columnar import STEP_CSV, csv_tables
 from trajectories.models import Project, Step, Trajectory
 from trajectories.services import exports, project_create, trajectory_import
@@ -51,14 +51,7 @@ def row_by_row(project: Project, request: exports.ExportRequest, out_dir: Path) 
             splits=parse_split_spec(request.split) if request.split else None,
             seed=request.seed,
         )
-    return build_manifest(
-        result,
-        selection={"name": request.selection_name, "definition": request.selection},
-        label_source=str(request.labels),
-        schema_revision=exports._schema_revision(project),
-        scorer_revisions=exports._scorer_revisions(project, request),
-        attribution_revisions=exports._attribution_revisions(project, request),
-    )
+    return exports.export_manifest(project, request, result)
 
 
 @pytest.fixture

@@ -36,6 +36,7 @@ from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.batches import (
     ExportOptions,
+    ExportResult,
     ExportStep,
     ExportTrajectory,
     build_manifest,
@@ -178,7 +179,17 @@ def export_write(
                 splits=parse_split_spec(request.split) if request.split else None,
                 seed=request.seed,
             )
-    manifest = build_manifest(
+    manifest = export_manifest(project, request, result)
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def export_manifest(
+    project: Project, request: ExportRequest, result: ExportResult
+) -> dict[str, Any]:
+    """The manifest of an export that wrote ``result`` (selection, label source and
+    every revision the request names)."""
+    return build_manifest(
         result,
         selection={"name": request.selection_name, "definition": request.selection},
         label_source=str(request.labels),
@@ -186,8 +197,6 @@ def export_write(
         scorer_revisions=_scorer_revisions(project, request),
         attribution_revisions=_attribution_revisions(project, request),
     )
-    write_manifest(out_dir, manifest)
-    return manifest
 
 
 def export_trajectories(
