@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.conf import settings as django_settings
-from django.contrib.postgres.indexes import HashIndex
 from django.db import models
+from django.db.models.functions import MD5
 
 
 class Project(models.Model):
@@ -125,6 +125,9 @@ class Trajectory(models.Model):
             models.Index(fields=["project", "success"], name="traj_project_success"),
             models.Index(fields=["project", "step_count"], name="traj_project_length"),
             models.Index(fields=["project", "external_id"], name="traj_project_external"),
+            # Rollouts of the same task text (whatever their task keys): where steps that
+            # share a prefix are looked for. The digest keeps long tasks out of the index.
+            models.Index("project", MD5("task"), name="traj_project_task_md5"),
         ]
 
     def __str__(self) -> str:
@@ -176,10 +179,11 @@ class Step(models.Model):
         constraints: ClassVar = [
             models.UniqueConstraint(fields=["trajectory", "index"], name="step_unique_index")
         ]
-        # prefix_hash is only ever matched for equality (=, IN, joins), so a hash index
-        # serves it: it stores 4-byte hash codes instead of 64-character keys, and an
-        # import adds each step to it at a third of a B-tree's cost (bench/ingest.py).
-        indexes: ClassVar = [HashIndex(fields=["prefix_hash"], name="step_prefix_hash")]
+        # No index on prefix_hash: steps sharing a prefix are at the same index of
+        # trajectories with the same task (the hash chain starts from the task text), so
+        # they are found through the trajectory's (project, md5(task)) index and the
+        # unique index above. An index on every step's hash cost an import more than a
+        # third of its database time (bench/ingest.py).
 
     def __str__(self) -> str:
         return f"step {self.index} of {self.trajectory_id}"

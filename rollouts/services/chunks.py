@@ -346,15 +346,31 @@ def mc_upsert(*, job: RolloutJob, branches: list[RolloutBranch]) -> int:
     if not branches or job.policy_id is None:
         return 0
     by_hash = {b.step.prefix_hash: search.MCEstimate(b.done, b.successes) for b in branches}
-    steps = Step.objects.filter(
-        trajectory__project_id=job.project_id, prefix_hash__in=list(by_hash)
-    ).values_list("pk", "prefix_hash")
+    with connection.cursor() as cursor:
+        # A step ending the same prefix sits at the same index of a trajectory with the
+        # same task text (the hash chain starts from the task), so the project's
+        # (project, md5(task)) index finds the trajectories and the (trajectory, index)
+        # index their step.
+        cursor.execute(
+            """
+            SELECT DISTINCT s.id, s.prefix_hash
+            FROM trajectories_step AS b
+            JOIN trajectories_trajectory AS bt ON bt.id = b.trajectory_id
+            JOIN trajectories_trajectory AS t
+              ON t.project_id = %s AND md5(t.task) = md5(bt.task) AND t.task = bt.task
+            JOIN trajectories_step AS s
+              ON s.trajectory_id = t.id AND s.index = b.index AND s.prefix_hash = b.prefix_hash
+            WHERE b.id = ANY(%s)
+            """,
+            [job.project_id, [b.step_id for b in branches]],
+        )
+        steps = cursor.fetchall()
     rows = [
         StepMC(
             step_id=step_id, policy_id=job.policy_id, job=job, k=by_hash[h].k,
             successes=by_hash[h].successes, soft=by_hash[h].soft, hard=by_hash[h].hard,
         )
-        for step_id, h in steps.iterator(chunk_size=5000)
+        for step_id, h in steps
     ]  # fmt: skip
     StepMC.objects.bulk_create(
         rows,
