@@ -45,7 +45,7 @@ from trajectories.formats import parser_for  # noqa: E402
 from trajectories.formats.base import ParsedTrajectory  # noqa: E402
 from trajectories.hashing import prefix_hashes  # noqa: E402
 from trajectories.models import Project  # noqa: E402
-from trajectories.pgcopy import STEP_COLUMNS, step_rows  # noqa: E402
+from trajectories.pgcopy import STEP_COLUMNS, first_column_filled, step_rows  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
 
 TAU_BENCH = REPO.parent / "shared" / "realdata" / "tau_bench" / "gpt-4o-airline.json"
@@ -164,10 +164,13 @@ def baselines(path: Path, source_format: str) -> dict[str, float]:
         if not isinstance(record, ParsedTrajectory):
             continue
         hashes = prefix_hashes(record.task, record.steps)
+        lines = first_column_filled(step_rows(record.steps, hashes), number).splitlines()
         step_ids = range(next_id, next_id + len(record.steps))
         next_id += len(record.steps)
         trajectory_ids.append(number)
-        rows.append(step_rows(number, step_ids, record.steps, hashes))
+        # The bare table has no column defaults, so the rows carry the ids the import's
+        # rows get from trajectories_step's sequence.
+        rows.append("".join(f"{i}\t{line}\n" for i, line in zip(step_ids, lines, strict=True)))
     figures: dict[str, float] = {"steps": next_id - 1}
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor
@@ -190,7 +193,7 @@ def baselines(path: Path, source_format: str) -> dict[str, float]:
 
 def _timed_copy(cursor: Any, table: str, rows: list[str]) -> float:
     start = time.perf_counter()
-    with cursor.copy(f"COPY {table} ({STEP_COLUMNS}) FROM STDIN") as copy:
+    with cursor.copy(f"COPY {table} (id, {STEP_COLUMNS}) FROM STDIN") as copy:
         for first in range(0, len(rows), 500):
             copy.write("".join(rows[first : first + 500]))
     return time.perf_counter() - start
@@ -227,7 +230,7 @@ def _real_table_copy(rows: list[str], trajectory_ids: list[int]) -> float:
             # The same rows with real trajectory ids and fresh step ids.
             real_rows = [_renumber(row, real, step_ids) for row in rows]
             start = time.perf_counter()
-            with cursor.copy(f"COPY trajectories_step ({STEP_COLUMNS}) FROM STDIN") as copy:
+            with cursor.copy(f"COPY trajectories_step (id, {STEP_COLUMNS}) FROM STDIN") as copy:
                 for first in range(0, len(real_rows), 500):
                     copy.write("".join(real_rows[first : first + 500]))
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")  # runs the deferred FK checks

@@ -19,6 +19,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = (
     "trajectories/hashing.py",
     "trajectories/pgcopy.py",
+    "trajectories/prepare.py",
     "trajectories/synthetic.py",
     "trajectories/alignment.py",
     "trajectories/prefix_tree.py",

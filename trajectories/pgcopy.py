@@ -105,18 +105,20 @@ def row(values: tuple[Any, ...]) -> str:
     return "\t".join([field(v) for v in values]) + "\n"
 
 
-# The column order step_rows writes: the parts that repeat from step to step (kind, role,
-# agent, tool name, flags) sit together so they can be encoded once.
+# The column order step_rows writes. The step id is left to the column's default, so
+# an import need not fetch ids first; the trajectory id comes first so it can be filled
+# in last (:func:`first_column_filled`). The parts that repeat from step to step (kind,
+# role, agent, tool name, flags) sit together so they can be encoded once.
 STEP_COLUMNS = (
-    "id, trajectory_id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
+    "trajectory_id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
     " tool_args, metadata, content"
 )
 
 
-def step_rows(
-    trajectory_id: int, step_ids: Sequence[int], steps: Sequence[ParsedStep], hashes: Sequence[str]
-) -> str:
-    """One trajectory's rows for ``COPY trajectories_step (STEP_COLUMNS)``, as one string.
+def step_rows(steps: Sequence[ParsedStep], hashes: Sequence[str]) -> str:
+    """One trajectory's rows for ``COPY trajectories_step (STEP_COLUMNS)`` as one
+    string, each row without its first column (the trajectory id, not known yet): every
+    line starts with the tab that follows it.
 
     Steps are most of what an import writes, so this is the hot loop: the columns that
     repeat (kind, role, agent, tool name, labelable) are escaped once and remembered,
@@ -139,11 +141,18 @@ def step_rows(
             if tool_args is None and not metadata
             else f"{json_text(tool_args)}\t{json_text(metadata)}\t"
         )
-        rows.append(
-            f"{step_ids[index]}\t{trajectory_id}\t{index}\t{hashes[index]}\t{middle}{values}"
-            f"{text(step.content)}\n"
-        )
+        rows.append(f"\t{index}\t{hashes[index]}\t{middle}{values}{text(step.content)}\n")
     return "".join(rows)
+
+
+def first_column_filled(rows: str, value: int) -> str:
+    """``rows`` (COPY lines, each starting with the tab after an empty first column)
+    with ``value`` as every line's first column. Newlines inside values are escaped in
+    COPY text, so each newline ends a row and one replace fills them all."""
+    if not rows:
+        return rows
+    first = str(value)
+    return first + rows[:-1].replace("\n", "\n" + first) + "\n"
 
 
 # Escaped repeating columns, bounded so that a file with many distinct agents or tool

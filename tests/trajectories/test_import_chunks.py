@@ -1,12 +1,11 @@
-"""The import writer's large-file machinery: chunks, the read-ahead thread, steps
-streamed with COPY before their trajectories, and the foreign-key shortcut. Small chunk
-sizes make a few records cross several chunks."""
+"""The import writer's large-file machinery: chunks, the helper process that prepares
+them, steps streamed with COPY before their trajectories, labels found by step index,
+and the foreign-key shortcut. Small chunk sizes make a few records cross several chunks,
+and each test runs with the chunks prepared in this process and in the helper."""
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ from django.db import connection
 
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
-from trajectories import synthetic
+from trajectories import prepare, synthetic
 from trajectories.hashing import prefix_hashes
 from trajectories.models import ImportBatch, Step, Trajectory
 from trajectories.services import ImportRejected, imports, project_create, trajectory_import
@@ -23,10 +22,13 @@ from trajectories.services import ImportRejected, imports, project_create, traje
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(imports, "IMPORT_CHUNK", 3)
-    monkeypatch.setattr(imports, "CHUNK_STEPS", 20)
+@pytest.fixture(autouse=True, params=["in-process", "helper"])
+def small_chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.setattr(prepare, "CHUNK_TRAJECTORIES", 3)
+    monkeypatch.setattr(prepare, "CHUNK_STEPS", 20)
+    helper_from = 0 if request.param == "helper" else 1 << 40
+    monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", helper_from)
+    return str(request.param)
 
 
 def labelled_records(count: int) -> list[dict[str, Any]]:
@@ -126,9 +128,9 @@ def test_bad_record_in_a_later_chunk_writes_nothing(tmp_path: Path) -> None:
     assert not StepLabel.objects.exists()
 
 
-def test_file_error_met_by_the_read_ahead_thread_fails_the_whole_file(tmp_path: Path) -> None:
+def test_file_error_met_after_several_chunks_fails_the_whole_file(tmp_path: Path) -> None:
     """A JSON array cut off after several chunks were written: the parser's FileError
-    is raised in the importing thread, and nothing from the file stays."""
+    (raised in the helper, when there is one) fails the import, and nothing stays."""
     text = (REALDATA / "tau_bench" / "gpt-4o-airline.json").read_text()
     runs = json.loads(text)[:12]
     whole = json.dumps(runs)
@@ -148,33 +150,24 @@ def test_file_error_met_by_the_read_ahead_thread_fails_the_whole_file(tmp_path: 
     assert not Step.objects.exists()
 
 
-def test_read_ahead_stops_and_closes_the_parser_when_the_import_stops_early() -> None:
-    closed = threading.Event()
+def test_labels_land_on_the_steps_they_name(tmp_path: Path) -> None:
+    """Step ids come from the column default, so each label finds its step by
+    trajectory and index: every label of a record with many is on the right step."""
+    record = next(synthetic.rollouts(tasks=1, seed=3))
+    for index, step in enumerate(record["steps"]):
+        step["labelable"] = True
+        step["labels"] = [{"annotator": f"import:a{index % 2}", "value": index % 3 - 1}]
+    path = write(tmp_path / "one.jsonl", [record])
+    project = project_create(slug="labels", name="labels")
 
-    def chunks() -> Iterator[list[int]]:
-        try:
-            for number in range(1000):
-                yield [number]
-        finally:
-            closed.set()
+    trajectory_import(project=project, source_format="stepscope", path=path)
 
-    before = threading.active_count()
-    with imports._read_ahead(chunks()) as items:
-        assert next(items) == [0]
-    assert closed.is_set()
-    assert threading.active_count() == before
-
-
-def test_read_ahead_raises_the_parsers_error_in_the_caller() -> None:
-    def chunks() -> Iterator[list[int]]:
-        yield [1]
-        raise imports.FileError("broken at record 1")
-
-    with (
-        pytest.raises(imports.FileError, match="broken at record 1"),
-        imports._read_ahead(chunks()) as items,
-    ):
-        assert list(items) == [[1]]
+    stored = StepLabel.objects.order_by("step__index").values_list(
+        "step__index", "annotator__username", "value"
+    )
+    assert list(stored) == [
+        (index, f"import:a{index % 2}", index % 3 - 1) for index in range(len(record["steps"]))
+    ]
 
 
 def test_step_table_has_no_trigger_the_shortcut_would_silence() -> None:

@@ -39,19 +39,32 @@ def test_step_rows_follow_step_columns() -> None:
             metadata={"k": 1},
         ),
     ]
-    rows = pgcopy.step_rows(7, [70, 71], steps, ["h0", "h1"]).splitlines()
+    rows = pgcopy.first_column_filled(pgcopy.step_rows(steps, ["h0", "h1"]), 7).splitlines()
     columns = [c.strip() for c in pgcopy.STEP_COLUMNS.split(",")]
     first, second = (dict(zip(columns, row.split("\t"), strict=True)) for row in rows)
     assert first == {
-        "id": "70", "trajectory_id": "7", "index": "0", "prefix_hash": "h0", "kind": "thought",
+        "trajectory_id": "7", "index": "0", "prefix_hash": "h0", "kind": "thought",
         "role": "assistant", "agent": "", "tool_name": "", "labelable": "t",
         "tool_args": "\\N", "metadata": "{}", "content": "a\\tb\\\\n",
     }  # fmt: skip
     assert second == {
-        "id": "71", "trajectory_id": "7", "index": "1", "prefix_hash": "h1",
+        "trajectory_id": "7", "index": "1", "prefix_hash": "h1",
         "kind": "tool_call", "role": "assistant", "agent": "solver", "tool_name": "calc",
         "labelable": "f", "tool_args": '{"x":"1\\\\n2"}', "metadata": '{"k":1}', "content": "",
     }  # fmt: skip
+
+
+@given(st.lists(st.text(alphabet="ab\\\n\t", max_size=8), max_size=5), st.integers(0, 10**12))
+def test_first_column_filled_puts_the_value_first_on_every_row(
+    contents: list[str], value: int
+) -> None:
+    steps = [ParsedStep(kind="thought", role="", content=c, labelable=False) for c in contents]
+    rows = pgcopy.step_rows(steps, [f"h{n}" for n in range(len(steps))])
+    filled = pgcopy.first_column_filled(rows, value)
+    assert filled.splitlines() == [f"{value}{row}" for row in rows.splitlines()]
+    assert [row.split("\t")[2] for row in filled.splitlines()] == [
+        f"h{n}" for n in range(len(steps))
+    ]
 
 
 storable_text = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"))

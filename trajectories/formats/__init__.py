@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from trajectories.formats.base import Parser
 
@@ -18,7 +19,9 @@ def register(name: str) -> Callable[[Parser], Parser]:
     return decorate
 
 
-def parser_for(name: str) -> Parser:
+def parser_for(name: str, mapping: dict[str, Any] | None = None) -> Parser:
+    """The parser for ``--format name``; the ``mapped`` format is bound to ``mapping``.
+    Raises ValueError naming the problem (unknown format, missing or bad mapping)."""
     # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
     from trajectories.formats import (  # noqa: F401
         inspect_ai,
@@ -32,6 +35,10 @@ def parser_for(name: str) -> Parser:
         trl_stepwise,
     )
 
+    if name == "mapped":
+        if mapping is None:
+            raise ValueError("the mapped format needs a mapping (--mapping FILE)")
+        return mapped.parser_with_mapping(mapped.load_mapping(mapping))
     try:
         return PARSERS[name]
     except KeyError:

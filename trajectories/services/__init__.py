@@ -2,7 +2,6 @@
 below are the app's service interface; callers import them from here."""
 
 from trajectories.services.imports import (
-    IMPORT_CHUNK,
     ImportRejected,
     import_batch_run,
     import_upload_start,
@@ -19,7 +18,6 @@ from trajectories.services.projects import (
 
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
-    "IMPORT_CHUNK",
     "ImportRejected",
     "import_batch_run",
     "import_upload_start",

@@ -6,12 +6,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import queue
 import shutil
 import tempfile
-import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,24 +21,13 @@ from django.utils import timezone
 
 from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
 from stepscope.queueing import broker_require
-from trajectories import pgcopy
+from trajectories import pgcopy, prepare
 from trajectories.formats import parser_for
-from trajectories.formats.base import (
-    FileError,
-    ParsedTrajectory,
-    Parser,
-    ParseResult,
-    RecordError,
-)
-from trajectories.hashing import content_hash, prefix_hashes
-from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.formats.base import FileError, Parser, RecordError
+from trajectories.models import ImportBatch, Project, Trajectory
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import imported_annotator
 
-# Trajectories and steps written per round of COPY statements; bounds memory for large
-# files while keeping the per-round queries few.
-IMPORT_CHUNK = 1000
-CHUNK_STEPS = 20_000
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
 
@@ -66,13 +53,7 @@ class _Counts:
 def parser_get(source_format: str, mapping: dict[str, Any] | None = None) -> Parser:
     """The parser for ``--format``; the ``mapped`` format needs its mapping. Raises
     ValueError naming the problem (unknown format, bad mapping)."""
-    if source_format == "mapped":
-        from trajectories.formats.mapped import load_mapping, parser_with_mapping
-
-        if mapping is None:
-            raise ValueError("the mapped format needs a mapping (--mapping FILE)")
-        return parser_with_mapping(load_mapping(mapping))
-    return parser_for(source_format)
+    return parser_for(source_format, mapping)
 
 
 def trajectory_import(
@@ -92,7 +73,7 @@ def trajectory_import(
     and :class:`ImportRejected` is raised. With ``skip_invalid`` the good records are
     written and the bad ones reported.
     """
-    parser = parser_get(source_format, mapping)
+    parser_get(source_format, mapping)  # a bad format or mapping is said before any batch
     batch = ImportBatch.objects.create(
         project=project,
         file_name=path.name,
@@ -102,7 +83,7 @@ def trajectory_import(
         skip_invalid=skip_invalid,
         file_size=path.stat().st_size,
     )
-    _import_into(batch, path, parser)
+    _import_into(batch, path)
     if batch.status == ImportBatch.Status.FAILED:
         raise ImportRejected(batch)
     return batch
@@ -179,29 +160,29 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
         batch.status = ImportBatch.Status.RUNNING
         batch.save(update_fields=["status"])
     path = Path(batch.stored_path)
+    problem = None
     try:
-        parser = parser_get(batch.source_format, batch.mapping)
+        parser_get(batch.source_format, batch.mapping)
     except ValueError as error:
-        parser = None
         problem = RecordError(location="file", field="", message=str(error))
-    if parser is None or not path.is_file():
+    if problem is None and not path.is_file():
+        problem = RecordError(location="file", field="", message="the uploaded file is gone")
+    if problem is not None:
         batch.refresh_from_db()
         if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
             return batch  # another delivery of this task finished it meanwhile
-        if parser is not None:
-            problem = RecordError(location="file", field="", message="the uploaded file is gone")
         batch.status = ImportBatch.Status.FAILED
         batch.errors = [dataclasses.asdict(problem)]
         batch.rejected_count = 1
         batch.finished_at = timezone.now()
         batch.save()
         return batch
-    _import_into(batch, path, parser)
+    _import_into(batch, path)
     shutil.rmtree(path.parent, ignore_errors=True)
     return batch
 
 
-def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
+def _import_into(batch: ImportBatch, path: Path) -> None:
     counts = _Counts()
     skip_invalid = batch.skip_invalid
     file_failed = False
@@ -218,7 +199,7 @@ def _import_into(batch: ImportBatch, path: Path, parser: Parser) -> None:
             if ImportBatch.objects.filter(pk=batch.pk, status__in=finished).exists():
                 raise _AlreadyFinished
             writer = _ChunkWriter(batch, _default_schema(batch.project), counts)
-            with _read_ahead(_hashed_chunks(parser(path), batch.source_format)) as chunks:
+            with prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks:
                 for chunk in chunks:
                     progress.report(len(chunk))
                     records = []
@@ -272,190 +253,85 @@ def _default_schema(project: Project) -> LabelSchema:
     return schema
 
 
-@dataclasses.dataclass
-class _Hashed:
-    """A parsed trajectory with its content hash and the prefix hash of each step."""
-
-    record: ParsedTrajectory
-    digest: str
-    step_hashes: list[str]
-
-
-def _hashed_chunks(
-    results: Iterable[ParseResult], source_format: str
-) -> Iterator[list[_Hashed | RecordError]]:
-    """The parser's results, hashed, in chunks of at most IMPORT_CHUNK trajectories or
-    CHUNK_STEPS steps (whichever comes first), so memory stays bounded."""
-    chunk: list[_Hashed | RecordError] = []
-    steps = 0
-    for result in results:
-        if isinstance(result, RecordError):
-            chunk.append(result)
-        else:
-            try:
-                step_hashes = prefix_hashes(result.task, result.steps)
-                digest = content_hash(result, source_format, step_hashes=step_hashes)
-            except ValueError:  # a lone surrogate cannot be encoded, so cannot be stored
-                chunk.append(_unstorable(result))
-            else:
-                chunk.append(_Hashed(result, digest, step_hashes))
-                steps += len(result.steps)
-        if len(chunk) >= IMPORT_CHUNK or steps >= CHUNK_STEPS:
-            yield chunk
-            chunk, steps = [], 0
-    if chunk:
-        yield chunk
-
-
-@contextlib.contextmanager
-def _read_ahead(chunks: Iterator[list[Any]]) -> Iterator[Iterator[list[Any]]]:
-    """``chunks``, produced by a thread one chunk ahead of the caller.
-
-    Parsing and hashing the next chunk overlaps with PostgreSQL writing this one: the
-    thread runs whenever the caller waits on the database (the driver releases the GIL
-    there), so the server is rarely left idle. The parser's own exceptions (FileError)
-    come out of the caller's loop as if there were no thread. Leaving the block early
-    stops the thread and closes the parser.
-    """
-    handoff: queue.Queue[tuple[str, Any]] = queue.Queue(maxsize=1)
-    stop = threading.Event()
-
-    def produce() -> None:
-        try:
-            for chunk in chunks:
-                if not _offer(handoff, stop, ("chunk", chunk)):
-                    return
-            _offer(handoff, stop, ("end", None))
-        except BaseException as error:  # handed to the caller, raised there
-            _offer(handoff, stop, ("error", error))
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-
-    def consume() -> Iterator[list[Any]]:
-        while True:
-            kind, value = handoff.get()
-            if kind == "end":
-                return
-            if kind == "error":
-                raise value
-            yield value
-
-    thread = threading.Thread(target=produce, name="import-read-ahead", daemon=True)
-    thread.start()
-    try:
-        yield consume()
-    finally:
-        stop.set()
-        while thread.is_alive():
-            with contextlib.suppress(queue.Empty):
-                handoff.get(timeout=0.05)
-        thread.join()
-
-
-def _offer(handoff: queue.Queue[tuple[str, Any]], stop: threading.Event, item: Any) -> bool:
-    """Put ``item`` when there is room; False once the consumer has stopped."""
-    while not stop.is_set():
-        try:
-            handoff.put(item, timeout=0.05)
-        except queue.Full:
-            continue
-        return True
-    return False
-
-
 class _ChunkWriter:
-    """Writes chunks of hashed trajectories: new ones with COPY, repeats counted."""
+    """Writes chunks of prepared trajectories: new ones with COPY, repeats counted."""
 
     def __init__(self, batch: ImportBatch, schema: LabelSchema, counts: _Counts) -> None:
-        self.batch = batch
         self.project_id = batch.project_id
         self.schema_id = schema.pk
         self.counts = counts
         self.annotators: dict[str, int] = {}
         self.now = timezone.now().isoformat()
+        # The trajectory row's columns between its id and the prepared fields.
+        self.head = (
+            f"\t{batch.project_id}\t{batch.pk}\t{pgcopy.text(batch.source_format)}\t{self.now}\t"
+        )
         self.trusted_steps = _can_skip_trigger_checks()
 
-    def write(self, records: list[_Hashed]) -> None:
+    def write(self, records: list[prepare.Prepared]) -> None:
         counts = self.counts
-        by_hash: dict[str, _Hashed] = {}
+        by_hash: dict[str, prepare.Prepared] = {}
         for item in records:
             by_hash.setdefault(item.digest, item)
-        existing = set(
-            Trajectory.objects.filter(
-                project_id=self.project_id, content_hash__in=list(by_hash)
-            ).values_list("content_hash", flat=True)
-        )
+        existing = _existing_hashes(self.project_id, list(by_hash))
         # Repeats within the file and trajectories already in the project are unchanged.
         counts.unchanged += len(records) - len(by_hash) + len(existing)
         new = [item for digest, item in by_hash.items() if digest not in existing]
         if not new:
             return
         for item in new:
-            for label in item.record.labels:
-                if label.annotator not in self.annotators:
-                    self.annotators[label.annotator] = imported_annotator(label.annotator).pk
-        trajectory_ids, step_ids = _allocate_ids(
-            len(new), sum(len(item.record.steps) for item in new)
-        )
+            for _, annotator, _ in item.labels:
+                if annotator not in self.annotators:
+                    self.annotators[annotator] = imported_annotator(annotator).pk
+        trajectory_ids = _allocate_ids(len(new))
 
         trajectory_rows: list[str] = []
         source_rows: list[str] = []
-        label_rows: list[str] = []
-        first_step = 0
+        labels: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
         # Steps go first and are streamed while the rows are built, so PostgreSQL
         # stores one piece while the next is encoded. Their foreign key to the
         # trajectory is deferred to commit, so the order does not matter to it.
         with self._step_copy() as steps_out:
             for trajectory_id, item in zip(trajectory_ids, new, strict=True):
-                count = len(item.record.steps)
-                ids = step_ids[first_step : first_step + count]
-                first_step += count
-                try:
-                    rows = self._rows(trajectory_id, ids, item)
-                except ValueError:  # NUL or a lone surrogate: PostgreSQL cannot store it
-                    counts.errors.append(_unstorable(item.record))
-                    continue
-                steps_out.write(rows[0])
-                trajectory_rows.append(rows[1])
-                if rows[2]:
-                    source_rows.append(rows[2])
-                label_rows.extend(rows[3])
-                counts.steps += count
-                if item.record.parent_external_id:
-                    counts.children.append((trajectory_id, item.record.parent_external_id))
+                steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
+                trajectory_rows.append(f"{trajectory_id}{self.head}{item.fields}")
+                if item.source:
+                    source_rows.append(f"{trajectory_id}\t{item.source}")
+                for index, annotator, value in item.labels:
+                    labels[0].append(trajectory_id)
+                    labels[1].append(index)
+                    labels[2].append(self.annotators[annotator])
+                    labels[3].append(value)
+                counts.steps += item.step_count
+                if item.parent_external_id:
+                    counts.children.append((trajectory_id, item.parent_external_id))
         _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", trajectory_rows)
         _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
-        _copy(f"labeling_steplabel ({LABEL_COLUMNS})", label_rows)
+        self._labels_insert(*labels)
         counts.created += len(trajectory_rows)
 
-    def _rows(
-        self, trajectory_id: int, step_ids: list[int], item: _Hashed
-    ) -> tuple[str, str, str, list[str]]:
-        """The record's step rows (one string), trajectory row, source row ("" when
-        there is no source record) and label rows. Raises ValueError for text
-        PostgreSQL cannot store, before anything of the record is written."""
-        record = item.record
-        steps = pgcopy.step_rows(trajectory_id, step_ids, record.steps, item.step_hashes)
-        trajectory = pgcopy.row(
-            (
-                trajectory_id, self.project_id, record.external_id, self.batch.source_format,
-                record.task_key, record.task, record.ground_truth, record.model_name,
-                record.outcome_reward, record.success, pgcopy.Json(record.metadata),
-                len(record.steps), item.digest, self.batch.pk, record.branch_index, self.now,
-            )
-        )  # fmt: skip
-        source = ""
-        if record.raw is not None:
-            source = pgcopy.row((trajectory_id, record.location[:100], pgcopy.Json(record.raw)))
-        submitted, now = StepLabel.Status.SUBMITTED.value, self.now
-        labels = [
-            f"{step_ids[label.step_index]}\t{self.annotators[label.annotator]}\t{self.schema_id}"
-            f"\t{int(label.value)}\t[]\t\t{submitted}\tf\t{now}\t{now}\n"
-            for label in record.labels
-        ]
-        return steps, trajectory, source, labels
+    def _labels_insert(
+        self, trajectories: list[int], indexes: list[int], annotators: list[int], values: list[int]
+    ) -> None:
+        """The labels that came with the records, on the steps just written: steps get
+        their ids from the column's default, so each label finds its step by trajectory
+        and index (the unique index on the two)."""
+        if not trajectories:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO labeling_steplabel ({LABEL_COLUMNS})"
+                " SELECT s.id, l.annotator_id, %s, l.value, '[]', '', %s, false, %s, %s"
+                " FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::int[])"
+                " AS l(trajectory_id, index, annotator_id, value)"
+                " JOIN trajectories_step s"
+                " ON s.trajectory_id = l.trajectory_id AND s.index = l.index",
+                [
+                    self.schema_id, StepLabel.Status.SUBMITTED.value, self.now, self.now,
+                    trajectories, indexes, annotators, values,
+                ],
+            )  # fmt: skip
+            assert cursor.rowcount == len(trajectories), "a label's step was not written"
 
     @contextlib.contextmanager
     def _step_copy(self) -> Iterator[_Buffered]:
@@ -472,10 +348,20 @@ class _ChunkWriter:
                 cursor.execute("SET LOCAL session_replication_role = origin")
 
 
+def _existing_hashes(project_id: int, digests: list[str]) -> set[str]:
+    """Those of ``digests`` that trajectories of the project already have (one array
+    parameter: the ORM's ``__in`` adapts every value on its own)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT content_hash FROM trajectories_trajectory"
+            " WHERE project_id = %s AND content_hash = ANY(%s::varchar[])",
+            [project_id, digests],
+        )
+        return {digest for (digest,) in cursor.fetchall()}
+
+
 TRAJECTORY_COLUMNS = (
-    "id, project_id, external_id, source_format, task_key, task, ground_truth, model_name,"
-    " outcome_reward, success, metadata, step_count, content_hash, import_batch_id,"
-    " branch_index, created_at"
+    f"id, project_id, import_batch_id, source_format, created_at, {prepare.TRAJECTORY_FIELDS}"
 )
 LABEL_COLUMNS = (
     "step_id, annotator_id, schema_id, value, tags, rationale, status, saw_model_scores,"
@@ -522,37 +408,6 @@ def _can_skip_trigger_checks() -> bool:
     return bool(row and row[0])
 
 
-def _unstorable(record: ParsedTrajectory) -> RecordError:
-    """Name the first field holding text PostgreSQL cannot store (NUL, lone surrogates)."""
-    candidates: list[tuple[str, Any]] = [
-        ("id", record.external_id),
-        ("task", record.task),
-        ("task_key", record.task_key),
-        ("ground_truth", record.ground_truth),
-        ("model", record.model_name),
-        ("metadata", record.metadata),
-    ]
-    for index, step in enumerate(record.steps):
-        for name in ("kind", "role", "agent", "content", "tool_name", "tool_args", "metadata"):
-            candidates.append((f"steps.{index}.{name}", getattr(step, name)))
-    candidates.append(("(source record)", record.raw))
-    for name, value in candidates:
-        if not _storable(value):
-            return RecordError(record.location, name, "contains a NUL character or invalid Unicode")
-    return RecordError(record.location, "", "contains text PostgreSQL cannot store")
-
-
-def _storable(value: Any) -> bool:
-    try:
-        if isinstance(value, str):
-            pgcopy.text(value)
-        elif value is not None:
-            pgcopy.json_text(value)
-    except ValueError:
-        return False
-    return True
-
-
 def _link_parents(project_id: int, children: list[tuple[int, str]]) -> None:
     """Point each continuation at the trajectory it continues: the newest one in the
     project with that external id (from this file or an earlier import)."""
@@ -588,24 +443,19 @@ def _copy(table_and_columns: str, rows: list[str]) -> None:
         out.flush()
 
 
-def _allocate_ids(trajectories: int, steps: int) -> tuple[list[int], list[int]]:
-    """Take ids from the trajectory and step identity sequences, so rows written with
-    COPY can reference each other (steps their trajectory, labels their step)."""
+def _allocate_ids(count: int) -> list[int]:
+    """Take ids from the trajectory identity sequence, so the rows written with COPY
+    (steps, sources) can point at their trajectory."""
     with connection.cursor() as cursor:
-        # The sequences are looked up once: calling pg_get_serial_sequence for every
-        # id made taking them cost as much as writing the steps' heap.
+        # The sequence is looked up once: calling pg_get_serial_sequence for every id
+        # costs more than taking the ids.
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [Trajectory._meta.db_table])
+        sequence = cursor.fetchone()
+        assert sequence is not None
         cursor.execute(
-            "SELECT pg_get_serial_sequence(%s, 'id')::regclass::oid,"
-            " pg_get_serial_sequence(%s, 'id')::regclass::oid",
-            [Trajectory._meta.db_table, Step._meta.db_table],
-        )
-        sequences = cursor.fetchone()
-        assert sequences is not None
-        cursor.execute(
-            "SELECT ARRAY(SELECT nextval(%s::oid) FROM generate_series(1, %s)),"
-            " ARRAY(SELECT nextval(%s::oid) FROM generate_series(1, %s))",
-            [sequences[0], trajectories, sequences[1], steps],
+            "SELECT ARRAY(SELECT nextval(%s::regclass) FROM generate_series(1, %s))",
+            [sequence[0], count],
         )
         row = cursor.fetchone()
     assert row is not None
-    return list(row[0]), list(row[1])
+    return list(row[0])

@@ -1,0 +1,114 @@
+"""Preparing an import's chunks in a helper process: the same chunks as in this
+process, the parser's errors carried back, and a helper that stops when the import does
+or that dies is never taken for the end of the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REALDATA
+from trajectories import prepare, synthetic
+from trajectories.formats.base import FileError, RecordError
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    path = tmp_path / "runs.jsonl"
+    records = list(synthetic.rollouts(tasks=10, rollouts_per_task=2, seed=5))
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+@pytest.fixture
+def helper_always(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", 0)
+    monkeypatch.setattr(prepare, "CHUNK_TRAJECTORIES", 3)
+
+
+def helpers() -> list[psutil.Process]:
+    return [
+        child
+        for child in psutil.Process().children()
+        if "trajectories.prepare" in " ".join(child.cmdline())
+    ]
+
+
+@pytest.mark.parametrize(
+    ("source_format", "name"),
+    [("stepscope", None), ("openai-messages", "tau_bench/gpt-4o-airline.json")],
+)
+def test_helper_gives_the_chunks_this_process_gives(
+    runs: Path, monkeypatch: pytest.MonkeyPatch, source_format: str, name: str | None
+) -> None:
+    path = runs if name is None else REALDATA / name
+    monkeypatch.setattr(prepare, "CHUNK_TRAJECTORIES", 3)
+    monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", 1 << 40)
+    with prepare.file_chunks(path, source_format) as chunks:
+        here = list(chunks)
+    monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", 0)
+    with prepare.file_chunks(path, source_format) as chunks:
+        assert helpers()
+        there = list(chunks)
+    assert len(here) > 3
+    assert there == here
+
+
+@pytest.mark.usefixtures("helper_always")
+def test_leaving_early_stops_the_helper(runs: Path) -> None:
+    with prepare.file_chunks(runs, "stepscope") as chunks:
+        assert len(next(chunks)) == 3
+        assert len(helpers()) == 1
+    assert helpers() == []
+
+
+@pytest.mark.usefixtures("helper_always")
+def test_a_helper_that_dies_is_an_error_not_a_short_file(tmp_path: Path) -> None:
+    # Larger than the pipe holds, so the helper is still writing when it is killed.
+    path = tmp_path / "many.jsonl"
+    records = synthetic.rollouts(tasks=600, rollouts_per_task=2, seed=5)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    assert path.stat().st_size > 1 << 20
+    with prepare.file_chunks(path, "stepscope") as chunks:
+        next(chunks)
+        (helper,) = helpers()
+        os.kill(helper.pid, signal.SIGKILL)
+        with pytest.raises(RuntimeError, match="ended early"):
+            list(chunks)
+
+
+@pytest.mark.usefixtures("helper_always")
+def test_the_parsers_file_error_comes_out_of_the_loop(tmp_path: Path) -> None:
+    path = tmp_path / "array.jsonl"
+    path.write_text("[1, 2]\n")
+    with (
+        pytest.raises(FileError, match="not Stepscope JSONL"),
+        prepare.file_chunks(path, "stepscope") as chunks,
+    ):
+        list(chunks)
+
+
+@pytest.mark.usefixtures("helper_always")
+def test_a_failure_in_the_helper_is_raised_with_its_traceback(runs: Path) -> None:
+    with (
+        pytest.raises(RuntimeError, match="unknown format 'nope'"),
+        prepare.file_chunks(runs, "nope") as chunks,
+    ):
+        list(chunks)
+
+
+def test_unstorable_text_is_a_record_error_naming_the_field(tmp_path: Path) -> None:
+    record = next(synthetic.rollouts(tasks=1, seed=6))
+    record["steps"][2]["content"] = "nul \x00 here"
+    path = tmp_path / "nul.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    with prepare.file_chunks(path, "stepscope") as chunks:
+        (chunk,) = list(chunks)
+    (error,) = chunk
+    assert isinstance(error, RecordError)
+    assert (error.location, error.field) == ("line 1", "steps.2.content")

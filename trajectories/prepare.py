@@ -1,0 +1,239 @@
+"""Turning a file's parsed trajectories into what the import writes (no Django): hashes,
+step rows as COPY text, and the trajectory's own fields, in chunks of bounded size.
+
+A large file is prepared in a helper process (``python -m trajectories.prepare``) that
+streams the chunks back over a pipe: parsing, hashing and encoding are most of an
+import's work in Python, and in a process of their own they run beside the importing
+process and PostgreSQL instead of taking turns with them for one interpreter lock. A
+small file (an API push) is prepared in the importing process, which saves starting one.
+Both ways give the same chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pickle
+import subprocess
+import sys
+import traceback
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from trajectories import pgcopy
+from trajectories.formats import parser_for
+from trajectories.formats.base import FileError, ParsedTrajectory, ParseResult, RecordError
+from trajectories.hashing import content_hash, prefix_hashes
+
+# Trajectories and steps per chunk: the importing process writes a chunk with one round
+# of COPY statements, so chunks bound its memory while keeping the rounds few.
+CHUNK_TRAJECTORIES = 1000
+CHUNK_STEPS = 4000
+# Files at least this large are prepared in a helper process.
+HELPER_FROM_BYTES = 8 * 1024 * 1024
+
+
+@dataclasses.dataclass(slots=True)
+class Prepared:
+    """One trajectory, ready to write once it has an id."""
+
+    digest: str
+    location: str
+    parent_external_id: str
+    step_count: int
+    # COPY rows of pgcopy.STEP_COLUMNS without the trajectory id (pgcopy.step_rows).
+    steps: str
+    # The trajectory row's columns after the ones the importer knows (TRAJECTORY_FIELDS).
+    fields: str
+    # "location\traw JSON\n" for trajectory_source, or "" when there is no source record.
+    source: str
+    # (step index, annotator, value) of each label that came with the record.
+    labels: list[tuple[int, str, int]]
+
+
+# The trajectory columns in Prepared.fields; the importer writes the id, project, batch,
+# source format and time before them.
+TRAJECTORY_FIELDS = (
+    "external_id, task_key, task, ground_truth, model_name, outcome_reward, success,"
+    " metadata, step_count, content_hash, branch_index"
+)
+
+Chunk = list[Prepared | RecordError]
+
+
+def prepared_chunks(
+    results: Iterable[ParseResult],
+    source_format: str,
+    *,
+    trajectories: int,
+    steps: int,
+) -> Iterator[Chunk]:
+    """The parser's results, prepared, in chunks of at most ``trajectories`` records or
+    ``steps`` steps (whichever comes first). A record holding text PostgreSQL cannot
+    store (NUL, lone surrogates) becomes a RecordError naming the field."""
+    chunk: Chunk = []
+    counted = 0
+    for result in results:
+        if isinstance(result, ParsedTrajectory):
+            item = prepared(result, source_format)
+            chunk.append(item)
+            if isinstance(item, Prepared):
+                counted += item.step_count
+        else:
+            chunk.append(result)
+        if len(chunk) >= trajectories or counted >= steps:
+            yield chunk
+            chunk, counted = [], 0
+    if chunk:
+        yield chunk
+
+
+def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordError:
+    try:
+        hashes = prefix_hashes(record.task, record.steps)
+        digest = content_hash(record, source_format, step_hashes=hashes)
+        steps = pgcopy.step_rows(record.steps, hashes)
+        fields = pgcopy.row(
+            (
+                record.external_id, record.task_key, record.task, record.ground_truth,
+                record.model_name, record.outcome_reward, record.success,
+                pgcopy.Json(record.metadata), len(record.steps), digest, record.branch_index,
+            )
+        )  # fmt: skip
+        source = ""
+        if record.raw is not None:
+            source = pgcopy.row((record.location[:100], pgcopy.Json(record.raw)))
+    except ValueError:  # NUL or a lone surrogate: PostgreSQL cannot store it
+        return unstorable(record)
+    return Prepared(
+        digest=digest,
+        location=record.location,
+        parent_external_id=record.parent_external_id,
+        step_count=len(record.steps),
+        steps=steps,
+        fields=fields,
+        source=source,
+        labels=[(label.step_index, label.annotator, label.value) for label in record.labels],
+    )
+
+
+def unstorable(record: ParsedTrajectory) -> RecordError:
+    """Name the first field holding text PostgreSQL cannot store (NUL, lone surrogates)."""
+    candidates: list[tuple[str, Any]] = [
+        ("id", record.external_id),
+        ("task", record.task),
+        ("task_key", record.task_key),
+        ("ground_truth", record.ground_truth),
+        ("model", record.model_name),
+        ("metadata", record.metadata),
+    ]
+    for index, step in enumerate(record.steps):
+        for name in ("kind", "role", "agent", "content", "tool_name", "tool_args", "metadata"):
+            candidates.append((f"steps.{index}.{name}", getattr(step, name)))
+    candidates.append(("(source record)", record.raw))
+    for name, value in candidates:
+        if not _storable(value):
+            return RecordError(record.location, name, "contains a NUL character or invalid Unicode")
+    return RecordError(record.location, "", "contains text PostgreSQL cannot store")
+
+
+def _storable(value: Any) -> bool:
+    try:
+        if isinstance(value, str):
+            pgcopy.text(value)
+        elif value is not None:
+            pgcopy.json_text(value)
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def file_chunks(
+    path: Path, source_format: str, mapping: dict[str, Any] | None = None
+) -> Iterator[Iterator[Chunk]]:
+    """The prepared chunks of ``path``: from a helper process for a large file, from this
+    process otherwise. The parser's FileError comes out of the loop either way. Leaving
+    the block early stops the helper."""
+    if path.stat().st_size < HELPER_FROM_BYTES:
+        parser = parser_for(source_format, mapping)
+        yield prepared_chunks(
+            parser(path), source_format, trajectories=CHUNK_TRAJECTORIES, steps=CHUNK_STEPS
+        )
+        return
+    spec = {
+        "path": str(path.resolve()),
+        "format": source_format,
+        "mapping": mapping,
+        "trajectories": CHUNK_TRAJECTORIES,
+        "steps": CHUNK_STEPS,
+    }
+    helper = subprocess.Popen(
+        [sys.executable, "-m", "trajectories.prepare", json.dumps(spec)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    assert helper.stdout is not None
+    try:
+        yield _received(helper, helper.stdout)
+    finally:
+        helper.kill()
+        helper.wait()
+        helper.stdout.close()
+
+
+def _received(helper: subprocess.Popen[bytes], pipe: IO[bytes]) -> Iterator[Chunk]:
+    while True:
+        try:
+            kind, value = pickle.load(pipe)
+        except EOFError:
+            code = helper.wait()
+            raise RuntimeError(
+                f"the helper process preparing the import ended early (exit status {code})"
+            ) from None
+        if kind == "end":
+            return
+        if kind == "file_error":
+            raise FileError(value)
+        if kind == "crash":
+            raise RuntimeError(f"the helper process preparing the import failed:\n{value}")
+        yield value
+
+
+def _serve(spec: dict[str, Any], out: IO[bytes]) -> None:
+    """The helper's side: parse, prepare, and pickle each chunk onto ``out``."""
+    try:
+        parser = parser_for(spec["format"], spec["mapping"])
+        chunks = prepared_chunks(
+            parser(Path(spec["path"])),
+            spec["format"],
+            trajectories=spec["trajectories"],
+            steps=spec["steps"],
+        )
+        for chunk in chunks:
+            pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
+        message: tuple[str, Any] = ("end", None)
+    except FileError as error:
+        message = ("file_error", str(error))
+    except Exception:
+        message = ("crash", traceback.format_exc())
+    pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
+    out.flush()
+
+
+if __name__ == "__main__":
+    # Through the module's own name, so what is pickled names trajectories.prepare's
+    # classes rather than __main__'s.
+    from trajectories import prepare
+
+    try:
+        prepare._serve(json.loads(sys.argv[1]), sys.stdout.buffer)
+    except BrokenPipeError:
+        # The importer stopped reading: it has given up on the file. Pointing stdout
+        # at /dev/null keeps the interpreter's exit from failing on the closed pipe.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
