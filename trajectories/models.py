@@ -88,7 +88,10 @@ class ImportBatch(models.Model):
 
 
 class Trajectory(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="trajectories")
+    # No index of its own: every (project, ...) index below serves lookups by project.
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="trajectories", db_index=False
+    )
     external_id = models.CharField(max_length=300, blank=True)
     source_format = models.CharField(max_length=40)
     # Groups rollouts of the same task or prompt.
@@ -113,8 +116,11 @@ class Trajectory(models.Model):
 
     class Meta:
         constraints: ClassVar = [
+            # The hash leads so that an import's duplicate check can only be served by
+            # this index (imports._existing_hashes); the project indexes would make it
+            # scan the project while statistics still say the project is empty.
             models.UniqueConstraint(
-                fields=["project", "content_hash"], name="trajectory_unique_content_per_project"
+                fields=["content_hash", "project"], name="trajectory_unique_content_per_project"
             )
         ]
         indexes: ClassVar = [

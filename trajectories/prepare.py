@@ -16,8 +16,10 @@ import dataclasses
 import json
 import os
 import pickle
+import queue
 import subprocess
 import sys
+import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -178,23 +180,52 @@ def file_chunks(
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert helper.stdout is not None
+    frames: queue.Queue[bytes | None] = queue.Queue(maxsize=FRAMES_AHEAD)
+    reader = threading.Thread(
+        target=_read_frames, args=(helper.stdout, frames), name="import-helper-reader", daemon=True
+    )
+    reader.start()
     try:
-        yield _received(helper, helper.stdout)
+        yield _received(helper, frames)
     finally:
         helper.kill()
         helper.wait()
+        while reader.is_alive():  # unblock a reader waiting for room in the queue
+            with contextlib.suppress(queue.Empty):
+                frames.get(timeout=0.05)
+        reader.join()
         helper.stdout.close()
 
 
-def _received(helper: subprocess.Popen[bytes], pipe: IO[bytes]) -> Iterator[Chunk]:
+# Chunks read from the helper before the importer asks for them: the helper keeps
+# working while the importer waits on PostgreSQL, without getting far ahead in memory.
+FRAMES_AHEAD = 4
+
+
+def _read_frames(pipe: IO[bytes], frames: queue.Queue[bytes | None]) -> None:
+    """Move length-prefixed frames from the helper's pipe to ``frames`` (None at the
+    end of the pipe). Reading a pipe releases the interpreter lock, so this thread
+    costs the importer next to nothing."""
     while True:
-        try:
-            kind, value = pickle.load(pipe)
-        except EOFError:
+        head = pipe.read(8)
+        body = pipe.read(int.from_bytes(head, "big")) if len(head) == 8 else b""
+        if len(head) < 8 or len(body) < int.from_bytes(head, "big"):
+            frames.put(None)
+            return
+        frames.put(body)
+
+
+def _received(
+    helper: subprocess.Popen[bytes], frames: queue.Queue[bytes | None]
+) -> Iterator[Chunk]:
+    while True:
+        frame = frames.get()
+        if frame is None:
             code = helper.wait()
             raise RuntimeError(
                 f"the helper process preparing the import ended early (exit status {code})"
-            ) from None
+            )
+        kind, value = pickle.loads(frame)
         if kind == "end":
             return
         if kind == "file_error":
@@ -202,6 +233,12 @@ def _received(helper: subprocess.Popen[bytes], pipe: IO[bytes]) -> Iterator[Chun
         if kind == "crash":
             raise RuntimeError(f"the helper process preparing the import failed:\n{value}")
         yield value
+
+
+def _send(out: IO[bytes], message: tuple[str, Any]) -> None:
+    frame = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    out.write(len(frame).to_bytes(8, "big"))
+    out.write(frame)
 
 
 def _serve(spec: dict[str, Any], out: IO[bytes]) -> None:
@@ -215,13 +252,13 @@ def _serve(spec: dict[str, Any], out: IO[bytes]) -> None:
             steps=spec["steps"],
         )
         for chunk in chunks:
-            pickle.dump(("chunk", chunk), out, protocol=pickle.HIGHEST_PROTOCOL)
+            _send(out, ("chunk", chunk))
         message: tuple[str, Any] = ("end", None)
     except FileError as error:
         message = ("file_error", str(error))
     except Exception:
         message = ("crash", traceback.format_exc())
-    pickle.dump(message, out, protocol=pickle.HIGHEST_PROTOCOL)
+    _send(out, message)
     out.flush()
 
 

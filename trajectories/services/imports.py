@@ -266,7 +266,19 @@ class _ChunkWriter:
         self.head = (
             f"\t{batch.project_id}\t{batch.pk}\t{pgcopy.text(batch.source_format)}\t{self.now}\t"
         )
-        self.trusted_steps = _can_skip_trigger_checks()
+        self.trusted = _can_skip_trigger_checks()
+        if self.trusted:
+            # What the skipped foreign-key checks would have locked, once: neither the
+            # project nor the batch can be deleted before this transaction ends.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT 1 FROM trajectories_project WHERE id = %s FOR KEY SHARE",
+                    [batch.project_id],
+                )
+                cursor.execute(
+                    "SELECT 1 FROM trajectories_importbatch WHERE id = %s FOR KEY SHARE",
+                    [batch.pk],
+                )
 
     def write(self, records: list[prepare.Prepared]) -> None:
         counts = self.counts
@@ -291,22 +303,24 @@ class _ChunkWriter:
         # Steps go first and are streamed while the rows are built, so PostgreSQL
         # stores one piece while the next is encoded. Their foreign key to the
         # trajectory is deferred to commit, so the order does not matter to it.
-        with self._step_copy() as steps_out:
-            for trajectory_id, item in zip(trajectory_ids, new, strict=True):
-                steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
-                trajectory_rows.append(f"{trajectory_id}{self.head}{item.fields}")
-                if item.source:
-                    source_rows.append(f"{trajectory_id}\t{item.source}")
-                for index, annotator, value in item.labels:
-                    labels[0].append(trajectory_id)
-                    labels[1].append(index)
-                    labels[2].append(self.annotators[annotator])
-                    labels[3].append(value)
-                counts.steps += item.step_count
-                if item.parent_external_id:
-                    counts.children.append((trajectory_id, item.parent_external_id))
-        _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", trajectory_rows)
-        _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+        with self._checks_skipped():
+            with self._step_copy() as steps_out:
+                for trajectory_id, item in zip(trajectory_ids, new, strict=True):
+                    steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
+                    trajectory_rows.append(f"{trajectory_id}{self.head}{item.fields}")
+                    if item.source:
+                        source_rows.append(f"{trajectory_id}\t{item.source}")
+                    for index, annotator, value in item.labels:
+                        labels[0].append(trajectory_id)
+                        labels[1].append(index)
+                        labels[2].append(self.annotators[annotator])
+                        labels[3].append(value)
+                    counts.steps += item.step_count
+                    if item.parent_external_id:
+                        counts.children.append((trajectory_id, item.parent_external_id))
+            _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", trajectory_rows)
+            _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+        # With the checks back on: the labels' triggers keep each step's majority.
         self._labels_insert(*labels)
         counts.created += len(trajectory_rows)
 
@@ -334,30 +348,51 @@ class _ChunkWriter:
             assert cursor.rowcount == len(trajectories), "a label's step was not written"
 
     @contextlib.contextmanager
-    def _step_copy(self) -> Iterator[_Buffered]:
-        with connection.cursor() as wrapper:
-            cursor = wrapper.cursor
-            if self.trusted_steps:
-                cursor.execute("SET LOCAL session_replication_role = replica")
-            with cursor.copy(f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN") as copy:
-                buffered = _Buffered(copy.write)
-                yield buffered
-                buffered.flush()
+    def _checks_skipped(self) -> Iterator[None]:
+        """Foreign-key checks off for the rows written inside (see
+        :func:`_can_skip_trigger_checks`), where this connection may turn them off."""
+        if not self.trusted:
+            yield
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL session_replication_role = replica")
+            yield
             # An error above rolls the transaction back, and the setting with it.
-            if self.trusted_steps:
-                cursor.execute("SET LOCAL session_replication_role = origin")
+            cursor.execute("SET LOCAL session_replication_role = origin")
+
+    @contextlib.contextmanager
+    def _step_copy(self) -> Iterator[_Buffered]:
+        with (
+            connection.cursor() as wrapper,
+            wrapper.cursor.copy(
+                f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN"
+            ) as copy,
+        ):
+            buffered = _Buffered(copy.write)
+            yield buffered
+            buffered.flush()
 
 
 def _existing_hashes(project_id: int, digests: list[str]) -> set[str]:
-    """Those of ``digests`` that trajectories of the project already have (one array
-    parameter: the ORM's ``__in`` adapts every value on its own)."""
+    """Those of ``digests`` that trajectories of the project already have.
+
+    One probe of the (content_hash, project) unique index per digest. Written so the
+    planner has no other choice: during a large import the project's statistics still
+    say it is empty, and a plan over a project index then scans every trajectory the
+    import wrote so far, once per chunk (quadratic: two seconds of a 1M-step import).
+    LATERAL with LIMIT keeps one probe per digest, and ``project_id + 0`` keeps the
+    project indexes out.
+    """
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT content_hash FROM trajectories_trajectory"
-            " WHERE project_id = %s AND content_hash = ANY(%s::varchar[])",
-            [project_id, digests],
-        )
+        cursor.execute(EXISTING_HASHES_SQL, [digests, project_id])
         return {digest for (digest,) in cursor.fetchall()}
+
+
+EXISTING_HASHES_SQL = (
+    "SELECT d.digest FROM unnest(%s::varchar[]) AS d(digest)"
+    " CROSS JOIN LATERAL (SELECT 1 FROM trajectories_trajectory AS t"
+    " WHERE t.content_hash = d.digest AND t.project_id + 0 = %s LIMIT 1) AS hit"
+)
 
 
 TRAJECTORY_COLUMNS = (
@@ -394,13 +429,15 @@ class _Buffered:
 def _can_skip_trigger_checks() -> bool:
     """Whether this connection may turn off trigger checks for its own transaction.
 
-    Steps are written with the ids of trajectories this same transaction wrote, which no
-    other transaction can see, let alone delete, before it commits; so the foreign key
-    from step to trajectory holds by construction, and checking it row by row (a deferred
-    trigger per step, run at commit) took longer than writing the steps. The setting
-    turns off every ordinary trigger, and trajectories_step has none but the key's (a
-    test in tests/trajectories/test_import_chunks.py fails if one is added). Only
-    superusers may set ``session_replication_role``; other roles keep the checks.
+    An import's rows point at rows whose existence it guarantees: steps and source
+    records at trajectories this same transaction wrote, which no other transaction can
+    see, let alone delete, before it commits; trajectories at the project and batch,
+    which the writer locks (FOR KEY SHARE, as each check would) until commit. So the
+    foreign keys hold by construction, and checking them row by row (a deferred trigger
+    per row, run at commit) took longer than writing the rows. The setting turns off
+    every ordinary trigger, and these three tables have none but their keys' (a test in
+    tests/trajectories/test_import_chunks.py fails if one is added). Only superusers may
+    set ``session_replication_role``; other roles keep the checks.
     """
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('is_superuser') = 'on'")
