@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import fcntl
 import json
 import os
 import pickle
-import queue
 import subprocess
 import sys
-import threading
 import traceback
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -180,47 +179,29 @@ def file_chunks(
         cwd=Path(__file__).resolve().parent.parent,
     )
     assert helper.stdout is not None
-    frames: queue.Queue[bytes | None] = queue.Queue(maxsize=FRAMES_AHEAD)
-    reader = threading.Thread(
-        target=_read_frames, args=(helper.stdout, frames), name="import-helper-reader", daemon=True
-    )
-    reader.start()
+    with contextlib.suppress(OSError):
+        # A larger pipe lets the helper run a chunk ahead while the importer waits on
+        # PostgreSQL, without the chunks sitting in the importer's own memory.
+        fcntl.fcntl(helper.stdout.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
     try:
-        yield _received(helper, frames)
+        yield _received(helper, helper.stdout)
     finally:
         helper.kill()
         helper.wait()
-        while reader.is_alive():  # unblock a reader waiting for room in the queue
-            with contextlib.suppress(queue.Empty):
-                frames.get(timeout=0.05)
-        reader.join()
         helper.stdout.close()
 
 
-# Chunks read from the helper before the importer asks for them: the helper keeps
-# working while the importer waits on PostgreSQL, without getting far ahead in memory.
-FRAMES_AHEAD = 4
+# What the pipe from the helper holds: Linux lets any process ask for up to 1 MiB.
+PIPE_BYTES = 1 << 20
 
 
-def _read_frames(pipe: IO[bytes], frames: queue.Queue[bytes | None]) -> None:
-    """Move length-prefixed frames from the helper's pipe to ``frames`` (None at the
-    end of the pipe). Reading a pipe releases the interpreter lock, so this thread
-    costs the importer next to nothing."""
+def _received(helper: subprocess.Popen[bytes], pipe: IO[bytes]) -> Iterator[Chunk]:
+    """The helper's messages: length-prefixed pickles, read until its "end"."""
     while True:
         head = pipe.read(8)
-        body = pipe.read(int.from_bytes(head, "big")) if len(head) == 8 else b""
-        if len(head) < 8 or len(body) < int.from_bytes(head, "big"):
-            frames.put(None)
-            return
-        frames.put(body)
-
-
-def _received(
-    helper: subprocess.Popen[bytes], frames: queue.Queue[bytes | None]
-) -> Iterator[Chunk]:
-    while True:
-        frame = frames.get()
-        if frame is None:
+        size = int.from_bytes(head, "big")
+        frame = pipe.read(size) if len(head) == 8 else b""
+        if len(head) < 8 or len(frame) < size:
             code = helper.wait()
             raise RuntimeError(
                 f"the helper process preparing the import ended early (exit status {code})"
