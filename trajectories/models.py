@@ -132,8 +132,9 @@ class Trajectory(models.Model):
             models.Index(fields=["project", "step_count"], name="traj_project_length"),
             models.Index(fields=["project", "external_id"], name="traj_project_external"),
             # Rollouts of the same task text (whatever their task keys): where steps that
-            # share a prefix are looked for. The digest keeps long tasks out of the index.
-            models.Index("project", MD5("task"), name="traj_project_task_md5"),
+            # share a prefix are looked for (rollouts/services/chunks.py). The digest
+            # leads so that lookup can use no other index; it keeps long tasks out too.
+            models.Index(MD5("task"), "project", name="traj_task_md5_project"),
         ]
 
     def __str__(self) -> str:
@@ -187,7 +188,7 @@ class Step(models.Model):
         ]
         # No index on prefix_hash: steps sharing a prefix are at the same index of
         # trajectories with the same task (the hash chain starts from the task text), so
-        # they are found through the trajectory's (project, md5(task)) index and the
+        # they are found through the trajectory's (md5(task), project) index and the
         # unique index above. An index on every step's hash cost an import more than a
         # third of its database time (bench/ingest.py).
 

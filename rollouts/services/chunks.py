@@ -340,6 +340,34 @@ def _continuations_import(job: RolloutJob, generated: _Generated) -> dict[str, i
     return ids
 
 
+# The steps of the project that end the same prefix as the given steps. Such a step
+# sits at the same index of a trajectory with the same task text (the hash chain starts
+# from the task), so each distinct (task, index, hash) of the given steps is looked up
+# through the (md5(task), project) index, and its steps through the (trajectory, index)
+# unique index. The probe is kept apart (OFFSET 0) and ``project_id + 0`` keeps the
+# project indexes out: with statistics that lag a fresh import, the planner otherwise
+# picked plans that hashed every task of the project once per given step.
+SAME_PREFIX_SQL = """
+    WITH given AS MATERIALIZED (
+        SELECT DISTINCT md5(gt.task) AS task_digest, g.index, g.prefix_hash
+        FROM trajectories_step AS g
+        JOIN trajectories_trajectory AS gt ON gt.id = g.trajectory_id
+        WHERE g.id = ANY(%s)
+    )
+    SELECT DISTINCT s.id, s.prefix_hash
+    FROM given
+    CROSS JOIN LATERAL (
+        SELECT t.id FROM trajectories_trajectory AS t
+        WHERE md5(t.task) = given.task_digest AND t.project_id + 0 = %s
+        OFFSET 0
+    ) AS same_task
+    JOIN trajectories_step AS s
+      ON s.trajectory_id = same_task.id
+     AND s.index = given.index
+     AND s.prefix_hash = given.prefix_hash
+"""
+
+
 def mc_upsert(*, job: RolloutJob, branches: list[RolloutBranch]) -> int:
     """Write each finished branch's Monte Carlo value on every step of the project that
     ends the same prefix (same prefix hash): the continuations' own copies of it too."""
@@ -347,23 +375,7 @@ def mc_upsert(*, job: RolloutJob, branches: list[RolloutBranch]) -> int:
         return 0
     by_hash = {b.step.prefix_hash: search.MCEstimate(b.done, b.successes) for b in branches}
     with connection.cursor() as cursor:
-        # A step ending the same prefix sits at the same index of a trajectory with the
-        # same task text (the hash chain starts from the task), so the project's
-        # (project, md5(task)) index finds the trajectories and the (trajectory, index)
-        # index their step.
-        cursor.execute(
-            """
-            SELECT DISTINCT s.id, s.prefix_hash
-            FROM trajectories_step AS b
-            JOIN trajectories_trajectory AS bt ON bt.id = b.trajectory_id
-            JOIN trajectories_trajectory AS t
-              ON t.project_id = %s AND md5(t.task) = md5(bt.task) AND t.task = bt.task
-            JOIN trajectories_step AS s
-              ON s.trajectory_id = t.id AND s.index = b.index AND s.prefix_hash = b.prefix_hash
-            WHERE b.id = ANY(%s)
-            """,
-            [job.project_id, [b.step_id for b in branches]],
-        )
+        cursor.execute(SAME_PREFIX_SQL, [[b.step_id for b in branches], job.project_id])
         steps = cursor.fetchall()
     rows = [
         StepMC(

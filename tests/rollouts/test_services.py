@@ -31,6 +31,7 @@ from rollouts.models import (
     RolloutSearch,
     StepMC,
 )
+from rollouts.services import chunks
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.rollouts.conftest import ScriptedGenerator, arithmetic, continue_correctly
 from trajectories.models import Project, Step, Trajectory
@@ -518,3 +519,28 @@ def test_a_real_tiny_model_continues_exactly_the_stored_prefix(
         assert [c for c, _ in own[:3]] == [s.content for s in stored]
         assert [h for _, h in own[:3]] == parent_hashes[:3]
         assert tuple(c for c, _ in own[3:]) == expected.steps
+
+
+def test_same_prefix_lookup_probes_the_task_index_while_statistics_are_stale(
+    project: Project,
+) -> None:
+    """Right after an import the planner believes the project small; finding the steps
+    that share a prefix must still go through the task index, not hash every task."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO trajectories_trajectory (project_id, external_id, source_format,"
+            " task_key, task, ground_truth, model_name, metadata, step_count, content_hash,"
+            " created_at) SELECT %s, n::text, 'stepscope', '', 'task ' || (n %% 500), '', '',"
+            " '{}', 1, n::text, now() FROM generate_series(1, 3000) AS n",
+            [project.pk],
+        )
+    first = arithmetic(project, slip=None)
+    second = arithmetic(project, slip=3)
+    step = Step.objects.get(trajectory=first, index=1)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + chunks.SAME_PREFIX_SQL, [[step.pk], project.pk])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute(chunks.SAME_PREFIX_SQL, [[step.pk], project.pk])
+        found = {step_id for step_id, _ in cursor.fetchall()}
+    assert "traj_task_md5_project" in plan, plan
+    assert found == {step.pk, Step.objects.get(trajectory=second, index=1).pk}

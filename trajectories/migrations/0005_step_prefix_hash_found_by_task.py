@@ -17,6 +17,6 @@ class Migration(migrations.Migration):
         ),
         migrations.AddIndex(
             model_name='trajectory',
-            index=models.Index(models.F('project'), django.db.models.functions.text.MD5('task'), name='traj_project_task_md5'),
+            index=models.Index(django.db.models.functions.text.MD5('task'), models.F('project'), name='traj_task_md5_project'),
         ),
     ]
