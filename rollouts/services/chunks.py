@@ -344,7 +344,7 @@ def _continuations_import(job: RolloutJob, generated: _Generated) -> dict[str, i
 # sits at the same index of a trajectory with the same task text (the hash chain starts
 # from the task), so each distinct (task, index, hash) of the given steps is looked up
 # through the (md5(task), project) index, and its steps through the (trajectory, index)
-# unique index. The probe is kept apart (OFFSET 0) and ``project_id + 0`` keeps the
+# unique index. Each probe is kept apart (OFFSET 0) and ``project_id + 0`` keeps the
 # project indexes out: with statistics that lag a fresh import, the planner otherwise
 # picked plans that hashed every task of the project once per given step.
 SAME_PREFIX_SQL = """
@@ -354,17 +354,19 @@ SAME_PREFIX_SQL = """
         JOIN trajectories_trajectory AS gt ON gt.id = g.trajectory_id
         WHERE g.id = ANY(%s)
     )
-    SELECT DISTINCT s.id, s.prefix_hash
+    SELECT DISTINCT same_step.id, same_step.prefix_hash
     FROM given
     CROSS JOIN LATERAL (
         SELECT t.id FROM trajectories_trajectory AS t
         WHERE md5(t.task) = given.task_digest AND t.project_id + 0 = %s
         OFFSET 0
     ) AS same_task
-    JOIN trajectories_step AS s
-      ON s.trajectory_id = same_task.id
-     AND s.index = given.index
-     AND s.prefix_hash = given.prefix_hash
+    CROSS JOIN LATERAL (
+        SELECT s.id, s.prefix_hash FROM trajectories_step AS s
+        WHERE s.trajectory_id = same_task.id AND s.index = given.index
+          AND s.prefix_hash = given.prefix_hash
+        OFFSET 0
+    ) AS same_step
 """
 
 
