@@ -266,6 +266,7 @@ class _ChunkWriter:
         self.head = (
             f"\t{batch.project_id}\t{batch.pk}\t{pgcopy.text(batch.source_format)}\t{self.now}\t"
         )
+        self.sequence = _trajectory_sequence()
         self.trusted = _can_skip_trigger_checks()
         if self.trusted:
             # What the skipped foreign-key checks would have locked, once: neither the
@@ -295,7 +296,7 @@ class _ChunkWriter:
             for _, annotator, _ in item.labels:
                 if annotator not in self.annotators:
                     self.annotators[annotator] = imported_annotator(annotator).pk
-        trajectory_ids = _allocate_ids(len(new))
+        trajectory_ids = _allocate_ids(self.sequence, len(new))
 
         trajectory_rows: list[str] = []
         source_rows: list[str] = []
@@ -480,18 +481,23 @@ def _copy(table_and_columns: str, rows: list[str]) -> None:
         out.flush()
 
 
-def _allocate_ids(count: int) -> list[int]:
+def _trajectory_sequence() -> str:
+    """The trajectory identity sequence, looked up once per import: calling
+    pg_get_serial_sequence for every id costs more than taking the ids."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [Trajectory._meta.db_table])
+        row = cursor.fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _allocate_ids(sequence: str, count: int) -> list[int]:
     """Take ids from the trajectory identity sequence, so the rows written with COPY
     (steps, sources) can point at their trajectory."""
     with connection.cursor() as cursor:
-        # The sequence is looked up once: calling pg_get_serial_sequence for every id
-        # costs more than taking the ids.
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [Trajectory._meta.db_table])
-        sequence = cursor.fetchone()
-        assert sequence is not None
         cursor.execute(
             "SELECT ARRAY(SELECT nextval(%s::regclass) FROM generate_series(1, %s))",
-            [sequence[0], count],
+            [sequence, count],
         )
         row = cursor.fetchone()
     assert row is not None
