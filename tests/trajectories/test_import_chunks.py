@@ -106,6 +106,46 @@ def test_without_the_shortcut_the_import_is_the_same(
     assert StepLabel.objects.count() == 6
 
 
+def test_a_role_granted_the_setting_skips_the_checks_too(tmp_path: Path) -> None:
+    """Managed PostgreSQL gives no superuser; from version 15 a role granted
+    ``SET ON PARAMETER session_replication_role`` takes the shortcut as well, and its
+    import writes the same rows with the keys holding. Roles and grants are
+    transactional, so the test's rollback removes them."""
+    role = "stepscope_import_test"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE ROLE {role} NOLOGIN")
+        cursor.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        cursor.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        cursor.execute(f"SET ROLE {role}")
+    try:
+        assert not imports._can_skip_trigger_checks()
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+            cursor.execute(f"GRANT SET ON PARAMETER session_replication_role TO {role}")
+            cursor.execute(f"SET ROLE {role}")
+        assert imports._can_skip_trigger_checks()
+
+        records = labelled_records(6)
+        project = project_create(slug="granted", name="granted")
+        batch = trajectory_import(
+            project=project, source_format="stepscope", path=write(tmp_path / "r.jsonl", records)
+        )
+
+        assert batch.created_count == 6
+        assert Step.objects.count() == sum(len(r["steps"]) for r in records)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM trajectories_step s"
+                " LEFT JOIN trajectories_trajectory t ON t.id = s.trajectory_id WHERE t.id IS NULL"
+            )
+            assert cursor.fetchone() == (0,)
+            cursor.execute("SHOW session_replication_role")
+            assert cursor.fetchone() == ("origin",)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("RESET ROLE")
+
+
 def test_bad_record_in_a_later_chunk_writes_nothing(tmp_path: Path) -> None:
     records = labelled_records(10)
     records[8]["steps"][2]["kind"] = "pondering"

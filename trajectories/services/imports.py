@@ -437,11 +437,20 @@ def _can_skip_trigger_checks() -> bool:
     foreign keys hold by construction, and checking them row by row (a deferred trigger
     per row, run at commit) took longer than writing the rows. The setting turns off
     every ordinary trigger, and these three tables have none but their keys' (a test in
-    tests/trajectories/test_import_chunks.py fails if one is added). Only superusers may
-    set ``session_replication_role``; other roles keep the checks.
+    tests/trajectories/test_import_chunks.py fails if one is added). Superusers may set
+    ``session_replication_role``, and from PostgreSQL 15 so may a role granted it
+    (``GRANT SET ON PARAMETER session_replication_role TO stepscope``, docs/operating.md);
+    other roles keep the checks.
     """
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('is_superuser') = 'on'")
+        cursor.execute(
+            "SELECT current_setting('is_superuser') = 'on',"
+            " current_setting('server_version_num')::int >= 150000"
+        )
+        superuser, grants_parameters = cursor.fetchone() or (False, False)
+        if superuser or not grants_parameters:  # no privileges on parameters before 15
+            return bool(superuser)
+        cursor.execute("SELECT has_parameter_privilege('session_replication_role', 'SET')")
         row = cursor.fetchone()
     return bool(row and row[0])
 
