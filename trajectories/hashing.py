@@ -49,10 +49,10 @@ def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
     arguments) are encoded once and remembered, leaving one encode and one sha256 call
     per step.
     """
-    sha256 = hashlib.sha256
+    fresh = _SHA256.copy
     heads = _HEADS
     hashes = []
-    current = sha256(b"task" + _field(task)).digest()
+    current = hashlib.sha256(b"task" + _field(task)).digest()
     for step in steps:
         key = (step.kind, step.role, step.agent)
         head = heads.get(key)
@@ -70,9 +70,9 @@ def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
         else:
             arguments = _canonical(step.tool_args)
             tail = _field(step.tool_name) + len(arguments).to_bytes(8, "big") + arguments
-        current = sha256(
-            b"".join((current, head, len(content).to_bytes(8, "big"), content, tail))
-        ).digest()
+        digest = fresh()
+        digest.update(b"".join((current, head, len(content).to_bytes(8, "big"), content, tail)))
+        current = digest.digest()
         hashes.append(current.hex())
     return hashes
 
@@ -83,6 +83,9 @@ _REMEMBERED = 4096
 _HEADS: dict[tuple[str, str, str], bytes] = {}
 _TOOLLESS: dict[str, bytes] = {}
 _NO_ARGUMENTS = (0).to_bytes(8, "big")
+# Copied for each hash rather than made anew: hashlib.sha256() looks the algorithm up
+# in OpenSSL every time, which took longer than hashing a step's few hundred bytes.
+_SHA256 = hashlib.sha256()
 
 
 def content_hash(
@@ -93,24 +96,33 @@ def content_hash(
     steps = (
         step_hashes if step_hashes is not None else prefix_hashes(trajectory.task, trajectory.steps)
     )
-    digest = hashlib.sha256(steps[-1].encode() if steps else b"")
-    digest.update(
-        _canonical(
-            [
-                source_format,
-                trajectory.external_id,
-                trajectory.task_key,
-                trajectory.ground_truth,
-                trajectory.model_name,
-                trajectory.outcome_reward,
-                trajectory.success,
-                trajectory.first_error_index,
-                trajectory.parent_external_id,
-                trajectory.branch_index,
-                trajectory.metadata,
-                [[step.labelable, step.metadata or None] for step in trajectory.steps],
-                [[label.step_index, label.value, label.annotator] for label in trajectory.labels],
-            ]
-        )
-    )
+    digest = _SHA256.copy()
+    digest.update(steps[-1].encode() if steps else b"")
+    fields = [
+        source_format,
+        trajectory.external_id,
+        trajectory.task_key,
+        trajectory.ground_truth,
+        trajectory.model_name,
+        trajectory.outcome_reward,
+        trajectory.success,
+        trajectory.first_error_index,
+        trajectory.parent_external_id,
+        trajectory.branch_index,
+        trajectory.metadata,
+    ]
+    labels = [[label.step_index, label.value, label.annotator] for label in trajectory.labels]
+    if any(step.metadata for step in trajectory.steps):
+        flags = [[step.labelable, step.metadata or None] for step in trajectory.steps]
+        digest.update(_canonical([*fields, flags, labels]))
+    else:
+        # The usual case, written out: the same bytes _canonical gives for the flags
+        # of steps without metadata, without encoding a list per step.
+        head = _canonical(fields)[:-1]
+        flags_text = ",".join([_PLAIN_FLAGS[step.labelable] for step in trajectory.steps])
+        tail = _canonical(labels) if labels else b"[]"
+        digest.update(b"".join((head, b",[", flags_text.encode(), b"],", tail, b"]")))
     return digest.hexdigest()
+
+
+_PLAIN_FLAGS = {True: "[true,null]", False: "[false,null]"}
