@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from labeling.selectors import labeling_state_for_user
@@ -63,6 +63,7 @@ def _managed_project(request: HtmxHttpRequest, slug: str) -> Project:
 
 
 @login_required
+@require_GET
 def rollouts_section(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return _section(request, project_get_for_user(request.user, slug))
 
@@ -149,6 +150,7 @@ def _panel(
 
 
 @login_required
+@require_GET
 def step_rollouts(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     return _panel(request, step_get_for_user(request.user, pk))
 

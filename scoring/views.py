@@ -70,6 +70,7 @@ def _managed_project(request: HtmxHttpRequest, slug: str) -> Project:
 
 
 @login_required
+@require_GET
 def scoring_section(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return _section(request, project_get_for_user(request.user, slug))
 

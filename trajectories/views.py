@@ -14,6 +14,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from labeling.views.common import labeling_surface
@@ -29,12 +30,14 @@ class HtmxHttpRequest(HttpRequest):
 
 
 @login_required
+@require_GET
 def project_list(request: HtmxHttpRequest) -> HttpResponse:
     projects = selectors.project_list_for_user(request.user)
     return render(request, "trajectories/project_list.html", {"projects": projects})
 
 
 @login_required
+@require_GET
 def project_home(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = selectors.project_get_for_user(request.user, slug)
     context = {
@@ -47,6 +50,7 @@ def project_home(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = selectors.project_get_for_user(request.user, slug)
     form = TrajectoryFilterForm(request.GET)
@@ -61,6 +65,7 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     # The trajectory page is the labeling surface: its context (steps with labels, the
     # user's schema, progress, lease and verdict) comes from labeling, in constant queries.
@@ -69,6 +74,7 @@ def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def step_content(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     step = selectors.step_get_for_user(request.user, pk)
     context = {
@@ -110,6 +116,7 @@ def import_new(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def import_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     batch = selectors.import_batch_get_for_user(request.user, pk)
     context = {"project": batch.project, "batch": batch}
@@ -119,6 +126,7 @@ def import_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 
 @login_required
+@require_GET
 def trajectory_compare(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Debug a rollout: side by side with another rollout of the same task (by default a
     success sharing the longest prefix), aligned step by step, divergence marked."""
@@ -172,6 +180,7 @@ def _align_input(steps: list[selectors.CompareStep]) -> list[alignment.AlignStep
 
 
 @login_required
+@require_GET
 def task_tree(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """A task's rollouts merged where their steps are identical, with the Monte Carlo
     value (mean outcome, Beta-binomial interval) of every prefix."""
@@ -285,13 +294,19 @@ def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if not selectors.can_manage_data(request.user, job.project):
             raise PermissionDenied("Only researchers and admins cancel exports.")
         job = exports.export_cancel(job=job)
-    context = {"project": job.project, "job": job}
+    context = {
+        "project": job.project,
+        "job": job,
+        "can_cancel": selectors.can_manage_data(request.user, job.project),
+        "can_download": selectors.can_download_exports(request.user, job.project),
+    }
     if request.htmx:
         return render(request, "trajectories/export_detail.html#export-status", context)
     return render(request, "trajectories/export_detail.html", context)
 
 
 @login_required
+@require_GET
 def export_download(request: HtmxHttpRequest, pk: int, name: str) -> FileResponse:
     job = selectors.export_job_get_for_user(request.user, pk)
     if not selectors.can_download_exports(request.user, job.project):

@@ -28,10 +28,7 @@ pytestmark = pytest.mark.django_db
 # Free text of the world; an outsider or an anonymous visitor must never read it.
 MARK = "W0RLD-MARK"
 
-# Project pages that answer a POST like a GET (they have no write of their own; the
-# CSRF middleware still guards the POST).
-_READ = {"GET": "login 404 200 200 200", "POST": "login 404 200 200 200"}
-# Read-only pages and partials that refuse other methods.
+# Read-only pages and partials: they refuse other methods.
 _GET_ONLY = {"GET": "login 404 200 200 200", "POST": "login 405 405 405 405"}
 # Poll rows of a run or job: HTMX gets the row, a plain request is sent to the section.
 _ROW = {"GET": "login 404 302 302 302", "POST": "login 404 302 302 302"}
@@ -59,19 +56,19 @@ ACCESS: dict[str, dict[str, str]] = {
     "login": {"GET": "200 200 200 200 200", "POST": "200 200 200 200 200"},
     "logout": {"GET": "405 405 405 405 405", "POST": "login login login login login"},
     # Browse pages.
-    "project-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
-    "project-home": _READ,
-    "trajectory-list": _READ,
-    "task-tree": _READ,
-    "trajectory-detail": _READ,
-    "trajectory-compare": _READ,
-    "step-content": _READ,
-    "import-detail": _READ,
+    "project-list": {"GET": "login 200 200 200 200", "POST": "login 405 405 405 405"},
+    "project-home": _GET_ONLY,
+    "trajectory-list": _GET_ONLY,
+    "task-tree": _GET_ONLY,
+    "trajectory-detail": _GET_ONLY,
+    "trajectory-compare": _GET_ONLY,
+    "step-content": _GET_ONLY,
+    "import-detail": _GET_ONLY,
     "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},
     # Everyone sees the exports; researchers and admins start and cancel them.
     "export-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
     "export-detail": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
-    "export-download": _READ,
+    "export-download": _GET_ONLY,
     "selection-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
     "selection-delete": {"GET": "login 404 302 302 302", "POST": "login 404 403 302 302"},
     # The labeling surface.
@@ -105,7 +102,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "failure-overview": _GET_ONLY,
     "failure-list": _GET_ONLY,
     # Scoring and attribution.
-    "scoring-section": _READ,
+    "scoring-section": _GET_ONLY,
     "scoring-run-start": _START,
     "scorer-train": _START,
     "scoring-run-row": _ROW,
@@ -116,11 +113,11 @@ ACCESS: dict[str, dict[str, str]] = {
     "step-saliency": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
     "trajectory-evidence": _GET_ONLY,
     # Rollouts.
-    "rollouts-section": _READ,
+    "rollouts-section": _GET_ONLY,
     "rollout-job-start": _START,
     "rollout-job-row": _ROW,
     "rollout-job-cancel": _CANCEL,
-    "step-rollouts": _READ,
+    "step-rollouts": _GET_ONLY,
     "step-rollout-start": _START,
     # The REST API.
     "api:api-root": _API_LIST,

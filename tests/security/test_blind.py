@@ -112,6 +112,25 @@ def test_blind_annotator_cannot_download_exports(world: World) -> None:
         assert visitors.request(routes[key], "researcher", "GET").status_code == 200, key
 
 
+def test_blind_annotators_export_page_offers_no_download_or_cancel(world: World) -> None:
+    """The export page does not offer what the annotator would be refused: no link to
+    a file, no cancel button; a researcher gets both."""
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    detail = routes["export-detail"]
+    files = f"/exports/{world.export_job.pk}/files/"
+    annotator_page = body(visitors.request(detail, "annotator", "GET"))
+    assert "train.jsonl" in annotator_page and files not in annotator_page
+    assert "only researchers and admins download" in annotator_page
+    researcher_page = body(visitors.request(detail, "researcher", "GET"))
+    assert f"{files}train.jsonl" in researcher_page and f"{files}manifest.json" in researcher_page
+
+    world.export_job.status = "running"
+    world.export_job.save(update_fields=["status"])
+    assert "Cancel</button>" not in body(visitors.request(detail, "annotator", "GET"))
+    assert "Cancel</button>" in body(visitors.request(detail, "researcher", "GET"))
+
+
 def test_blind_annotator_cannot_read_step_credits(world: World) -> None:
     """Credits are computed from model scores or from everyone's labels (a first-error
     credit marks where the majority put the first error)."""
