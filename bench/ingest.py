@@ -13,6 +13,11 @@ wall time on a shared, loaded machine.
     .venv/bin/python bench/ingest.py --steps 1000000 --step-chars 300 --steps-per-trajectory 20
     .venv/bin/python bench/ingest.py --repeat 5   # the run with the median ratio, and all
     .venv/bin/python bench/ingest.py --format openai-messages --steps 100000
+    .venv/bin/python bench/ingest.py --helper-sweep
+
+``--helper-sweep`` times small files (0.5 to 16 MB) imported in-process and through
+the helper process, interleaved, the median of five each: where the two cross is where
+``trajectories.prepare.HELPER_FROM_BYTES`` belongs.
 
 ``--format openai-messages`` replicates the tau-bench file from ../shared/realdata until it
 holds the requested number of messages. Prints one line per figure and a JSON line last.
@@ -155,6 +160,39 @@ def child_import(path: Path, source_format: str) -> None:
             }
         )
     )
+
+
+def helper_sweep(repeat: int = 5) -> None:
+    """In-process against helper-process preparation on small files (see the module
+    docstring): one line per size and a JSON line last."""
+    from trajectories import prepare
+
+    figures = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for megabytes in (0.5, 1, 2, 4, 8, 16):
+            path = Path(tmp) / f"{megabytes}.jsonl"
+            steps = write_stepscope(path, int(megabytes * 1e6 / 352), 20, 300, seed=7)
+            seconds: dict[str, list[float]] = {"in_process_s": [], "helper_s": []}
+            for run in range(repeat):
+                for mode, times in seconds.items():
+                    prepare.HELPER_FROM_BYTES = 0 if mode == "helper_s" else 1 << 62
+                    project = project_create(slug=f"bench-sweep-{os.getpid()}-{run}", name="b")
+                    try:
+                        start = time.perf_counter()
+                        trajectory_import(project=project, source_format="stepscope", path=path)
+                        times.append(time.perf_counter() - start)
+                    finally:
+                        _drop_project(project)
+            row: dict[str, Any] = {"file_mb": round(path.stat().st_size / 1e6, 1), "steps": steps}
+            row.update(
+                {mode: round(sorted(times)[repeat // 2], 3) for mode, times in seconds.items()}
+            )
+            figures.append(row)
+            print(
+                f"{row['file_mb']:5.1f} MB, {steps:,} steps:"
+                f" in-process {row['in_process_s']:.3f} s, helper {row['helper_s']:.3f} s"
+            )
+    print(json.dumps({"helper_sweep": figures}))
 
 
 def baselines(path: Path, source_format: str) -> dict[str, float]:
@@ -351,10 +389,16 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="import and baselines this many times, in turn"
     )
+    parser.add_argument(
+        "--helper-sweep", action="store_true", help="small files: in-process against helper"
+    )
     parser.add_argument("--child-import", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_import:
         child_import(args.child_import, args.format)
+        return
+    if args.helper_sweep:
+        helper_sweep()
         return
 
     seed = int(time.time())
