@@ -21,6 +21,7 @@ from rollouts.models import Policy, StepMC
 from scoring import services as scoring
 from scoring.models import AttributionRun, StepCredit
 from tests.factories import MembershipFactory, UserFactory
+from tests.trajectories.progress_stubs import CancelledProgress
 from trajectories import synthetic
 from trajectories.models import ExportJob, Membership, Project, Step
 from trajectories.services import project_create, trajectory_import
@@ -30,7 +31,6 @@ from trajectories.services.exports import (
     export_request_build,
     export_write,
 )
-from trajectories.services.progress import ProgressWriter
 
 
 def export(*args: str) -> dict[str, Any]:
@@ -225,21 +225,11 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
     assert ahead["files"] == inline["files"]
     assert ahead["files"]["rl.jsonl"]["rows"] == 24
 
-    class Cancelled(ProgressWriter):
-        def __init__(self) -> None:
-            pass
-
-        def report(self, amount: int) -> bool:
-            return True
-
-        def status(self) -> str | None:
-            return "cancelled"
-
     threads = threading.active_count()
     with pytest.raises(ExportCancelled):
         export_write(
             project=project, request=request, out_dir=tmp_path / "cancelled",
-            progress=Cancelled(),
+            progress=CancelledProgress(),
         )  # fmt: skip
     assert threading.active_count() == threads
     assert not list((tmp_path / "cancelled").iterdir())
