@@ -433,23 +433,25 @@ def import_batch_get_for_user(user: AnyUser, pk: int) -> ImportBatch:
     return batch
 
 
+# Researchers and admins import, score and export; annotators label.
+MANAGING_ROLES = frozenset({Membership.Role.RESEARCHER, Membership.Role.ADMIN})
+
+
 def can_manage_data(user: AnyUser, project: Project) -> bool:
-    """Researchers and admins import, score and export; annotators label."""
-    return membership_role(user, project) in {
-        Membership.Role.RESEARCHER,
-        Membership.Role.ADMIN,
-    }
+    return membership_role(user, project) in MANAGING_ROLES
 
 
 def can_download_exports(user: AnyUser, project: Project) -> bool:
+    return role_downloads_exports(membership_role(user, project), project)
+
+
+def role_downloads_exports(role: str | None, project: Project) -> bool:
     """Export files carry everyone's labels and the model's scores: in a project that
     hides those from annotators (blind labeling, hidden scores), only researchers and
     admins may read them."""
     settings = project.settings or {}
     hidden = bool(settings.get("blind_labeling") or settings.get("hide_model_scores"))
-    return can_manage_data(user, project) or (
-        not hidden and membership_role(user, project) is not None
-    )
+    return role in MANAGING_ROLES or (not hidden and role is not None)
 
 
 # --- Debugging rollouts: side-by-side comparison ----------------------------------------

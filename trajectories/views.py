@@ -294,11 +294,13 @@ def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         if not selectors.can_manage_data(request.user, job.project):
             raise PermissionDenied("Only researchers and admins cancel exports.")
         job = exports.export_cancel(job=job)
+    # Once per poll of a running export: the role is read once for both.
+    role = selectors.membership_role(request.user, job.project)
     context = {
         "project": job.project,
         "job": job,
-        "can_cancel": selectors.can_manage_data(request.user, job.project),
-        "can_download": selectors.can_download_exports(request.user, job.project),
+        "can_cancel": role in selectors.MANAGING_ROLES,
+        "can_download": selectors.role_downloads_exports(role, job.project),
     }
     if request.htmx:
         return render(request, "trajectories/export_detail.html#export-status", context)

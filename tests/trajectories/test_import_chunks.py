@@ -46,6 +46,19 @@ def write(path: Path, records: list[dict[str, Any]]) -> Path:
     return path
 
 
+def assert_step_keys_hold_and_checks_back_on() -> None:
+    """Written without the row-by-row check, the key must still hold for every step,
+    and the checks must be on again after the import."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM trajectories_step s"
+            " LEFT JOIN trajectories_trajectory t ON t.id = s.trajectory_id WHERE t.id IS NULL"
+        )
+        assert cursor.fetchone() == (0,)
+        cursor.execute("SHOW session_replication_role")
+        assert cursor.fetchone() == ("origin",)
+
+
 def test_many_chunks_write_every_row_once_with_consistent_keys(tmp_path: Path) -> None:
     records = labelled_records(10)
     # Repeats of line 1 in a later chunk and of line 4 in the same chunk.
@@ -64,15 +77,7 @@ def test_many_chunks_write_every_row_once_with_consistent_keys(tmp_path: Path) -
         assert trajectory.step_count == len(steps)
         label = StepLabel.objects.get(step__trajectory=trajectory)
         assert (label.step.index, label.value) == (1, records.index(record) % 2)
-    with connection.cursor() as cursor:
-        # Written without the row-by-row check, the key must still hold for every step.
-        cursor.execute(
-            "SELECT count(*) FROM trajectories_step s"
-            " LEFT JOIN trajectories_trajectory t ON t.id = s.trajectory_id WHERE t.id IS NULL"
-        )
-        assert cursor.fetchone() == (0,)
-        cursor.execute("SHOW session_replication_role")
-        assert cursor.fetchone() == ("origin",)
+    assert_step_keys_hold_and_checks_back_on()
 
 
 def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:
@@ -133,14 +138,7 @@ def test_a_role_granted_the_setting_skips_the_checks_too(tmp_path: Path) -> None
 
         assert batch.created_count == 6
         assert Step.objects.count() == sum(len(r["steps"]) for r in records)
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM trajectories_step s"
-                " LEFT JOIN trajectories_trajectory t ON t.id = s.trajectory_id WHERE t.id IS NULL"
-            )
-            assert cursor.fetchone() == (0,)
-            cursor.execute("SHOW session_replication_role")
-            assert cursor.fetchone() == ("origin",)
+        assert_step_keys_hold_and_checks_back_on()
     finally:
         with connection.cursor() as cursor:
             cursor.execute("RESET ROLE")
