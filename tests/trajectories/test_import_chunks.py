@@ -6,17 +6,19 @@ and each test runs with the chunks prepared in this process and in the helper.""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
 from trajectories import prepare, synthetic
 from trajectories.hashing import prefix_hashes
-from trajectories.models import ImportBatch, Step, Trajectory
+from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.services import ImportRejected, imports, project_create, trajectory_import
 
 pytestmark = pytest.mark.django_db
@@ -78,6 +80,34 @@ def test_many_chunks_write_every_row_once_with_consistent_keys(tmp_path: Path) -
         label = StepLabel.objects.get(step__trajectory=trajectory)
         assert (label.step.index, label.value) == (1, records.index(record) % 2)
     assert_step_keys_hold_and_checks_back_on()
+
+
+def probed_digests(path: Path, project_slug: str) -> tuple[ImportBatch, list[str]]:
+    """Import ``path`` into the project; return the batch and the digests the
+    duplicate check asked the database about."""
+    project = Project.objects.get(slug=project_slug)
+    with CaptureQueriesContext(connection) as queries:
+        batch = trajectory_import(project=project, source_format="stepscope", path=path)
+    probes = [q["sql"] for q in queries.captured_queries if "CROSS JOIN LATERAL" in q["sql"]]
+    return batch, [d for sql in probes for d in re.findall(r"[0-9a-f]{64}", sql)]
+
+
+def test_a_new_project_probes_only_digests_this_import_may_have_written(
+    tmp_path: Path,
+) -> None:
+    records = labelled_records(10)
+    project_create(slug="probes", name="probes")
+    batch, probed = probed_digests(write(tmp_path / "a.jsonl", [*records, records[0]]), "probes")
+    # Only the repeat of line 1, in a later chunk, is asked about (and found).
+    repeated = Trajectory.objects.get(external_id=records[0]["id"]).content_hash
+    assert (batch.created_count, batch.unchanged_count) == (10, 1)
+    assert probed == [repeated]
+
+    # The project now has trajectories: every digest of the next import is asked about.
+    more = list(synthetic.rollouts(tasks=2, rollouts_per_task=2, seed=9))
+    batch, probed = probed_digests(write(tmp_path / "b.jsonl", [*more, *records]), "probes")
+    assert (batch.created_count, batch.unchanged_count) == (4, 10)
+    assert len(set(probed)) == 14
 
 
 def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:

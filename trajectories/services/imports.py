@@ -268,6 +268,14 @@ class _ChunkWriter:
         )
         self.sequence = _trajectory_sequence()
         self.trusted = _can_skip_trigger_checks()
+        # Into a project with no trajectories yet (under the lock above, none can
+        # arrive), a digest can only be a repeat of one this import wrote, and the
+        # filter says which can be: the rest need no probe of the database.
+        self.written: DigestFilter | None = (
+            None
+            if Trajectory.objects.filter(project_id=batch.project_id).exists()
+            else DigestFilter()
+        )
         if self.trusted:
             # What the skipped foreign-key checks would have locked, once: neither the
             # project nor the batch can be deleted before this transaction ends.
@@ -286,12 +294,17 @@ class _ChunkWriter:
         by_hash: dict[str, prepare.Prepared] = {}
         for item in records:
             by_hash.setdefault(item.digest, item)
-        existing = _existing_hashes(self.project_id, list(by_hash))
+        written = self.written
+        candidates = list(by_hash) if written is None else [d for d in by_hash if d in written]
+        existing = _existing_hashes(self.project_id, candidates) if candidates else set()
         # Repeats within the file and trajectories already in the project are unchanged.
         counts.unchanged += len(records) - len(by_hash) + len(existing)
         new = [item for digest, item in by_hash.items() if digest not in existing]
         if not new:
             return
+        if written is not None:
+            for item in new:
+                written.add(item.digest)
         for item in new:
             for _, annotator, _ in item.labels:
                 if annotator not in self.annotators:
@@ -372,6 +385,35 @@ class _ChunkWriter:
             buffered = _Buffered(copy.write)
             yield buffered
             buffered.flush()
+
+
+class DigestFilter:
+    """The content digests an import has written, in fixed memory: a Bloom filter. It
+    never answers no for a digest it holds; a wrong yes costs one probe of the database.
+    With three bits of 2**25 per digest, such a yes comes for one new digest in 1,600
+    once a million are in, and for one in five once ten million are."""
+
+    BITS = 1 << 25  # 4 MiB
+
+    def __init__(self) -> None:
+        self._bits = bytearray(self.BITS // 8)
+
+    def add(self, digest: str) -> None:
+        for bit in self._bits_of(digest):
+            self._bits[bit >> 3] |= 1 << (bit & 7)
+
+    def __contains__(self, digest: str) -> bool:
+        return all(self._bits[bit >> 3] & (1 << (bit & 7)) for bit in self._bits_of(digest))
+
+    def _bits_of(self, digest: str) -> tuple[int, int, int]:
+        # A digest is sha256 hex, as good as random: three 28-bit slices of it are three
+        # independent positions.
+        mask = self.BITS - 1
+        return (
+            int(digest[:7], 16) & mask,
+            int(digest[7:14], 16) & mask,
+            int(digest[14:21], 16) & mask,
+        )
 
 
 def _existing_hashes(project_id: int, digests: list[str]) -> set[str]:
