@@ -28,6 +28,8 @@ pytestmark = pytest.mark.django_db
 def small_chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setattr(prepare, "CHUNK_TRAJECTORIES", 3)
     monkeypatch.setattr(prepare, "CHUNK_STEPS", 20)
+    # Trajectory rows written every few chunks, not only at the end.
+    monkeypatch.setattr(imports, "PENDING_TRAJECTORIES", 5)
     helper_from = 0 if request.param == "helper" else 1 << 40
     monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", helper_from)
     return str(request.param)
@@ -108,6 +110,30 @@ def test_a_new_project_probes_only_digests_this_import_may_have_written(
     batch, probed = probed_digests(write(tmp_path / "b.jsonl", [*more, *records]), "probes")
     assert (batch.created_count, batch.unchanged_count) == (4, 10)
     assert len(set(probed)) == 14
+
+
+def test_repeats_of_trajectories_written_or_still_held_back_are_unchanged(
+    tmp_path: Path,
+) -> None:
+    """Without labels, trajectory rows wait to be written a few chunks at a time: a
+    repeat is found among those waiting, in the filter, or in the database."""
+    records = list(synthetic.rollouts(tasks=6, rollouts_per_task=2, seed=5))
+    for record in records:
+        for step in record["steps"]:
+            step.pop("labels", None)
+    # Line 1 again long after it was written; line 11 again while it still waits.
+    path = write(tmp_path / "runs.jsonl", [*records, records[0], records[10]])
+    project = project_create(slug="held", name="held")
+
+    batch = trajectory_import(project=project, source_format="stepscope", path=path)
+
+    assert (batch.created_count, batch.unchanged_count) == (12, 2)
+    assert Trajectory.objects.filter(project=project).count() == 12
+    assert batch.step_count == Step.objects.count() == sum(len(r["steps"]) for r in records)
+    assert_step_keys_hold_and_checks_back_on()
+    # Into the project that now holds them, the same file changes nothing.
+    again = trajectory_import(project=project, source_format="stepscope", path=path)
+    assert (again.created_count, again.unchanged_count) == (0, 14)
 
 
 def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:

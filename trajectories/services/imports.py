@@ -30,6 +30,8 @@ from trajectories.services.projects import imported_annotator
 
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
+# Trajectory rows held back to be written in one COPY (a few MB at most).
+PENDING_TRAJECTORIES = 5000
 
 
 class ImportRejected(Exception):
@@ -213,6 +215,7 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
                     writer.write(records)
             if counts.errors and not skip_invalid:
                 raise _Rollback
+            writer.finish()
             _link_parents(batch.project_id, counts.children)
     except _AlreadyFinished:
         batch.refresh_from_db()
@@ -276,6 +279,11 @@ class _ChunkWriter:
             if Trajectory.objects.filter(project_id=batch.project_id).exists()
             else DigestFilter()
         )
+        self.checks_off = False
+        # Trajectory rows are written a few thousand at a time rather than with every
+        # chunk: one COPY statement costs the same round trips for 200 rows or 5,000.
+        self.pending_rows: list[str] = []
+        self.pending_digests: set[str] = set()
         if self.trusted:
             # What the skipped foreign-key checks would have locked, once: neither the
             # project nor the batch can be deleted before this transaction ends.
@@ -294,49 +302,69 @@ class _ChunkWriter:
         by_hash: dict[str, prepare.Prepared] = {}
         for item in records:
             by_hash.setdefault(item.digest, item)
+        # Repeats of trajectories still waiting to be written are found here; the
+        # database is asked about the rest (only those the filter may hold, if any).
+        candidates = [d for d in by_hash if d not in self.pending_digests]
         written = self.written
-        candidates = list(by_hash) if written is None else [d for d in by_hash if d in written]
+        if written is not None:
+            candidates = [d for d in candidates if d in written]
         existing = _existing_hashes(self.project_id, candidates) if candidates else set()
+        new = [
+            item
+            for digest, item in by_hash.items()
+            if digest not in existing and digest not in self.pending_digests
+        ]
         # Repeats within the file and trajectories already in the project are unchanged.
-        counts.unchanged += len(records) - len(by_hash) + len(existing)
-        new = [item for digest, item in by_hash.items() if digest not in existing]
+        counts.unchanged += len(records) - len(new)
         if not new:
             return
-        if written is not None:
-            for item in new:
-                written.add(item.digest)
         for item in new:
             for _, annotator, _ in item.labels:
                 if annotator not in self.annotators:
                     self.annotators[annotator] = imported_annotator(annotator).pk
         trajectory_ids = _allocate_ids(self.sequence, len(new))
 
-        trajectory_rows: list[str] = []
         source_rows: list[str] = []
         labels: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
-        # Steps go first and are streamed while the rows are built, so PostgreSQL
-        # stores one piece while the next is encoded. Their foreign key to the
-        # trajectory is deferred to commit, so the order does not matter to it.
-        with self._checks_skipped():
-            with self._step_copy() as steps_out:
-                for trajectory_id, item in zip(trajectory_ids, new, strict=True):
-                    steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
-                    trajectory_rows.append(f"{trajectory_id}{self.head}{item.fields}")
-                    if item.source:
-                        source_rows.append(f"{trajectory_id}\t{item.source}")
-                    for index, annotator, value in item.labels:
-                        labels[0].append(trajectory_id)
-                        labels[1].append(index)
-                        labels[2].append(self.annotators[annotator])
-                        labels[3].append(value)
-                    counts.steps += item.step_count
-                    if item.parent_external_id:
-                        counts.children.append((trajectory_id, item.parent_external_id))
-            _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", trajectory_rows)
-            _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
-        # With the checks back on: the labels' triggers keep each step's majority.
-        self._labels_insert(*labels)
-        counts.created += len(trajectory_rows)
+        self._checks_off()
+        # Steps are streamed while the rows are built, so PostgreSQL stores one piece
+        # while the next is encoded. Their foreign key to the trajectory is deferred to
+        # commit (or not checked), so the trajectories may follow later.
+        with self._step_copy() as steps_out:
+            for trajectory_id, item in zip(trajectory_ids, new, strict=True):
+                steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
+                self.pending_rows.append(f"{trajectory_id}{self.head}{item.fields}")
+                self.pending_digests.add(item.digest)
+                if written is not None:
+                    written.add(item.digest)
+                if item.source:
+                    source_rows.append(f"{trajectory_id}\t{item.source}")
+                for index, annotator, value in item.labels:
+                    labels[0].append(trajectory_id)
+                    labels[1].append(index)
+                    labels[2].append(self.annotators[annotator])
+                    labels[3].append(value)
+                counts.steps += item.step_count
+                if item.parent_external_id:
+                    counts.children.append((trajectory_id, item.parent_external_id))
+        _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+        counts.created += len(new)
+        if labels[0]:
+            # With the checks back on: the labels' triggers keep each step's majority.
+            self.finish()
+            self._labels_insert(*labels)
+        elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
+            self._trajectories_flush()
+
+    def finish(self) -> None:
+        """Write the trajectories still waiting and turn the checks back on: after it,
+        the database holds everything written so far, as ordinary SQL sees it."""
+        self._trajectories_flush()
+        self._checks_on()
+
+    def _trajectories_flush(self) -> None:
+        _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", self.pending_rows)
+        self.pending_rows, self.pending_digests = [], set()
 
     def _labels_insert(
         self, trajectories: list[int], indexes: list[int], annotators: list[int], values: list[int]
@@ -361,18 +389,20 @@ class _ChunkWriter:
             )  # fmt: skip
             assert cursor.rowcount == len(trajectories), "a label's step was not written"
 
-    @contextlib.contextmanager
-    def _checks_skipped(self) -> Iterator[None]:
-        """Foreign-key checks off for the rows written inside (see
-        :func:`_can_skip_trigger_checks`), where this connection may turn them off."""
-        if not self.trusted:
-            yield
-            return
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL session_replication_role = replica")
-            yield
-            # An error above rolls the transaction back, and the setting with it.
-            cursor.execute("SET LOCAL session_replication_role = origin")
+    def _checks_off(self) -> None:
+        """Foreign-key checks off for the rows written from here (see
+        :func:`_can_skip_trigger_checks`), where this connection may turn them off. An
+        error rolls the transaction back, and the setting with it."""
+        if self.trusted and not self.checks_off:
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL session_replication_role = replica")
+            self.checks_off = True
+
+    def _checks_on(self) -> None:
+        if self.checks_off:
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL session_replication_role = origin")
+            self.checks_off = False
 
     @contextlib.contextmanager
     def _step_copy(self) -> Iterator[_Buffered]:
