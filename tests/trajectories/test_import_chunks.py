@@ -30,6 +30,9 @@ def small_chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(prepare, "CHUNK_STEPS", 20)
     # Trajectory rows written every few chunks, not only at the end.
     monkeypatch.setattr(imports, "PENDING_TRAJECTORIES", 5)
+    monkeypatch.setattr(imports, "ID_BLOCK", 4)
+    # The helper's chunks read one at a time, so the reader waits on the writer too.
+    monkeypatch.setattr(prepare, "READ_AHEAD_BYTES", 1)
     helper_from = 0 if request.param == "helper" else 1 << 40
     monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", helper_from)
     return str(request.param)
@@ -134,6 +137,23 @@ def test_repeats_of_trajectories_written_or_still_held_back_are_unchanged(
     # Into the project that now holds them, the same file changes nothing.
     again = trajectory_import(project=project, source_format="stepscope", path=path)
     assert (again.created_count, again.unchanged_count) == (0, 14)
+
+
+def test_a_small_import_takes_exactly_the_ids_it_needs(tmp_path: Path) -> None:
+    """Ids are taken in blocks after the first chunk; the first is exact, so imports of
+    one chunk (an API push) leave no gap between them."""
+    records = list(synthetic.rollouts(tasks=2, rollouts_per_task=2, seed=6))
+    project = project_create(slug="ids", name="ids")
+    for number, pair in enumerate((records[:2], records[2:])):
+        trajectory_import(
+            project=project,
+            source_format="stepscope",
+            path=write(tmp_path / f"{number}.jsonl", pair),
+        )
+    ids = list(
+        Trajectory.objects.filter(project=project).order_by("id").values_list("id", flat=True)
+    )
+    assert ids == list(range(ids[0], ids[0] + 4))
 
 
 def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:

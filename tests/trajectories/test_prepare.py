@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
+import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -64,12 +67,38 @@ def test_leaving_early_stops_the_helper(runs: Path) -> None:
     with prepare.file_chunks(runs, "stepscope") as chunks:
         assert len(next(chunks)) == 3
         assert len(helpers()) == 1
+        assert read_ahead_threads()
     assert helpers() == []
+    assert read_ahead_threads() == []
+
+
+def read_ahead_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "import-read-ahead"]
+
+
+def test_reading_ahead_holds_back_at_its_limit() -> None:
+    """Below one frame's size, the reader holds one frame at a time, and still hands on
+    every frame in order, then None for the end of the pipe."""
+    read_end, write_end = os.pipe()
+    frames = [pickle.dumps(("chunk", [number] * 100)) for number in range(5)]
+    with os.fdopen(write_end, "wb") as out:
+        for frame in frames:
+            out.write(len(frame).to_bytes(8, "big") + frame)
+    with os.fdopen(read_end, "rb") as pipe:
+        reader = prepare._ReadAhead(pipe, limit=1)
+        time.sleep(0.2)  # time enough to read all five, were it not held back
+        assert len(reader._frames) == 1
+        assert [reader.next() for _ in range(6)] == [*frames, None]
+        reader.stop()
 
 
 @pytest.mark.usefixtures("helper_always")
-def test_a_helper_that_dies_is_an_error_not_a_short_file(tmp_path: Path) -> None:
-    # Larger than the pipe holds, so the helper is still writing when it is killed.
+def test_a_helper_that_dies_is_an_error_not_a_short_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Larger than the pipe and the reader hold, so the helper is still writing when it
+    # is killed.
+    monkeypatch.setattr(prepare, "READ_AHEAD_BYTES", 1)
     path = tmp_path / "many.jsonl"
     records = synthetic.rollouts(tasks=600, rollouts_per_task=2, seed=5)
     path.write_text("".join(json.dumps(record) + "\n" for record in records))

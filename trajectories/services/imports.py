@@ -9,7 +9,7 @@ import json
 import shutil
 import tempfile
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,8 @@ from trajectories.services.projects import imported_annotator
 MAX_ERRORS_KEPT = 1000
 # Trajectory rows held back to be written in one COPY (a few MB at most).
 PENDING_TRAJECTORIES = 5000
+# Trajectory ids taken at a time after an import's first chunk.
+ID_BLOCK = 5000
 
 
 class ImportRejected(Exception):
@@ -200,8 +202,10 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
             finished = (ImportBatch.Status.DONE, ImportBatch.Status.FAILED)
             if ImportBatch.objects.filter(pk=batch.pk, status__in=finished).exists():
                 raise _AlreadyFinished
-            writer = _ChunkWriter(batch, _default_schema(batch.project), counts)
-            with prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks:
+            with (
+                _ChunkWriter(batch, _default_schema(batch.project), counts) as writer,
+                prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks,
+            ):
                 for chunk in chunks:
                     progress.report(len(chunk))
                     records = []
@@ -213,9 +217,9 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
                     if counts.errors and not skip_invalid:
                         continue  # keep parsing to report every error, write nothing more
                     writer.write(records)
-            if counts.errors and not skip_invalid:
-                raise _Rollback
-            writer.finish()
+                if counts.errors and not skip_invalid:
+                    raise _Rollback
+                writer.finish()
             _link_parents(batch.project_id, counts.children)
     except _AlreadyFinished:
         batch.refresh_from_db()
@@ -280,6 +284,14 @@ class _ChunkWriter:
             else DigestFilter()
         )
         self.checks_off = False
+        # The step COPY stays open from chunk to chunk while nothing else needs the
+        # connection, so PostgreSQL stores one chunk while the next arrives; trajectory
+        # ids are taken in blocks for the same reason (the first block is exact, so a
+        # small import leaves no gap).
+        self.steps_open = contextlib.ExitStack()
+        self.steps_out: _Buffered | None = None
+        self.ids: list[int] = []
+        self.ids_taken = 0
         # Trajectory rows are written a few thousand at a time rather than with every
         # chunk: one COPY statement costs the same round trips for 200 rows or 5,000.
         self.pending_rows: list[str] = []
@@ -308,7 +320,10 @@ class _ChunkWriter:
         written = self.written
         if written is not None:
             candidates = [d for d in candidates if d in written]
-        existing = _existing_hashes(self.project_id, candidates) if candidates else set()
+        existing: set[str] = set()
+        if candidates:
+            self._steps_close()
+            existing = _existing_hashes(self.project_id, candidates)
         new = [
             item
             for digest, item in by_hash.items()
@@ -321,46 +336,84 @@ class _ChunkWriter:
         for item in new:
             for _, annotator, _ in item.labels:
                 if annotator not in self.annotators:
+                    self._steps_close()
                     self.annotators[annotator] = imported_annotator(annotator).pk
-        trajectory_ids = _allocate_ids(self.sequence, len(new))
+        trajectory_ids = self._ids_take(len(new))
 
         source_rows: list[str] = []
         labels: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
-        self._checks_off()
-        # Steps are streamed while the rows are built, so PostgreSQL stores one piece
-        # while the next is encoded. Their foreign key to the trajectory is deferred to
-        # commit (or not checked), so the trajectories may follow later.
-        with self._step_copy() as steps_out:
-            for trajectory_id, item in zip(trajectory_ids, new, strict=True):
-                steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
-                self.pending_rows.append(f"{trajectory_id}{self.head}{item.fields}")
-                self.pending_digests.add(item.digest)
-                if written is not None:
-                    written.add(item.digest)
-                if item.source:
-                    source_rows.append(f"{trajectory_id}\t{item.source}")
-                for index, annotator, value in item.labels:
-                    labels[0].append(trajectory_id)
-                    labels[1].append(index)
-                    labels[2].append(self.annotators[annotator])
-                    labels[3].append(value)
-                counts.steps += item.step_count
-                if item.parent_external_id:
-                    counts.children.append((trajectory_id, item.parent_external_id))
-        _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
+        # Steps are streamed while the rows are built. Their foreign key to the
+        # trajectory is deferred to commit (or not checked), so the trajectories may
+        # follow later.
+        steps_out = self._steps_open()
+        for trajectory_id, item in zip(trajectory_ids, new, strict=True):
+            steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
+            self.pending_rows.append(f"{trajectory_id}{self.head}{item.fields}")
+            self.pending_digests.add(item.digest)
+            if written is not None:
+                written.add(item.digest)
+            if item.source:
+                source_rows.append(f"{trajectory_id}\t{item.source}")
+            for index, annotator, value in item.labels:
+                labels[0].append(trajectory_id)
+                labels[1].append(index)
+                labels[2].append(self.annotators[annotator])
+                labels[3].append(value)
+            counts.steps += item.step_count
+            if item.parent_external_id:
+                counts.children.append((trajectory_id, item.parent_external_id))
         counts.created += len(new)
+        if source_rows:
+            self._steps_close()
+            _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
         if labels[0]:
             # With the checks back on: the labels' triggers keep each step's majority.
             self.finish()
             self._labels_insert(*labels)
         elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
+            self._steps_close()
             self._trajectories_flush()
 
     def finish(self) -> None:
-        """Write the trajectories still waiting and turn the checks back on: after it,
-        the database holds everything written so far, as ordinary SQL sees it."""
+        """Write everything still open or waiting and turn the checks back on: after
+        it, the database holds all written so far, as ordinary SQL sees it."""
+        self._steps_close()
         self._trajectories_flush()
         self._checks_on()
+
+    def __enter__(self) -> _ChunkWriter:
+        return self
+
+    def __exit__(self, *error: Any) -> None:
+        # On an error, an open COPY is ended as failed, which leaves the connection
+        # ready for the rollback.
+        self.steps_open.__exit__(*error)
+
+    def _steps_open(self) -> _Buffered:
+        if self.steps_out is None:
+            self._checks_off()
+            wrapper = self.steps_open.enter_context(connection.cursor())
+            copy = self.steps_open.enter_context(
+                wrapper.cursor.copy(f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN")
+            )
+            self.steps_out = _Buffered(copy.write)
+        return self.steps_out
+
+    def _steps_close(self) -> None:
+        """End the open step COPY, if any, so that the connection can run statements."""
+        if self.steps_out is not None:
+            self.steps_out.flush()
+            self.steps_out = None
+            self.steps_open.close()
+
+    def _ids_take(self, count: int) -> list[int]:
+        if len(self.ids) < count:
+            self._steps_close()
+            block = count - len(self.ids) if not self.ids_taken else max(count, ID_BLOCK)
+            self.ids += _allocate_ids(self.sequence, block)
+            self.ids_taken += block
+        taken, self.ids = self.ids[:count], self.ids[count:]
+        return taken
 
     def _trajectories_flush(self) -> None:
         _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", self.pending_rows)
@@ -403,18 +456,6 @@ class _ChunkWriter:
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL session_replication_role = origin")
             self.checks_off = False
-
-    @contextlib.contextmanager
-    def _step_copy(self) -> Iterator[_Buffered]:
-        with (
-            connection.cursor() as wrapper,
-            wrapper.cursor.copy(
-                f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN"
-            ) as copy,
-        ):
-            buffered = _Buffered(copy.write)
-            yield buffered
-            buffered.flush()
 
 
 class DigestFilter:
