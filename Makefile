@@ -14,7 +14,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The import helper's hot modules compiled with mypyc (skipped, with a word why, where
+# they cannot be; they then run as plain Python). Rebuilt only when their sources change.
 install: $(STAMP)
+	$(PY) -m trajectories.compiled build
 
 services: install
 	$(PY) -m stepscope.services up
@@ -71,4 +74,4 @@ bench-load: install
 	$(PY) bench/load.py
 
 clean: stop
-	rm -rf .stepscope staticfiles
+	rm -rf .stepscope staticfiles .build

@@ -1,7 +1,7 @@
 """Turning a file's parsed trajectories into what the import writes (no Django): hashes,
 step rows as COPY text, and the trajectory's own fields, in chunks of bounded size.
 
-A large file is prepared in a helper process (``python -m trajectories.prepare``) that
+A large file is prepared in a helper process (``python -m trajectories.helper``) that
 streams the chunks back over a pipe: parsing, hashing and encoding are most of an
 import's work in Python, and in a process of their own they run beside the importing
 process and PostgreSQL instead of taking turns with them for one interpreter lock. A
@@ -16,7 +16,6 @@ import contextlib
 import dataclasses
 import fcntl
 import json
-import os
 import pickle
 import subprocess
 import sys
@@ -178,7 +177,7 @@ def file_chunks(
         "steps": CHUNK_STEPS,
     }
     helper = subprocess.Popen(
-        [sys.executable, "-m", "trajectories.prepare", json.dumps(spec)],
+        [sys.executable, "-m", "trajectories.helper", json.dumps(spec)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parent.parent,
@@ -307,17 +306,3 @@ def _serve(spec: dict[str, Any], out: IO[bytes]) -> None:
         message = ("crash", traceback.format_exc())
     _send(out, message)
     out.flush()
-
-
-if __name__ == "__main__":
-    # Through the module's own name, so what is pickled names trajectories.prepare's
-    # classes rather than __main__'s.
-    from trajectories import prepare
-
-    try:
-        prepare._serve(json.loads(sys.argv[1]), sys.stdout.buffer)
-    except BrokenPipeError:
-        # The importer stopped reading: it has given up on the file. Pointing stdout
-        # at /dev/null keeps the interpreter's exit from failing on the closed pipe.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)

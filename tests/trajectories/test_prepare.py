@@ -38,7 +38,7 @@ def helpers() -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process().children()
-        if "trajectories.prepare" in " ".join(child.cmdline())
+        if "trajectories.helper" in " ".join(child.cmdline())
     ]
 
 
