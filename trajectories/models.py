@@ -107,9 +107,15 @@ class Trajectory(models.Model):
     import_batch = models.ForeignKey(
         ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="trajectories"
     )
-    # A rollout that continues another trajectory from one of its steps.
+    # A rollout that continues another trajectory from one of its steps. Its index
+    # (traj_parent) holds only the trajectories that have a parent.
     parent = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="children"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="children",
+        db_index=False,
     )
     branch_index = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -135,6 +141,11 @@ class Trajectory(models.Model):
             # share a prefix are looked for (rollouts/services/chunks.py). The digest
             # leads so that lookup can use no other index; it keeps long tasks out too.
             models.Index(MD5("task"), "project", name="traj_task_md5_project"),
+            # Children of a trajectory (and the key's SET NULL when one is deleted). Most
+            # trajectories have no parent, and an import need not index them.
+            models.Index(
+                fields=["parent"], name="traj_parent", condition=models.Q(parent__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:

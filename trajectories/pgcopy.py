@@ -152,7 +152,8 @@ def first_column_filled(rows: str, value: int) -> str:
     if not rows:
         return rows
     first = str(value)
-    return first + rows[:-1].replace("\n", "\n" + first) + "\n"
+    # Every line but the first starts right after a newline followed by its tab.
+    return first + rows.replace("\n\t", f"\n{first}\t")
 
 
 # Escaped repeating columns, bounded so that a file with many distinct agents or tool

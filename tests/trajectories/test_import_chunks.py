@@ -337,3 +337,16 @@ def test_duplicate_check_probes_the_unique_index_while_statistics_are_stale() ->
     assert "trajectory_unique_content_per_project" in plan, plan
     assert "Seq Scan on trajectories_trajectory" not in plan, plan
     assert imports._existing_hashes(project.pk, [*digests[:5], "f" * 64]) == set(digests[:5])
+
+
+def test_children_are_found_through_the_index_of_trajectories_with_a_parent() -> None:
+    """The parent key's index leaves out trajectories without a parent (most of them,
+    and what a large import writes); lookups of children must still use it."""
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("EXPLAIN SELECT id FROM trajectories_trajectory WHERE parent_id = %s", [5])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("SELECT indexdef FROM pg_indexes WHERE indexname = 'traj_parent'")
+        (definition,) = cursor.fetchone() or ("",)
+    assert "traj_parent" in plan, plan
+    assert definition.endswith("WHERE (parent_id IS NOT NULL)"), definition

@@ -470,21 +470,24 @@ class DigestFilter:
         self._bits = bytearray(self.BITS // 8)
 
     def add(self, digest: str) -> None:
-        for bit in self._bits_of(digest):
-            self._bits[bit >> 3] |= 1 << (bit & 7)
+        bits = self._bits
+        for bit in self._positions(digest):
+            bits[bit >> 3] |= 1 << (bit & 7)
 
     def __contains__(self, digest: str) -> bool:
-        return all(self._bits[bit >> 3] & (1 << (bit & 7)) for bit in self._bits_of(digest))
-
-    def _bits_of(self, digest: str) -> tuple[int, int, int]:
-        # A digest is sha256 hex, as good as random: three 28-bit slices of it are three
-        # independent positions.
-        mask = self.BITS - 1
-        return (
-            int(digest[:7], 16) & mask,
-            int(digest[7:14], 16) & mask,
-            int(digest[14:21], 16) & mask,
+        bits = self._bits
+        first, second, third = self._positions(digest)
+        return bool(
+            bits[first >> 3] & (1 << (first & 7))
+            and bits[second >> 3] & (1 << (second & 7))
+            and bits[third >> 3] & (1 << (third & 7))
         )
+
+    def _positions(self, digest: str) -> tuple[int, int, int]:
+        # A digest is sha256 hex, as good as random: three 28-bit slices of its first 84
+        # bits are three independent positions.
+        value, mask = int(digest[:21], 16), self.BITS - 1
+        return value & mask, (value >> 28) & mask, (value >> 56) & mask
 
 
 def _existing_hashes(project_id: int, digests: list[str]) -> set[str]:
