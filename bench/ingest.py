@@ -207,7 +207,8 @@ def baselines(path: Path, source_format: str) -> dict[str, float]:
         if not isinstance(record, ParsedTrajectory):
             continue
         hashes = prefix_hashes(record.task, record.steps)
-        lines = first_column_filled(step_rows(record.steps, hashes), number).splitlines()
+        encoded = step_rows(record.steps, hashes).encode()
+        lines = first_column_filled(encoded, number).decode().splitlines()
         step_ids = range(next_id, next_id + len(record.steps))
         next_id += len(record.steps)
         trajectory_ids.append(number)

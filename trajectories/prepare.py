@@ -49,8 +49,9 @@ class Prepared:
     location: str
     parent_external_id: str
     step_count: int
-    # COPY rows of pgcopy.STEP_COLUMNS without the trajectory id (pgcopy.step_rows).
-    steps: str
+    # COPY rows of pgcopy.STEP_COLUMNS without the trajectory id (pgcopy.step_rows),
+    # encoded: the importing process hands them on to PostgreSQL as they are.
+    steps: bytes
     # The trajectory row's columns after the ones the importer knows (TRAJECTORY_FIELDS).
     fields: str
     # "location\traw JSON\n" for trajectory_source, or "" when there is no source record.
@@ -100,7 +101,7 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
     try:
         hashes = prefix_hashes(record.task, record.steps)
         digest = content_hash(record, source_format, step_hashes=hashes)
-        steps = pgcopy.step_rows(record.steps, hashes)
+        steps = pgcopy.step_rows(record.steps, hashes).encode()
         fields = pgcopy.row(
             (
                 record.external_id, record.task_key, record.task, record.ground_truth,

@@ -39,7 +39,8 @@ def test_step_rows_follow_step_columns() -> None:
             metadata={"k": 1},
         ),
     ]
-    rows = pgcopy.first_column_filled(pgcopy.step_rows(steps, ["h0", "h1"]), 7).splitlines()
+    encoded = pgcopy.step_rows(steps, ["h0", "h1"]).encode()
+    rows = pgcopy.first_column_filled(encoded, 7).decode().splitlines()
     columns = [c.strip() for c in pgcopy.STEP_COLUMNS.split(",")]
     first, second = (dict(zip(columns, row.split("\t"), strict=True)) for row in rows)
     assert first == {
@@ -60,7 +61,7 @@ def test_first_column_filled_puts_the_value_first_on_every_row(
 ) -> None:
     steps = [ParsedStep(kind="thought", role="", content=c, labelable=False) for c in contents]
     rows = pgcopy.step_rows(steps, [f"h{n}" for n in range(len(steps))])
-    filled = pgcopy.first_column_filled(rows, value)
+    filled = pgcopy.first_column_filled(rows.encode(), value).decode()
     assert filled.splitlines() == [f"{value}{row}" for row in rows.splitlines()]
     assert [row.split("\t")[2] for row in filled.splitlines()] == [
         f"h{n}" for n in range(len(steps))

@@ -11,7 +11,7 @@ import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, AnyStr, Generic
 
 from django.conf import settings
 from django.contrib.auth.models import User
@@ -289,7 +289,7 @@ class _ChunkWriter:
         # ids are taken in blocks for the same reason (the first block is exact, so a
         # small import leaves no gap).
         self.steps_open = contextlib.ExitStack()
-        self.steps_out: _Buffered | None = None
+        self.steps_out: _Buffered[bytes] | None = None
         self.ids: list[int] = []
         self.ids_taken = 0
         # Trajectory rows are written a few thousand at a time rather than with every
@@ -389,14 +389,14 @@ class _ChunkWriter:
         # ready for the rollback.
         self.steps_open.__exit__(*error)
 
-    def _steps_open(self) -> _Buffered:
+    def _steps_open(self) -> _Buffered[bytes]:
         if self.steps_out is None:
             self._checks_off()
             wrapper = self.steps_open.enter_context(connection.cursor())
             copy = self.steps_open.enter_context(
                 wrapper.cursor.copy(f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN")
             )
-            self.steps_out = _Buffered(copy.write)
+            self.steps_out = _Buffered(copy.write, b"")
         return self.steps_out
 
     def _steps_close(self) -> None:
@@ -521,17 +521,19 @@ LABEL_COLUMNS = (
 )
 
 
-class _Buffered:
-    """Collects COPY text and hands it on in pieces of about ``size`` characters: large
-    enough to keep per-call overhead small, small enough to keep the server busy."""
+class _Buffered(Generic[AnyStr]):
+    """Collects COPY text (or its encoding) and hands it on in pieces of about ``size``
+    characters: large enough to keep per-call overhead small, small enough to keep the
+    server busy."""
 
-    def __init__(self, write: Callable[[str], Any], size: int = 1 << 20) -> None:
-        self._write = write
+    def __init__(self, write: Callable[[AnyStr], Any], empty: AnyStr, size: int = 1 << 20) -> None:
+        self._write: Callable[[AnyStr], Any] = write
+        self._empty: AnyStr = empty
         self._size = size
-        self._pieces: list[str] = []
+        self._pieces: list[AnyStr] = []
         self._length = 0
 
-    def write(self, text: str) -> None:
+    def write(self, text: AnyStr) -> None:
         self._pieces.append(text)
         self._length += len(text)
         if self._length >= self._size:
@@ -539,7 +541,7 @@ class _Buffered:
 
     def flush(self) -> None:
         if self._pieces:
-            self._write("".join(self._pieces))
+            self._write(self._empty.join(self._pieces))
             self._pieces, self._length = [], 0
 
 
@@ -600,7 +602,7 @@ def _copy(table_and_columns: str, rows: list[str]) -> None:
         connection.cursor() as wrapper,
         wrapper.cursor.copy(f"COPY {table_and_columns} FROM STDIN") as copy,
     ):
-        out = _Buffered(copy.write)
+        out = _Buffered(copy.write, "")
         for row in rows:
             out.write(row)
         out.flush()
