@@ -484,8 +484,8 @@ class DigestFilter:
         )
 
     def _positions(self, digest: str) -> tuple[int, int, int]:
-        # A digest is sha256 hex, as good as random: three 28-bit slices of its first 84
-        # bits are three independent positions.
+        # A digest is sha256 hex, as good as random: the low 25 bits of three separate
+        # 28-bit stretches of its first 84 bits are three independent positions.
         value, mask = int(digest[:21], 16), self.BITS - 1
         return value & mask, (value >> 28) & mask, (value >> 56) & mask
 
