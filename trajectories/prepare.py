@@ -34,6 +34,9 @@ from trajectories.hashing import content_hash, prefix_hashes
 # of COPY statements, so chunks bound its memory while keeping the rounds few.
 CHUNK_TRAJECTORIES = 1000
 CHUNK_STEPS = 4000
+# And at most about this much prepared text, so a file of very long steps (or large
+# source records) keeps chunks, and the importer's read-ahead of them, bounded too.
+CHUNK_BYTES = 4 * 1024 * 1024
 # Files at least this large are prepared in a helper process. Measured with
 # `bench/ingest.py --helper-sweep`: at 8 MB both ways took 0.51 s; at 4 MB the helper's
 # start (about 0.15 s) still cost more than it saved (0.33 s against 0.25), at 16 MB it
@@ -76,23 +79,26 @@ def prepared_chunks(
     *,
     trajectories: int,
     steps: int,
+    size: int,
 ) -> Iterator[Chunk]:
-    """The parser's results, prepared, in chunks of at most ``trajectories`` records or
-    ``steps`` steps (whichever comes first). A record holding text PostgreSQL cannot
-    store (NUL, lone surrogates) becomes a RecordError naming the field."""
+    """The parser's results, prepared, in chunks of at most ``trajectories`` records,
+    ``steps`` steps or (about) ``size`` bytes of prepared rows, whichever comes first. A
+    record holding text PostgreSQL cannot store (NUL, lone surrogates) becomes a
+    RecordError naming the field."""
     chunk: Chunk = []
-    counted = 0
+    counted = written = 0
     for result in results:
         if isinstance(result, ParsedTrajectory):
             item = prepared(result, source_format)
             chunk.append(item)
             if isinstance(item, Prepared):
                 counted += item.step_count
+                written += len(item.steps) + len(item.fields) + len(item.source)
         else:
             chunk.append(result)
-        if len(chunk) >= trajectories or counted >= steps:
+        if len(chunk) >= trajectories or counted >= steps or written >= size:
             yield chunk
-            chunk, counted = [], 0
+            chunk, counted, written = [], 0, 0
     if chunk:
         yield chunk
 
@@ -167,7 +173,11 @@ def file_chunks(
     if path.stat().st_size < HELPER_FROM_BYTES:
         parser = parser_for(source_format, mapping)
         yield prepared_chunks(
-            parser(path), source_format, trajectories=CHUNK_TRAJECTORIES, steps=CHUNK_STEPS
+            parser(path),
+            source_format,
+            trajectories=CHUNK_TRAJECTORIES,
+            steps=CHUNK_STEPS,
+            size=CHUNK_BYTES,
         )
         return
     spec = {
@@ -176,6 +186,7 @@ def file_chunks(
         "mapping": mapping,
         "trajectories": CHUNK_TRAJECTORIES,
         "steps": CHUNK_STEPS,
+        "bytes": CHUNK_BYTES,
     }
     helper = subprocess.Popen(
         [sys.executable, "-m", "trajectories.helper", json.dumps(spec)],
@@ -297,6 +308,7 @@ def _serve(spec: dict[str, Any], out: IO[bytes]) -> None:
             spec["format"],
             trajectories=spec["trajectories"],
             steps=spec["steps"],
+            size=spec["bytes"],
         )
         for chunk in chunks:
             _send(out, ("chunk", chunk))

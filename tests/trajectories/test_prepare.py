@@ -62,6 +62,22 @@ def test_helper_gives_the_chunks_this_process_gives(
     assert there == here
 
 
+def test_long_steps_close_a_chunk_at_its_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk holds few records when their steps are long, whichever way it is made."""
+    path = tmp_path / "long.jsonl"
+    long_step = {"content": "x" * 100_000}
+    records = [{"id": f"r{n}", "task": "t", "steps": [long_step] * 3} for n in range(10)]
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    monkeypatch.setattr(prepare, "CHUNK_BYTES", 500_000)
+    for helper_from in (1 << 40, 0):
+        monkeypatch.setattr(prepare, "HELPER_FROM_BYTES", helper_from)
+        with prepare.file_chunks(path, "stepscope") as chunks:
+            # 300 kB of rows a record: the second one passes the size.
+            assert [len(chunk) for chunk in chunks] == [2, 2, 2, 2, 2]
+
+
 @pytest.mark.usefixtures("helper_always")
 def test_leaving_early_stops_the_helper(runs: Path) -> None:
     with prepare.file_chunks(runs, "stepscope") as chunks:
