@@ -291,7 +291,7 @@ class _ChunkWriter:
         self.steps_open = contextlib.ExitStack()
         self.steps_out: _Buffered[bytes] | None = None
         self.ids: list[int] = []
-        self.ids_taken = 0
+        self.ids_blocks = False
         # Trajectory rows are written a few thousand at a time rather than with every
         # chunk: one COPY statement costs the same round trips for 200 rows or 5,000.
         self.pending_rows: list[str] = []
@@ -316,19 +316,14 @@ class _ChunkWriter:
             by_hash.setdefault(item.digest, item)
         # Repeats of trajectories still waiting to be written are found here; the
         # database is asked about the rest (only those the filter may hold, if any).
-        candidates = [d for d in by_hash if d not in self.pending_digests]
+        unheld = [d for d in by_hash if d not in self.pending_digests]
         written = self.written
-        if written is not None:
-            candidates = [d for d in candidates if d in written]
+        candidates = unheld if written is None else [d for d in unheld if d in written]
         existing: set[str] = set()
         if candidates:
             self._steps_close()
             existing = _existing_hashes(self.project_id, candidates)
-        new = [
-            item
-            for digest, item in by_hash.items()
-            if digest not in existing and digest not in self.pending_digests
-        ]
+        new = [by_hash[digest] for digest in unheld if digest not in existing]
         # Repeats within the file and trajectories already in the project are unchanged.
         counts.unchanged += len(records) - len(new)
         if not new:
@@ -409,9 +404,9 @@ class _ChunkWriter:
     def _ids_take(self, count: int) -> list[int]:
         if len(self.ids) < count:
             self._steps_close()
-            block = count - len(self.ids) if not self.ids_taken else max(count, ID_BLOCK)
+            block = max(count, ID_BLOCK) if self.ids_blocks else count - len(self.ids)
             self.ids += _allocate_ids(self.sequence, block)
-            self.ids_taken += block
+            self.ids_blocks = True
         taken, self.ids = self.ids[:count], self.ids[count:]
         return taken
 
