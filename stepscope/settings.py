@@ -116,8 +116,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery: the broker in CELERY_BROKER_URL, else the embedded Redis. --------------------
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or embedded.redis_ensure(DATA_DIR)
-if TESTING and not env_str("CELERY_BROKER_URL"):
-    CELERY_BROKER_URL += "?virtual_host=1"
+# Every key Celery puts in Redis, messages and results, starts with this prefix. Tests
+# keep their traffic apart from a development worker on the same Redis (and each test run
+# and xdist worker from the others: tests/isolation.py sets a prefix per process).
+BROKER_KEY_PREFIX = env_str("STEPSCOPE_BROKER_KEY_PREFIX") or ("test:" if TESTING else "")
 CELERY_RESULT_BACKEND = env_str("CELERY_RESULT_BACKEND") or CELERY_BROKER_URL
 CELERY_TASK_DEFAULT_QUEUE = "default"
 CELERY_TASK_ACKS_LATE = True
@@ -139,10 +141,13 @@ CELERY_TASK_PUBLISH_RETRY_POLICY = {
 }
 # A task a dead worker took (never acknowledged) is handed out again after this long;
 # keep it above the longest chunk, or live chunks get delivered twice.
-CELERY_BROKER_TRANSPORT_OPTIONS = {
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
     "visibility_timeout": env_int("STEPSCOPE_BROKER_VISIBILITY_TIMEOUT", 1800),
     "socket_connect_timeout": 2,
 }
+if BROKER_KEY_PREFIX:
+    CELERY_BROKER_TRANSPORT_OPTIONS["global_keyprefix"] = BROKER_KEY_PREFIX
+    CELERY_RESULT_BACKEND_TRANSPORT_OPTIONS = {"global_keyprefix": BROKER_KEY_PREFIX}
 # Only unit tests may run tasks in-process; everything else goes through a worker.
 CELERY_TASK_ALWAYS_EAGER = False
 
@@ -169,6 +174,8 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
+# Models Stepscope trains for itself (the demo policy).
+MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
 
 # Largest request body accepted through the web and the API (stepscope.middleware answers
 # 413 before reading a larger one; bigger files go through `import_trajectories`).

@@ -16,12 +16,26 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
+from tests import isolation
+from tests.databases import TestDatabase
 from tests.factories import MembershipFactory, UserFactory
 from trajectories.models import Membership, Project
 from trajectories.services import project_create
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
+    """This process's own database, copied from a migrated template (tests/databases.py)
+    instead of migrated from scratch."""
+    with django_db_blocker.unblock():
+        database = TestDatabase(isolation.NAME)
+        database.create()
+    yield
+    with django_db_blocker.unblock():
+        database.drop()
 
 
 @pytest.fixture
@@ -48,11 +62,14 @@ def outsider(db: None) -> User:
     return UserFactory.create(username="outsider")
 
 
-@pytest.fixture
-def page() -> Iterator[Any]:
-    """A page of headless Debian Chromium (Playwright cannot download browsers here).
-    Fails, not skips, without Chromium: `make test` installs it, and a skipped browser
-    test would let a whole flow go untested while the suite stays green."""
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Any]:
+    """One headless Debian Chromium per test module (Playwright cannot download browsers
+    here); each test gets a fresh context of it. Not one per session: while Playwright's
+    sync API is open, its event loop counts as running in this thread, which would put
+    every later test of the process in an async context. Fails, not skips, without Chromium:
+    `make test` installs it, and a skipped browser test would let a whole flow go
+    untested while the suite stays green."""
     import playwright.sync_api as playwright_api
 
     executable = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -66,18 +83,25 @@ def page() -> Iterator[Any]:
             executable_path=executable,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
         )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        page = context.new_page()
-        page.set_default_timeout(15_000)
-        errors: list[str] = []
-        page.on("pageerror", lambda error: errors.append(str(error)))
-        yield page
-        # Under Playwright's sync API the test's ORM calls get a connection of their own
-        # (Django keeps connections per context); close it so the test database can go.
-        connections.close_all()
+        yield browser
         browser.close()
-        assert errors == [], f"JavaScript errors: {errors}"
-        os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+
+
+@pytest.fixture
+def page(chromium: Any) -> Iterator[Any]:
+    """A page in a new browser context (its own cookies and storage)."""
+    context = chromium.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(15_000)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    # Under Playwright's sync API the test's ORM calls get a connection of their own
+    # (Django keeps connections per context); close it so the test database can go.
+    connections.close_all()
+    context.close()
+    assert errors == [], f"JavaScript errors: {errors}"
 
 
 @pytest.fixture(scope="session")
@@ -96,7 +120,7 @@ def celery_worker(
         "STEPSCOPE_TESTING": "1",
         "STEPSCOPE_DATABASE_NAME": connection.settings_dict["NAME"],
     }
-    log = REPO_ROOT / ".stepscope" / "test-worker.log"
+    log = REPO_ROOT / ".stepscope" / f"test-worker-{isolation.NAME}.log"
     log.parent.mkdir(exist_ok=True)
     with log.open("wb") as log_file:
         worker = subprocess.Popen(
@@ -122,3 +146,30 @@ def celery_worker(
             worker.wait(timeout=30)
         except subprocess.TimeoutExpired:
             worker.kill()
+
+
+# Fixtures and marks that mean a test needs a server: PostgreSQL, the broker, a Celery
+# worker, a browser or the deployed stack.
+NEEDS_SERVERS = {"django_db_setup", "db", "transactional_db", "live_server", "celery_worker"}
+SERVER_MARKS = ("django_db", "celery", "browser", "stack")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--fast",
+        action="store_true",
+        help="only the tests that need no database, broker, worker or browser (make test-fast)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--fast"):
+        return
+    fast: list[pytest.Item] = []
+    slow: list[pytest.Item] = []
+    for item in items:
+        needs = NEEDS_SERVERS.intersection(getattr(item, "fixturenames", ()))
+        marked = any(item.get_closest_marker(mark) for mark in SERVER_MARKS)
+        (slow if needs or marked else fast).append(item)
+    config.hook.pytest_deselected(items=slow)
+    items[:] = fast

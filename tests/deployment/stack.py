@@ -20,12 +20,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.parse
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -33,6 +33,7 @@ PYTHON = sys.executable
 _PRIVATE = (
     "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "STEPSCOPE_DATABASE_NAME",
     "STEPSCOPE_TESTING", "STEPSCOPE_DATA_DIR", "DJANGO_ALLOW_ASYNC_UNSAFE",
+    "STEPSCOPE_BROKER_KEY_PREFIX", "STEPSCOPE_MEDIA_ROOT", "STEPSCOPE_MODELS_DIR",
 )  # fmt: skip
 
 
@@ -40,15 +41,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, poll: float = 0.1) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
 
 
 class Stack:

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from scoring.models import Scorer
+from tests import isolation
 from tests.conftest import REPO_ROOT
 from trajectories.models import Project
 
@@ -103,7 +104,7 @@ class Workers:
         }
         code = (
             "from stepscope.celery import app; "
-            f"app.conf.broker_transport_options = {options!r}; "
+            f"app.conf.broker_transport_options.update({options!r}); "
             f"app.worker_main(['worker', '-Q', {','.join(queues)!r}, '--concurrency', '1',"
             f" '--pool', 'prefork', '-n', {name + '@%h'!r}, '--without-gossip',"
             " '--without-mingle', '--loglevel', 'INFO'])"
@@ -113,7 +114,7 @@ class Workers:
             "STEPSCOPE_TESTING": "1",
             "STEPSCOPE_DATABASE_NAME": self.database,
         }
-        log = REPO_ROOT / ".stepscope" / f"test-{name}.log"
+        log = REPO_ROOT / ".stepscope" / f"test-{name}-{isolation.NAME}.log"
         log.parent.mkdir(exist_ok=True)
         with log.open("ab") as log_file:
             worker = subprocess.Popen(

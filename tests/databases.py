@@ -1,0 +1,128 @@
+"""The test database of one test process: a copy of a migrated template.
+
+Migrating an empty database takes most of a minute here; copying one takes a second. The
+template is named after a digest of every installed app's migration files, so it is made
+once per change to the migrations and then shared by every worker and every later run
+(``CREATE DATABASE … TEMPLATE``). Each process then gets its own database,
+``test_stepscope_<run>_<worker>`` (``tests/isolation.py``).
+
+A process holds an advisory lock named after its database for as long as it lives, on a
+connection to the server's ``postgres`` database. A test database whose lock nobody holds
+belongs to a run that is gone (killed, or stopped in a debugger), and the next run drops
+it; so do templates of other migrations. Template work happens under one more lock, so
+two runs starting together make the template once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from django.apps import apps
+from django.core.management import call_command
+from django.db import connections
+
+TEST_PREFIX = "test_stepscope_"
+TEMPLATE_PREFIX = "stepscope_tpl_"
+TEMPLATE_LOCK = "stepscope-test-template"
+
+
+def migrations_digest() -> str:
+    """Changes whenever any installed app's migrations change (ours or a library's)."""
+    digest = hashlib.sha256()
+    for config in sorted(apps.get_app_configs(), key=lambda config: config.label):
+        for path in sorted(Path(config.path).glob("migrations/*.py")):
+            digest.update(f"{config.label}/{path.name}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def _maintenance_connect(settings_dict: dict[str, Any]) -> psycopg.Connection[Any]:
+    return psycopg.connect(
+        dbname="postgres",
+        user=settings_dict.get("USER") or None,
+        password=settings_dict.get("PASSWORD") or None,
+        host=settings_dict.get("HOST") or None,
+        port=settings_dict.get("PORT") or None,
+        autocommit=True,
+    )
+
+
+def _existing(conn: psycopg.Connection[Any], prefix: str) -> list[str]:
+    rows = conn.execute(
+        "SELECT datname FROM pg_database WHERE starts_with(datname, %s)", (prefix,)
+    ).fetchall()
+    return [row[0] for row in rows]
+
+
+def _drop(conn: psycopg.Connection[Any], name: str) -> None:
+    conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def _locked(conn: psycopg.Connection[Any], key: str) -> Iterator[None]:
+    conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (key,))
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (key,))
+
+
+def _drop_abandoned(conn: psycopg.Connection[Any]) -> None:
+    for name in _existing(conn, TEST_PREFIX):
+        row = conn.execute("SELECT pg_try_advisory_lock(hashtext(%s))", (name,)).fetchone()
+        if row is not None and row[0]:
+            _drop(conn, name)
+            conn.execute("SELECT pg_advisory_unlock(hashtext(%s))", (name,))
+
+
+def _template_ensure(conn: psycopg.Connection[Any], template: str) -> None:
+    """Migrate a new database and only then give it the template's name, so a run that
+    was killed half way leaves no half-migrated template behind."""
+    if template in _existing(conn, template):
+        return
+    building = f"{template}_building"
+    _drop(conn, building)
+    conn.execute(f'CREATE DATABASE "{building}"')
+    connection = connections["default"]
+    connection.close()
+    connection.settings_dict["NAME"] = building
+    try:
+        call_command("migrate", interactive=False, verbosity=0)
+    finally:
+        connections.close_all()
+    conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+
+
+class TestDatabase:
+    """Creates this process's database on entry and drops it on exit."""
+
+    def __init__(self, name: str) -> None:
+        self.name = TEST_PREFIX + name
+        self.settings_dict = connections["default"].settings_dict
+        self.conn = _maintenance_connect(self.settings_dict)
+
+    def create(self) -> None:
+        conn = self.conn
+        conn.execute("SELECT pg_advisory_lock(hashtext(%s))", (self.name,))
+        template = TEMPLATE_PREFIX + migrations_digest()
+        with _locked(conn, TEMPLATE_LOCK):
+            _drop_abandoned(conn)
+            for other in _existing(conn, TEMPLATE_PREFIX):
+                if other != template:
+                    _drop(conn, other)
+            _template_ensure(conn, template)
+            conn.execute(f'CREATE DATABASE "{self.name}" TEMPLATE "{template}"')
+        from django.conf import settings
+
+        self.settings_dict["NAME"] = self.name
+        settings.DATABASES["default"]["NAME"] = self.name
+
+    def drop(self) -> None:
+        connections.close_all()
+        _drop(self.conn, self.name)
+        self.conn.close()
