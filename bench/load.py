@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.deployment.stack import Browserless, Stack, wait_until  # noqa: E402
+from tests.deployment.stack import Browserless, Stack  # noqa: E402
+from tests.waiting import wait_until  # noqa: E402
 
 PASSWORD = "load-password-1"
 

@@ -21,6 +21,8 @@ from stepscope import queueing
 from stepscope.middleware import CONTENT_SECURITY_POLICY
 from trajectories.models import ImportBatch, Project
 
+pytestmark = pytest.mark.services
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO_ROOT / "templates"
 

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.deployment.stack import Browserless, Stack, wait_until
+from tests.deployment.stack import Browserless, Stack
+from tests.waiting import wait_until
 
 pytestmark = pytest.mark.stack
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from django.db.models import Count
 
 from labeling.sources import label_source_parse
 from tests.scoring.conftest import Workers
+from tests.waiting import wait_until
 from trajectories import synthetic
 from trajectories.batches import ExportOptions, Neutral
 from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
@@ -39,15 +39,6 @@ def workers(transactional_db: None) -> Iterator[Workers]:
         yield started
     finally:
         started.stop_all()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_killed_workers_lose_no_import_and_no_export(

@@ -28,7 +28,7 @@ from trajectories.models import Membership, Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters
 from trajectories.services import project_create
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]
 
 
 def at_once(*calls: Callable[[], Any]) -> list[Any]:

@@ -4,7 +4,6 @@ labels) equals the majority counted from the labels, after every kind of label w
 from __future__ import annotations
 
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -15,8 +14,11 @@ from django.utils import timezone
 from labeling.models import LabelSchema, StepLabel, StepMajority
 from labeling.sources import label_source_parse, label_source_sql
 from tests.factories import UserFactory, trajectory_with_steps
+from tests.waiting import wait_until
 from trajectories.models import Project, Step
 from trajectories.services import imported_annotator, project_create
+
+pytestmark = pytest.mark.services
 
 # The majority as counted from scratch: the reference the kept table must equal.
 COUNTED = (
@@ -149,30 +151,64 @@ def test_bulk_and_upsert_statements_keep_the_majority(project: Project) -> None:
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_labels_on_one_step_are_all_counted() -> None:
-    """Two annotators label one step at the same time, each transaction writing before
-    the other commits: the second recount waits for the first and sees both votes."""
+    """Two annotators label one step at the same time: the second writes while the
+    first's transaction is still open, and the first commits only once the second's
+    write is waiting on it (or, were nothing locked, done). The second recount must
+    still see both votes."""
     project = project_create(slug="conc", name="Concurrency")
     (step,) = trajectory_with_steps(project, ["a"]).steps.all()
     label(step, UserFactory.create(username="w"), -1)
-    voters = [UserFactory.create(username=name) for name in ("x", "y")]
-    barrier = threading.Barrier(2)
+    first_user, second_user = (UserFactory.create(username=name) for name in ("x", "y"))
+    first_wrote, first_may_commit, second_done = (threading.Event() for _ in range(3))
+    second_pid: list[int] = []
     errors: list[BaseException] = []
 
-    def vote(user: User) -> None:
+    def first() -> None:
         try:
             with transaction.atomic():
-                barrier.wait()
-                label(step, user, 1)
-                time.sleep(0.3)  # both have written before either commits
+                label(step, first_user, 1)
+                first_wrote.set()
+                assert first_may_commit.wait(timeout=60)
         except BaseException as error:  # handed back to the test
             errors.append(error)
         finally:
+            first_wrote.set()
             connection.close()
 
-    threads = [threading.Thread(target=vote, args=(user,)) for user in voters]
+    def second() -> None:
+        try:
+            assert first_wrote.wait(timeout=60)
+            with transaction.atomic():
+                with connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_backend_pid()")
+                    second_pid.append(cursor.fetchone()[0])
+                label(step, second_user, 1)
+        except BaseException as error:
+            errors.append(error)
+        finally:
+            second_done.set()
+            connection.close()
+
+    def second_waits_or_is_done() -> bool:
+        if second_done.is_set():
+            return True
+        if not second_pid:
+            return False
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", second_pid
+            )
+            row = cursor.fetchone()
+        return row is not None and row[0] == "Lock"
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
     for thread in threads:
         thread.start()
-    for thread in threads:
-        thread.join(timeout=30)
+    try:
+        assert wait_until(second_waits_or_is_done, timeout=60)
+    finally:
+        first_may_commit.set()
+        for thread in threads:
+            thread.join(timeout=60)
     assert errors == []
     assert kept(project) == counted(project) == {step.pk: 1}

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable
 from io import StringIO
@@ -19,6 +18,7 @@ from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.services import scoring_run_start
 from tests.factories import trajectory_with_steps
 from tests.scoring.conftest import TinyModels, Workers
+from tests.waiting import wait_until
 from trajectories.models import Project, Step
 from trajectories.services import imported_annotator
 
@@ -28,15 +28,6 @@ pytestmark = pytest.mark.celery
 def last_json_line(output: str) -> dict[str, Any]:
     summary: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
     return summary
-
-
-def wait_until(condition: Callable[[], bool], timeout: float, poll: float = 0.05) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(poll)
-    return False
 
 
 def test_score_command_runs_on_the_gpu_queue(

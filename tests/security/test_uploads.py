@@ -8,7 +8,6 @@ tests/deployment/test_hardening.py.)"""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from rest_framework.authtoken.models import Token
 
 from tests.factories import MembershipFactory, UserFactory
 from tests.trajectories.test_formats_inspect_ai import eval_members, sample, write_eval
+from tests.waiting import import_finished
 from trajectories.models import ImportBatch, Membership, Project, Trajectory
 from trajectories.services import project_create
 
@@ -46,23 +46,13 @@ def researcher(db: None) -> tuple[Project, User]:
     return project, user
 
 
-def wait_finished(batch_id: int, timeout: float = 90) -> ImportBatch:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = ImportBatch.objects.get(pk=batch_id)
-        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
-            return batch
-        time.sleep(0.2)
-    raise AssertionError(f"import {batch_id} still {batch.status} after {timeout}s")
-
-
 def upload(client: Client, project: Project, name: str, data: bytes, **form: Any) -> ImportBatch:
     response = client.post(
         f"/p/{project.slug}/imports/new/",
         {"source_format": "stepscope", "file": SimpleUploadedFile(name, data), **form},
     )
     assert response.status_code == 302, response.content.decode()[:2000]
-    return wait_finished(int(response["Location"].rstrip("/").split("/")[-1]))
+    return import_finished(int(response["Location"].rstrip("/").split("/")[-1]))
 
 
 def files_under(folder: Path) -> set[Path]:
@@ -176,7 +166,7 @@ def test_archive_member_names_with_path_tricks_write_nothing_outside(
             "file": SimpleUploadedFile("tricks.eval", archive.read_bytes()),
         },
     )
-    batch = wait_finished(int(response["Location"].rstrip("/").split("/")[-1]))
+    batch = import_finished(int(response["Location"].rstrip("/").split("/")[-1]))
 
     # Members are read from the archive in memory, never extracted: whatever their names,
     # nothing appears anywhere but the stored upload (and that is gone once imported).
@@ -209,7 +199,7 @@ def test_zip_bomb_upload_is_refused_naming_the_member(
         f"/p/{project.slug}/imports/new/",
         {"source_format": "inspect", "file": SimpleUploadedFile("bomb.eval", bomb.read_bytes())},
     )
-    batch = wait_finished(int(response["Location"].rstrip("/").split("/")[-1]))
+    batch = import_finished(int(response["Location"].rstrip("/").split("/")[-1]))
 
     assert batch.status == ImportBatch.Status.FAILED
     assert not Trajectory.objects.exists()
@@ -251,7 +241,7 @@ def test_upload_named_with_a_path_is_stored_under_its_base_name(
         HTTP_AUTHORIZATION=f"Token {token}",
     )
     assert response.status_code == 202, response.content
-    batch = wait_finished(response.json()["id"])
+    batch = import_finished(response.json()["id"])
     assert batch.file_name == "passwd.jsonl"
     assert Path(batch.stored_path).resolve().is_relative_to(media.resolve())
     assert files_under(tmp_path) - before <= files_under(media)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import time
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from rest_framework.test import APIClient
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
 from tests.factories import MembershipFactory, UserFactory
+from tests.waiting import wait_until
 from trajectories.models import ExportJob, Membership, Project, Selection, Step, Trajectory
 from trajectories.services import project_create, trajectory_import
 
@@ -188,10 +188,9 @@ def test_export_job_runs_on_a_worker_and_downloads_for_members_only(
     )  # fmt: skip
     assert response.status_code == 202, response.content
     job_id = response.json()["id"]
-    deadline = time.monotonic() + 60
-    while ExportJob.objects.get(pk=job_id).status in ("queued", "running"):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
+    running = ExportJob.objects.filter(pk=job_id, status__in=("queued", "running"))
+    ended = wait_until(lambda: not running.exists(), timeout=60)
+    assert ended, "the export is still running"
     job = ExportJob.objects.get(pk=job_id)
     assert job.status == "done", job.error
     names = {f["name"] for f in job.files}

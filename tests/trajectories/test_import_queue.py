@@ -4,7 +4,6 @@ errors and permissions."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ from rest_framework.test import APIClient
 
 from tests.conftest import REALDATA
 from tests.factories import MembershipFactory, UserFactory
+from tests.waiting import import_finished
 from trajectories.models import ImportBatch, Membership, Project, Trajectory
 
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
@@ -32,16 +32,6 @@ def researcher(project: Project) -> User:
 @pytest.fixture(autouse=True)
 def media_in_tmp(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"
-
-
-def wait_finished(batch_id: int, timeout: float = 60) -> ImportBatch:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        batch = ImportBatch.objects.get(pk=batch_id)
-        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
-            return batch
-        time.sleep(0.2)
-    raise AssertionError(f"import {batch_id} still {batch.status} after {timeout}s")
 
 
 def api_for(user: User) -> APIClient:
@@ -64,7 +54,7 @@ def test_upload_page_imports_on_a_worker(
     assert response.status_code == 302
     batch_id = int(response["Location"].rstrip("/").split("/")[-1])
 
-    batch = wait_finished(batch_id)
+    batch = import_finished(batch_id)
     assert batch.status == ImportBatch.Status.DONE
     assert (batch.created_count, batch.step_count) == (400, 2082)
     assert batch.processed_count == 400
@@ -88,7 +78,7 @@ def test_bad_upload_lists_errors_and_imports_nothing(
     response = client.post(
         f"/p/{project.slug}/imports/new/", {"source_format": "processbench", "file": upload}
     )
-    batch = wait_finished(int(response["Location"].rstrip("/").split("/")[-1]))
+    batch = import_finished(int(response["Location"].rstrip("/").split("/")[-1]))
     assert batch.status == ImportBatch.Status.FAILED
     assert not Trajectory.objects.exists()
     page = client.get(f"/imports/{batch.pk}/").content.decode()
@@ -174,7 +164,7 @@ def test_api_file_upload_is_queued(
         format="multipart",
     )
     assert response.status_code == 202, response.content
-    batch = wait_finished(response.json()["id"])
+    batch = import_finished(response.json()["id"])
     assert batch.created_count == 400
 
 

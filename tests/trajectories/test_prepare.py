@@ -8,14 +8,15 @@ import json
 import os
 import pickle
 import signal
+import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.conftest import REALDATA
+from tests.waiting import wait_until
 from trajectories import prepare, synthetic
 from trajectories.formats.base import FileError, RecordError
 
@@ -92,6 +93,17 @@ def read_ahead_threads() -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name == "import-read-ahead"]
 
 
+def waiting_on_its_condition(thread: threading.Thread) -> bool:
+    """Whether the reader thread is blocked in ``Condition.wait`` while reading frames:
+    the only place it waits is where it holds back at its limit."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = set()
+    while frame is not None:
+        names.add(frame.f_code.co_name)
+        frame = frame.f_back
+    return {"wait", "_read_frames"} <= names
+
+
 def test_reading_ahead_holds_back_at_its_limit() -> None:
     """Below one frame's size, the reader holds one frame at a time, and still hands on
     every frame in order, then None for the end of the pipe."""
@@ -102,7 +114,7 @@ def test_reading_ahead_holds_back_at_its_limit() -> None:
             out.write(len(frame).to_bytes(8, "big") + frame)
     with os.fdopen(read_end, "rb") as pipe:
         reader = prepare._ReadAhead(pipe, limit=1)
-        time.sleep(0.2)  # time enough to read all five, were it not held back
+        assert wait_until(lambda: waiting_on_its_condition(reader._thread), timeout=30)
         assert len(reader._frames) == 1
         assert [reader.next() for _ in range(6)] == [*frames, None]
         reader.stop()
