@@ -43,9 +43,9 @@ from django.db import connection  # noqa: E402
 
 from rollouts import demo_policy, services, tasks  # noqa: E402
 from rollouts.generation.generator import Generator, generator_load  # noqa: E402
-from rollouts.management.commands.train_demo_policy import demo_policy_dir  # noqa: E402
 from rollouts.models import Policy, RolloutChunk, RolloutJob  # noqa: E402
 from rollouts.services.chunks import chunk_branches, chunk_requests  # noqa: E402
+from rollouts.services.demo import demo_policy_dir  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402

@@ -194,10 +194,14 @@ def train(
     peak_lr: float = 3e-3,
     seed: int = 0,
     log: Callable[[str], None] | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> TrainingReport:
     """Train for ``max_steps`` (or ``minutes`` of wall time, whichever comes first; 1200
     steps take about six minutes on two idle CPU cores), save model and tokenizer to
     ``out_dir`` with a ``stepscope-demo-policy.json`` report, and return the report.
+
+    ``progress`` is told after every step how much of the run is done (0 to 1, by steps
+    or by time, whichever is further).
 
     Each batch mixes worked problems (loss on the solution, not the task) with drills
     (loss on the results only); result digits weigh ``result_weight`` times the rest.
@@ -271,6 +275,8 @@ def train(
         optimizer.step()
         loss_value = float(loss.detach())
         step += 1
+        if progress:
+            progress(max((time.monotonic() - start) / budget, step / max_steps))
         if log and step % 50 == 0:
             log(f"step {step}: loss {loss_value:.4f}, lr {lr:.2e}, {time.monotonic() - start:.0f}s")
     seconds = time.monotonic() - start

@@ -9,7 +9,14 @@ from dataclasses import dataclass
 from django.db.models import F, Q, QuerySet
 from django.http import Http404
 
-from rollouts.models import Continuation, Policy, RolloutBranch, RolloutJob, StepMC
+from rollouts.models import (
+    Continuation,
+    DemoPolicyTraining,
+    Policy,
+    RolloutBranch,
+    RolloutJob,
+    StepMC,
+)
 from scoring.selectors import can_manage_scoring
 from trajectories.models import Project, Step
 from trajectories.selectors import AnyUser, projects_for_user
@@ -61,6 +68,15 @@ def rollout_job_get_for_user(user: AnyUser, pk: int) -> RolloutJob:
     if job is None:
         raise Http404("No such rollout job.")
     return job
+
+
+def demo_policy_training_shown(project: Project) -> DemoPolicyTraining | None:
+    """The project's demo policy training while it is queued or running, or when it
+    failed; None once it is done (its rollout jobs then show instead)."""
+    training = DemoPolicyTraining.objects.filter(project=project).first()
+    if training is None or training.status == DemoPolicyTraining.Status.DONE:
+        return None
+    return training
 
 
 def rollout_jobs_recent(project: Project, limit: int = RECENT_JOBS) -> list[RolloutJob]:

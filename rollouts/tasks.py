@@ -25,3 +25,10 @@ def run_chunk(chunk_id: int) -> None:
     from rollouts import services
 
     services.rollout_chunk_run(chunk_id=chunk_id)
+
+
+@shared_task(name="rollouts.train_demo_policy", **REDELIVERABLE)
+def train_demo_policy(training_id: int) -> None:
+    from rollouts.services.demo import demo_policy_training_run
+
+    demo_policy_training_run(training_id=training_id)

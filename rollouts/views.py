@@ -46,6 +46,7 @@ def _section(
         "project": project,
         "can_manage": selectors.can_run_rollouts(request.user, project),
         "jobs": selectors.rollout_jobs_recent(project),
+        "training": selectors.demo_policy_training_shown(project),
         "policies": policies,
         "form": form or RolloutJobForm(policies=policies),
     }

@@ -60,7 +60,7 @@ def test_train_saves_a_model_the_generation_path_loads(tmp_path: Path) -> None:
 def test_command_trains_once_and_registers_the_policy(
     tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings.DATA_DIR = tmp_path
+    settings.MODELS_DIR = tmp_path / "models"
     calls = []
     real_train = demo_policy.train
 

@@ -8,20 +8,17 @@ trained model is reused unless ``--force``.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from rollouts import demo_policy
-from rollouts.models import Policy
-
-POLICY_NAME = "demo-policy"
-
-
-def demo_policy_dir() -> Path:
-    return Path(settings.DATA_DIR) / "models" / f"demo-policy-v{demo_policy.VERSION}"
+from rollouts.services.demo import (
+    POLICY_NAME,
+    demo_policy_dir,
+    demo_policy_register,
+    demo_policy_report,
+)
 
 
 class Command(BaseCommand):
@@ -41,26 +38,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = demo_policy_dir()
-        report_file = path / "stepscope-demo-policy.json"
-        trained = options["force"] or not report_file.is_file()
-        if trained:
+        report = None if options["force"] else demo_policy_report()
+        trained = report is None
+        if report is None:
             report = demo_policy.train(
                 path,
                 minutes=options["minutes"],
                 max_steps=options["steps"],
                 log=lambda line: self.stderr.write(line) if options["verbosity"] > 1 else None,
             ).to_dict()
-        else:
-            report = json.loads(report_file.read_text())
-        policy, _ = Policy.objects.update_or_create(
-            name=POLICY_NAME,
-            project=None,
-            defaults={
-                "model_ref": str(path),
-                "parameters": demo_policy.PARAMETERS,
-                "queue": "gpu",
-            },
-        )
+        policy = demo_policy_register()
         summary: dict[str, Any] = {"policy": policy.pk, "name": POLICY_NAME, "trained": trained}
         summary.update(report)
         if options["evaluate"]:
