@@ -57,7 +57,9 @@ def test_a_killed_worker_loses_at_most_one_chunk(
     from scoring.prm import tiny
 
     slow = tiny.save_step_tag_lm(tmp_path / "slow-policy", layers=4, hidden=256)
-    for n in range(6):
+    # Three chunks of eight: one done, one interrupted by the kill, one the second worker
+    # finds.
+    for n in range(3):
         trajectory_with_steps(project, [f"Step {i} of {n}: add the digits." for i in range(2)])
     queue = f"rollouts-kill-{uuid.uuid4().hex[:8]}"
     policy = Policy.objects.create(
@@ -96,11 +98,11 @@ def test_a_killed_worker_loses_at_most_one_chunk(
 
     assert wait_until(finished, timeout=180)
     assert job.status == RolloutJob.Status.DONE, job.error
-    assert job.total == job.done == 12 * 4
+    assert job.total == job.done == 6 * 4
     per_branch = RolloutBranch.objects.filter(job=job).annotate(n=Count("continuations"))
-    assert {b.n for b in per_branch} == {4} and per_branch.count() == 12
+    assert {b.n for b in per_branch} == {4} and per_branch.count() == 6
     per_sample = Continuation.objects.values("branch", "sample").annotate(n=Count("pk"))
     assert {row["n"] for row in per_sample} == {1}
-    assert Trajectory.objects.filter(continuation__branch__job=job).count() == 48
+    assert Trajectory.objects.filter(continuation__branch__job=job).count() == 24
     # The chunk the first worker was generating ran again on the second.
     assert RolloutChunk.objects.filter(job=job, attempts__gte=2).exists()
