@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test test-system lint format typecheck bench bench-load install services worker migrate demo clean browser
+.PHONY: run stop test test-fast test-system test-system-all lint format typecheck bench bench-load install services worker migrate demo clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,18 +43,37 @@ browser:
 	    echo "installing Debian's chromium for the browser tests"; \
 	    apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 
+# Test processes (pytest-xdist): one per core. Each has its own database, Redis keys and
+# files (tests/isolation.py), so two runs on one machine never meet.
+TEST_WORKERS ?= auto
+PYTEST := $(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup
+
 test: services browser
-	$(PY) -m pytest
+	$(PYTEST)
 
-# The same suite against the system PostgreSQL and Redis (what docker-compose provides).
+# The inner loop: the tests that need no database, broker, worker or browser (the
+# Django-free modules and unit tests), in one process.
+test-fast: install
+	$(PY) -m pytest --fast -q
+
+# The tests whose point is the servers (workers, the broker, the deployed stack,
+# PostgreSQL-specific behaviour) against PostgreSQL and Redis on 127.0.0.1, what
+# docker-compose provides; `make test-system-all` runs the whole suite there.
+SYSTEM_SERVICES := DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/stepscope} \
+	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0}
+
 test-system: install browser
-	DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/stepscope} \
-	CELERY_BROKER_URL=$${CELERY_BROKER_URL:-redis://127.0.0.1:6379/0} \
-	$(PY) -m pytest
+	$(SYSTEM_SERVICES) $(PYTEST) -m "celery or stack or services"
 
-lint: install
+test-system-all: install browser
+	$(SYSTEM_SERVICES) $(PYTEST)
+
+lint: install typecheck
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py makemigrations --check --dry-run
+
+typecheck: install
 	$(VENV)/bin/mypy .
 
 format: install

@@ -29,6 +29,10 @@ NAME = f"{RUN}_{WORKER}"
 def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     # Celery workers the tests start inherit these, so they use the same keys and files.
     os.environ["STEPSCOPE_TESTING"] = "1"
+    if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+        # Several test processes (and their Celery workers) share the cores: torch's
+        # threads, one per core in each, would spin against each other.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["STEPSCOPE_BROKER_KEY_PREFIX"] = f"test-{NAME}:"
     files = Path(tempfile.mkdtemp(prefix=f"stepscope-test-{NAME}-"))
     os.environ["STEPSCOPE_MEDIA_ROOT"] = str(files / "media")

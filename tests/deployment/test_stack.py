@@ -24,7 +24,8 @@ import pytest
 from tests.deployment.stack import Browserless, Stack
 from tests.waiting import wait_until
 
-pytestmark = pytest.mark.stack
+# One worker runs the whole module: its stack is a module fixture.
+pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 
 PASSWORD = "stack-password-1"
 ANNOTATORS = 6

@@ -15,6 +15,9 @@ import pytest
 
 from trajectories import compiled, prepare, synthetic
 
+# One worker runs the whole module, so two never build into one directory at once.
+pytestmark = pytest.mark.xdist_group("compiled")
+
 
 @pytest.fixture(scope="module")
 def build() -> Path:
