@@ -139,7 +139,7 @@ def demo_policy_training_run(*, training_id: int) -> None:
 
 def _train(training: DemoPolicyTraining) -> None:
     DemoPolicyTraining.objects.filter(pk=training.pk).update(
-        status=DemoPolicyTraining.Status.RUNNING, started_at=timezone.now(), error=""
+        status=DemoPolicyTraining.Status.RUNNING, percent=0, started_at=timezone.now(), error=""
     )
     try:
         if demo_policy_report() is None:
