@@ -12,6 +12,7 @@ once as a flat per-step array plus CSR ``offsets`` (trajectory *i* owns
 ``steps[offsets[i]:offsets[i + 1]]``), as in :mod:`scoring.attribution`.
 """
 
+# Django-free: agreement statistics on arrays.
 from __future__ import annotations
 
 import itertools

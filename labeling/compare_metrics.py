@@ -8,6 +8,7 @@ and per-position aggregates that PostgreSQL computed. Results are dataclasses wi
 ``as_json()`` that turns NaN into ``None``.
 """
 
+# Django-free: the compare page's numbers from arrays.
 from __future__ import annotations
 
 import math

@@ -13,6 +13,7 @@ value function ``v(kept_step_indices) -> float`` so the model-running part stays
 caller, on the ``gpu`` queue.
 """
 
+# Django-free: credit maths on arrays.
 from __future__ import annotations
 
 import itertools

@@ -10,6 +10,7 @@ Which steps take part: the labelable ones (the steps scorers score and annotator
 System prompts, user turns and tool outputs are context and get no credit.
 """
 
+# Django-free: credit methods on arrays.
 from __future__ import annotations
 
 import itertools

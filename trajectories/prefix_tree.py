@@ -6,6 +6,7 @@ that do not branch are folded into one *segment*, so a tree of long rollouts sta
 readable: a segment is a path of nodes that every rollout through its first node follows.
 """
 
+# Django-free: plain data in, plain data out.
 from __future__ import annotations
 
 from collections.abc import Sequence
