@@ -168,7 +168,7 @@ def job_agreement(job: RolloutJob, *, against: str, mc: str = "") -> dict[str, o
     hard labels) agree with a reference label source on the job's trajectories: step
     accuracy and Cohen's κ where both label a step, and ProcessBench first-error
     accuracy and F1 (a search's first error, or the first step MC calls bad)."""
-    from labeling import agreement
+    from metrics import agreement
 
     # The trajectories the job labelled: searched, or holding a value it wrote (steps
     # that share a prefix share the value), its own continuations left out.
