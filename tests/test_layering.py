@@ -41,8 +41,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("evaluation", "exports"),
     ("top",),
 )
-# The stepscope modules that gather every app (urls, API, status page): the "top" unit.
-TOP_MODULES = ("stepscope.urls", "stepscope.api_urls", "stepscope.health", "stepscope.jobs")
+# The stepscope modules that gather every app (the URL and API roots): the "top" unit.
+TOP_MODULES = ("stepscope.urls", "stepscope.api_urls")
 # Top-level folders that are no layer: they may import anything.
 NOT_LAYERED = frozenset({"tests", "bench"})
 

@@ -29,6 +29,7 @@ from scoring.prm import (
     tiny,
 )
 from scoring.prm.adapters import StepScorer, scorer_build
+from scoring.prm.cache import LOADED
 from scoring.prm.head import Head, LabeledTrajectory, TrainedHeadScorer, in_holdout, train_head
 from tests.conftest import REPO_ROOT
 from tests.scoring.conftest import TinyModels
@@ -330,10 +331,10 @@ def test_one_sequence_out_of_memory_is_an_error(
 
 def test_a_model_is_loaded_once_per_process(tiny_models: TinyModels) -> None:
     same = spec(TOKEN_CLASSIFICATION, tiny_models.token_classifier, batch_size=3)
-    before = adapters.load_count
+    before = LOADED.loads
     first = adapters.scorer_load(same)
     assert adapters.scorer_load(dataclasses.replace(same)) is first
-    assert adapters.load_count == before + 1
+    assert LOADED.loads == before + 1
 
 
 def test_cpu_uses_fp32(tiny_models: TinyModels) -> None:
