@@ -10,9 +10,8 @@ from django.db.models import F, Q, QuerySet
 from django.http import Http404
 
 from rollouts.models import Continuation, Policy, RolloutBranch, RolloutJob, StepMC
-from scoring.selectors import can_manage_scoring
 from trajectories.models import Project, Step
-from trajectories.selectors import AnyUser, projects_for_user
+from trajectories.selectors import AnyUser, can_manage_data, projects_for_user
 
 RECENT_JOBS = 10
 # Continuations listed under a step; the rest are a link to the trajectory list away.
@@ -21,7 +20,7 @@ STEP_CONTINUATIONS_SHOWN = 32
 
 def can_run_rollouts(user: AnyUser, project: Project) -> bool:
     """Researchers and admins start and cancel rollouts, as they do scoring runs."""
-    return can_manage_scoring(user, project)
+    return can_manage_data(user, project)
 
 
 def policies_for_project(project: Project) -> QuerySet[Policy]:

@@ -26,7 +26,7 @@ from scoring.forms import AttributionRunForm, ScoringRunForm, TrainHeadForm
 from scoring.models import AttributionRun
 from stepscope.jobs.views import JobRows
 from trajectories.models import Project
-from trajectories.selectors import project_get_for_user, step_get_for_user
+from trajectories.selectors import can_manage_data, project_get_for_user, step_get_for_user
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -42,7 +42,7 @@ def _section(
     attribution_form: AttributionRunForm | None = None,
 ) -> HttpResponse:
     scorers = selectors.scorer_choices(project)
-    can_manage = selectors.can_manage_scoring(request.user, project)
+    can_manage = can_manage_data(request.user, project)
     context: dict[str, Any] = {
         "project": project,
         "can_manage": can_manage,
@@ -65,7 +65,7 @@ def _section(
 
 def _managed_project(request: HtmxHttpRequest, slug: str) -> Project:
     project = project_get_for_user(request.user, slug)
-    if not selectors.can_manage_scoring(request.user, project):
+    if not can_manage_data(request.user, project):
         raise PermissionDenied("Scoring needs the researcher or admin role.")
     return project
 
@@ -126,7 +126,7 @@ def scorer_train(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 # Each run's row polls itself while the run is active; Cancel swaps in the ended row.
 _scoring_rows = JobRows(
     get_for_user=selectors.scoring_run_get_for_user,
-    can_manage=selectors.can_manage_scoring,
+    can_manage=can_manage_data,
     cancel=lambda run: services.scoring_run_cancel(run=run),
     template="scoring/_run_row.html",
     page="scoring-section",
@@ -164,7 +164,7 @@ def attribution_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 _attribution_rows = JobRows(
     get_for_user=selectors.attribution_run_get_for_user,
-    can_manage=selectors.can_manage_scoring,
+    can_manage=can_manage_data,
     cancel=lambda run: services.attribution_run_cancel(run=run),
     template="scoring/_attribution_run_row.html",
     page="scoring-section",
@@ -250,7 +250,7 @@ def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Model scores are hidden until you submit this trajectory.")
     project = state.project
     scorer = selectors.default_scorer(project)
-    can_manage = selectors.can_manage_scoring(request.user, project)
+    can_manage = can_manage_data(request.user, project)
     run = selectors.saliency_latest(step, scorer) if scorer else None
     error = ""
     if request.method == "POST":
