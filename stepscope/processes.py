@@ -1,0 +1,93 @@
+"""Start and stop what Stepscope runs beside the web server, for `make run` / `make stop`.
+
+    python -m stepscope.processes up       # embedded PostgreSQL and Redis (unless configured)
+    python -m stepscope.processes worker   # a Celery worker on both queues, in the background
+    python -m stepscope.processes down     # stop the worker and the embedded servers
+
+Each command is idempotent. Django-free, like ``stepscope.embedded``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from stepscope import embedded
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get("STEPSCOPE_DATA_DIR") or BASE_DIR / ".stepscope").resolve()
+
+
+def _worker_pid_file() -> Path:
+    return data_dir() / "celery-worker.pid"
+
+
+def up() -> None:
+    if os.environ.get("DATABASE_URL"):
+        print("postgres: using DATABASE_URL")
+    else:
+        address = embedded.postgres_ensure(data_dir())
+        print(f"postgres: embedded, socket in {address.socket_dir}")
+    if os.environ.get("CELERY_BROKER_URL"):
+        print("redis: using CELERY_BROKER_URL")
+    else:
+        print(f"redis: embedded, {embedded.redis_ensure(data_dir())}")
+
+
+def _pid_alive(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+    except (FileNotFoundError, ValueError, ProcessLookupError):
+        return None
+    return pid
+
+
+def worker() -> None:
+    pid_file = _worker_pid_file()
+    pid = _pid_alive(pid_file)
+    if pid is not None:
+        print(f"celery worker: already running (pid {pid})")
+        return
+    pid_file.unlink(missing_ok=True)
+    log_file = data_dir() / "celery-worker.log"
+    subprocess.run(
+        [
+            sys.executable, "-m", "celery", "-A", "stepscope", "worker",
+            "-Q", "default,gpu", "--concurrency", "2", "--detach",
+            f"--pidfile={pid_file}", f"--logfile={log_file}", "--loglevel=INFO",
+        ],
+        check=True,
+        cwd=BASE_DIR,
+    )  # fmt: skip
+    print(f"celery worker: started, log in {log_file}")
+
+
+def down() -> None:
+    pid = _pid_alive(_worker_pid_file())
+    if pid is not None:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while _pid_alive(_worker_pid_file()) == pid and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print("celery worker: stopped")
+    stopped = embedded.stop_all(data_dir())
+    print("stopped: " + (", ".join(stopped) if stopped else "no embedded servers were running"))
+
+
+def main(argv: list[str]) -> None:
+    commands = {"up": up, "worker": worker, "down": down}
+    if len(argv) != 2 or argv[1] not in commands:
+        sys.exit(f"usage: python -m stepscope.processes {{{'|'.join(commands)}}}")
+    commands[argv[1]]()
+
+
+if __name__ == "__main__":
+    main(sys.argv)
