@@ -6,6 +6,7 @@ only draws what it is given: axes with ticks, one path per series, and a circle 
 wrapped in a link to the steps behind it.
 """
 
+# Django-free: chart geometry from plain data.
 from __future__ import annotations
 
 import math

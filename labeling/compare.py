@@ -29,10 +29,10 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
 from labeling import compare_metrics as cm
-from labeling.agreement import FirstErrorMetrics
 from labeling.models import LabelSchema, StepLabel
 from labeling.selectors import LabelingSettings, active_schema, is_reviewer
 from labeling.sources import IMPORTED_PREFIX, LabelSource, label_source_parse, label_source_sql
+from metrics.agreement import FirstErrorMetrics
 from scoring.models import Scorer
 from scoring.selectors import default_scorer, scorer_latest, scorers_for_project
 from trajectories.models import Project, Step

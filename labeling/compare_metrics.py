@@ -2,12 +2,13 @@
 
 :mod:`labeling.compare` pulls one row per labelable step that has both a reference label
 and a score (trajectory id, step index, label, score and a slice code) and hands them here
-as :class:`StepRows`; everything below is :mod:`labeling.agreement` applied to them, per
+as :class:`StepRows`; everything below is :mod:`metrics.agreement` applied to them, per
 slice where asked, plus the outcome-against-process summaries built from per-trajectory
 and per-position aggregates that PostgreSQL computed. Results are dataclasses with a
 ``as_json()`` that turns NaN into ``None``.
 """
 
+# Django-free: the compare page's numbers from arrays.
 from __future__ import annotations
 
 import math
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from labeling import agreement
+from metrics import agreement
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]

@@ -12,6 +12,7 @@ follows the last "answer is" / "answer:" / "####", else the whole step. A contin
 cut off by ``max_new_tokens`` never succeeds under a built-in check: it gave no answer.
 """
 
+# Django-free: answer checks on plain strings.
 from __future__ import annotations
 
 import importlib

@@ -25,7 +25,7 @@ from rollouts.serializers import (
     RolloutJobDetailSerializer,
     RolloutJobSerializer,
 )
-from scoring.api import ByIdCursor
+from stepscope.pagination import ByIdCursor
 from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters, project_get_for_user
 

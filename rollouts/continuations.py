@@ -9,6 +9,7 @@ Stepscope JSONL whose ``metadata.rollout`` also fills ``parent_external_id`` and
 ``branch_index``, so the importer links each continuation to its parent.
 """
 
+# Django-free: continuations as plain records.
 from __future__ import annotations
 
 from collections.abc import Iterator

@@ -16,6 +16,7 @@ The training problems come from the same generator as the demo project's, with o
 seeds, so the demo's own problems stay unseen.
 """
 
+# Django-free: trained and loaded without a database.
 from __future__ import annotations
 
 import itertools

@@ -9,8 +9,8 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
+from stepscope.jobs.models import Chunk, ChunkedJob
 from trajectories.models import Project, Step, Trajectory
 
 
@@ -53,7 +53,7 @@ class Policy(models.Model):
         return self.name
 
 
-class RolloutJob(models.Model):
+class RolloutJob(ChunkedJob):
     """Continuations of a selection of steps with one policy.
 
     ``steps``: the given steps; ``all``: every labelable step of the selected
@@ -76,7 +76,8 @@ class RolloutJob(models.Model):
         FAILED = "failed"
         CANCELLED = "cancelled"
 
-    ACTIVE: ClassVar = (Status.QUEUED, Status.RUNNING)
+    KIND = "rollout"
+    RATE_FIELD = "continuations_per_second"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="rollout_jobs")
     policy = models.ForeignKey(Policy, null=True, on_delete=models.SET_NULL, related_name="jobs")
@@ -90,26 +91,17 @@ class RolloutJob(models.Model):
     options = models.JSONField(default=dict, blank=True)
     max_continuations = models.PositiveIntegerField(null=True, blank=True)
     max_tokens = models.PositiveBigIntegerField(null=True, blank=True)
+    # The job's own states: a budget can stop it.
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    # Continuations planned and finished; more are planned as searches go on.
-    total = models.PositiveIntegerField(default=0)
-    done = models.PositiveIntegerField(default=0)
+    # total and done count continuations planned and finished; more are planned as
+    # searches go on.
     successes = models.PositiveIntegerField(default=0)
     tokens = models.PositiveBigIntegerField(default=0)  # generated
     truncated = models.PositiveIntegerField(default=0)  # prompts cut to fit max_length
-    chunks_total = models.PositiveIntegerField(default=0)
-    chunks_done = models.PositiveIntegerField(default=0)
     continuations_per_second = models.FloatField(null=True, blank=True)
     tokens_per_second = models.FloatField(null=True, blank=True)
     # What was found: first errors per trajectory, critical steps, what the budget left.
     result = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at", "-id"]
@@ -117,31 +109,6 @@ class RolloutJob(models.Model):
 
     def __str__(self) -> str:
         return f"rollout job {self.pk} ({self.status})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
-
-    @property
-    def percent(self) -> int:
-        return int(100 * self.done / self.total) if self.total else 0
-
-    @property
-    def rate(self) -> float | None:
-        """Continuations per second: final once the job ends, so far while it runs."""
-        if not self.is_active:
-            return self.continuations_per_second
-        if not self.started_at or not self.done:
-            return None
-        elapsed = (timezone.now() - self.started_at).total_seconds()
-        return self.done / elapsed if elapsed > 0 else None
-
-    @property
-    def eta_seconds(self) -> int | None:
-        rate = self.rate
-        if not self.is_active or not rate:
-            return None
-        return int(max(0, self.total - self.done) / rate)
 
 
 class RolloutSearch(models.Model):
@@ -224,23 +191,12 @@ class RolloutBranch(models.Model):
         return self.successes / self.done if self.done else None
 
 
-class RolloutChunk(models.Model):
+class RolloutChunk(Chunk):
     """The continuations one Celery task generates: ``items`` are ``[branch id, first
-    sample, samples]``. Its status changes in the same transaction as the trajectories
-    and values it writes, so a redelivered chunk never counts twice."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        DONE = "done"
+    sample, samples]``."""
 
     job = models.ForeignKey(RolloutJob, on_delete=models.CASCADE, related_name="chunks")
-    number = models.PositiveIntegerField()
     items = models.JSONField(default=list)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    # Deliveries so far: a chunk whose worker keeps dying fails the job instead of
-    # coming back for ever.
-    attempts = models.PositiveIntegerField(default=0)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["job", "number"]

@@ -12,6 +12,7 @@ succeeds the error is later, else it is at ``mid`` or earlier. It spends
 ``k * ceil(log2(n))`` rollouts where labelling every step spends ``k * n``.
 """
 
+# Django-free: Monte Carlo labels and searches on plain data.
 from __future__ import annotations
 
 import math

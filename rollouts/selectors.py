@@ -17,9 +17,8 @@ from rollouts.models import (
     RolloutJob,
     StepMC,
 )
-from scoring.selectors import can_manage_scoring
 from trajectories.models import Project, Step
-from trajectories.selectors import AnyUser, projects_for_user
+from trajectories.selectors import AnyUser, can_manage_data, projects_for_user
 
 RECENT_JOBS = 10
 # Continuations listed under a step; the rest are a link to the trajectory list away.
@@ -28,7 +27,7 @@ STEP_CONTINUATIONS_SHOWN = 32
 
 def can_run_rollouts(user: AnyUser, project: Project) -> bool:
     """Researchers and admins start and cancel rollouts, as they do scoring runs."""
-    return can_manage_scoring(user, project)
+    return can_manage_data(user, project)
 
 
 def policies_for_project(project: Project) -> QuerySet[Policy]:
@@ -184,7 +183,7 @@ def job_agreement(job: RolloutJob, *, against: str, mc: str = "") -> dict[str, o
     hard labels) agree with a reference label source on the job's trajectories: step
     accuracy and Cohen's κ where both label a step, and ProcessBench first-error
     accuracy and F1 (a search's first error, or the first step MC calls bad)."""
-    from labeling import agreement
+    from metrics import agreement
 
     # The trajectories the job labelled: searched, or holding a value it wrote (steps
     # that share a prefix share the value), its own continuations left out.

@@ -7,8 +7,8 @@ from rest_framework import serializers
 from rollouts import answers
 from rollouts.models import Policy, RolloutJob, RolloutSearch
 from rollouts.services import MAX_K
-from scoring.serializers import TrajectoryFiltersSerializer
 from trajectories.models import Project
+from trajectories.serializers import TrajectoryFiltersSerializer
 
 
 class PolicySerializer(serializers.ModelSerializer[Policy]):

@@ -1,16 +1,11 @@
 """Celery tasks for rollouts: thin wrappers that take ids and call a service.
-
-The redelivery rules are the scorers' (``scoring.tasks.REDELIVERABLE``): ``acks_late`` and
-``reject_on_worker_lost``, so a chunk whose worker died runs again elsewhere; its
-once-only recording makes the second run harmless. Database hiccups are retried with
-backoff; any other error fails the job (the service records it) and is not retried.
-"""
+Every task carries the job retry policy (:mod:`stepscope.jobs.retry`)."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from scoring.tasks import REDELIVERABLE
+from stepscope.jobs.retry import REDELIVERABLE
 
 
 @shared_task(name="rollouts.plan_job", **REDELIVERABLE)

@@ -23,6 +23,7 @@ from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
 from rollouts.forms import RolloutJobForm, StepRolloutForm
 from rollouts.models import RolloutJob
+from stepscope.jobs.views import JobRows
 from trajectories.models import Project, Step
 from trajectories.selectors import project_get_for_user, step_get_for_user
 
@@ -96,29 +97,17 @@ def rollout_job_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return redirect(reverse("rollouts-section", args=[project.slug]))
 
 
-def _row(request: HtmxHttpRequest, job: RolloutJob) -> HttpResponse:
-    context = {"job": job, "can_manage": selectors.can_run_rollouts(request.user, job.project)}
-    return render(request, "rollouts/_job_row.html", context)
-
-
-@login_required
-def rollout_job_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    job = selectors.rollout_job_get_for_user(request.user, pk)
-    if not request.htmx:
-        return redirect(reverse("rollouts-section", args=[job.project.slug]))
-    return _row(request, job)
-
-
-@login_required
-@require_POST
-def rollout_job_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    job = selectors.rollout_job_get_for_user(request.user, pk)
-    if not selectors.can_run_rollouts(request.user, job.project):
-        raise PermissionDenied("Cancelling needs the researcher or admin role.")
-    job = services.rollout_job_cancel(job=job)
-    if not request.htmx:
-        return redirect(reverse("rollouts-section", args=[job.project.slug]))
-    return _row(request, job)
+# Each job's row polls itself while the job is active; Cancel swaps in the ended row.
+_job_rows = JobRows(
+    get_for_user=selectors.rollout_job_get_for_user,
+    can_manage=selectors.can_run_rollouts,
+    cancel=lambda job: services.rollout_job_cancel(job=job),
+    template="rollouts/_job_row.html",
+    page="rollouts-section",
+    name="job",
+)
+rollout_job_row = _job_rows.row_view()
+rollout_job_cancel = _job_rows.cancel_view()
 
 
 # --- The panel under a step ----------------------------------------------------------------

@@ -29,12 +29,14 @@ from scoring.serializers import (
     ScoringRunSerializer,
     StepCreditSerializer,
 )
+from stepscope.pagination import ByIdCursor
 from trajectories.models import Project, Step
-from trajectories.selectors import TrajectoryFilters, project_get_for_user, projects_for_user
-
-
-class ByIdCursor(pagination.CursorPagination):
-    ordering = "-id"
+from trajectories.selectors import (
+    TrajectoryFilters,
+    can_manage_data,
+    project_get_for_user,
+    projects_for_user,
+)
 
 
 class ByStepCursor(pagination.CursorPagination):
@@ -44,7 +46,7 @@ class ByStepCursor(pagination.CursorPagination):
 
 def _managed_project(request: Request, slug: str) -> Project:
     project = project_get_for_user(request.user, slug)
-    if not selectors.can_manage_scoring(request.user, project):
+    if not can_manage_data(request.user, project):
         raise PermissionDenied("Scoring needs the researcher or admin role in this project.")
     return project
 
@@ -161,7 +163,7 @@ class ScoringRunViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        if not selectors.can_manage_scoring(request.user, run.project):
+        if not can_manage_data(request.user, run.project):
             raise PermissionDenied("Cancelling needs the researcher or admin role.")
         run = services.scoring_run_cancel(run=run)
         return Response(ScoringRunSerializer(run).data)
@@ -227,7 +229,7 @@ class AttributionRunViewSet(
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         run = self.get_object()
-        if not selectors.can_manage_scoring(request.user, run.project):
+        if not can_manage_data(request.user, run.project):
             raise PermissionDenied("Cancelling needs the researcher or admin role.")
         run = services.attribution_run_cancel(run=run)
         return Response(AttributionRunSerializer(run).data)

@@ -13,20 +13,25 @@ value function ``v(kept_step_indices) -> float`` so the model-running part stays
 caller, on the ``gpu`` queue.
 """
 
+# Django-free: credit maths on arrays.
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import betaincinv
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from metrics.arrays import (
+    FloatArray,
+    IntArray,
+    checked_offsets,
+    first_flagged,
+    flat,
+)
+
 Aggregation = Literal["min", "product", "mean", "last"]
 ValueFunction = Callable[[frozenset[int]], float]
 
@@ -37,22 +42,6 @@ EXACT_SHAPLEY_MAX_PLAYERS = 20
 # Flat arrays and offsets ----------------------------------------------------------------
 
 
-def offsets_from_lengths(lengths: ArrayLike) -> IntArray:
-    """CSR offsets for trajectories of the given step counts: ``[0, l0, l0 + l1, ...]``."""
-    counts = np.asarray(lengths, dtype=np.int64)
-    if counts.ndim != 1 or np.any(counts < 0):
-        raise ValueError("lengths must be a one-dimensional array of non-negative counts")
-    offsets = np.zeros(counts.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=offsets[1:])
-    return offsets
-
-
-def trajectory_index(offsets: ArrayLike) -> IntArray:
-    """For every flat position, the index of the trajectory it belongs to."""
-    bounds = _checked_offsets(offsets, None)
-    return np.repeat(np.arange(bounds.size - 1, dtype=np.int64), np.diff(bounds))
-
-
 def spread_over_steps(per_trajectory: ArrayLike, offsets: ArrayLike) -> FloatArray:
     """Give every step its trajectory's number (e.g. a GRPO or RLOO advantage).
 
@@ -60,38 +49,11 @@ def spread_over_steps(per_trajectory: ArrayLike, offsets: ArrayLike) -> FloatArr
     of a trajectory gets the same credit, as GRPO gives every token of a completion the
     same advantage.
     """
-    bounds = _checked_offsets(offsets, None)
-    values = _flat(per_trajectory, "per_trajectory")
+    bounds = checked_offsets(offsets, None)
+    values = flat(per_trajectory, "per_trajectory")
     if values.size != bounds.size - 1:
         raise ValueError("per_trajectory needs one value per trajectory")
     return np.repeat(values, np.diff(bounds))
-
-
-def _flat(values: ArrayLike, name: str) -> FloatArray:
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional")
-    return array
-
-
-def _checked_offsets(offsets: ArrayLike | None, n_steps: int | None) -> IntArray:
-    if offsets is None:
-        if n_steps is None:
-            raise ValueError("offsets are required here")
-        return np.array([0, n_steps], dtype=np.int64)
-    bounds = np.asarray(offsets, dtype=np.int64)
-    if (
-        bounds.ndim != 1
-        or bounds.size == 0
-        or bounds[0] != 0
-        or np.any(np.diff(bounds) < 0)
-        or (n_steps is not None and bounds[-1] != n_steps)
-    ):
-        raise ValueError(
-            "offsets must be one-dimensional, start at 0, never decrease and end at the "
-            "number of steps"
-        )
-    return bounds
 
 
 def _per_trajectory(value: float | ArrayLike, n_trajectories: int, name: str) -> FloatArray:
@@ -107,18 +69,6 @@ def _last_positions(offsets: IntArray) -> tuple[IntArray, NDArray[np.bool_]]:
     """Flat position of each non-empty trajectory's last step, and which are non-empty."""
     non_empty = np.diff(offsets) > 0
     return offsets[1:][non_empty] - 1, non_empty
-
-
-def _first_flagged(flagged: NDArray[np.bool_], offsets: IntArray) -> IntArray:
-    """Per trajectory, the step index (within it) of the first flagged step, or -1."""
-    first = np.full(offsets.size - 1, -1, dtype=np.int64)
-    hits = np.flatnonzero(flagged)
-    if hits.size:
-        owner = np.searchsorted(offsets, hits, side="right") - 1
-        # hits are sorted, so the first hit of each trajectory is its first occurrence.
-        trajectories, first_hit = np.unique(owner, return_index=True)
-        first[trajectories] = hits[first_hit] - offsets[trajectories]
-    return first
 
 
 def _discounted_suffix_sums(x: FloatArray, offsets: IntArray, discount: float) -> FloatArray:
@@ -167,8 +117,8 @@ def prm_delta(
     The default ``initial = 1`` reads a PRM's "probability the solution is still correct":
     before the first step nothing has gone wrong yet.
     """
-    v = _flat(values, "values")
-    bounds = _checked_offsets(offsets, v.size)
+    v = flat(values, "values")
+    bounds = checked_offsets(offsets, v.size)
     starts_from = _per_trajectory(initial, bounds.size - 1, "initial")
     previous = np.empty_like(v)
     previous[1:] = v[:-1]
@@ -184,8 +134,8 @@ def aggregate(
 
     A trajectory with no steps has no score (NaN), whichever aggregation is asked for.
     """
-    v = _flat(values, "values")
-    bounds = _checked_offsets(offsets, v.size)
+    v = flat(values, "values")
+    bounds = checked_offsets(offsets, v.size)
     lengths = np.diff(bounds)
     non_empty = lengths > 0
     starts = bounds[:-1][non_empty]
@@ -225,8 +175,8 @@ def discounted_returns(
     ``outcome`` reward is added to its last step's reward. A trajectory with no steps has
     nothing to credit, so its outcome is dropped.
     """
-    r = _flat(rewards, "rewards")
-    bounds = _checked_offsets(offsets, r.size)
+    r = flat(rewards, "rewards")
+    bounds = checked_offsets(offsets, r.size)
     return _discounted_suffix_sums(_with_outcome(r, bounds, outcome), bounds, gamma)
 
 
@@ -247,149 +197,19 @@ def gae(
     ``lam = 1`` gives ``G_t - V_t``; ``lam = 0`` gives the one-step TD error. The
     lambda-returns to train a value head on are ``gae(...) + values``.
     """
-    r = _flat(rewards, "rewards")
-    v = _flat(values, "values")
+    r = flat(rewards, "rewards")
+    v = flat(values, "values")
     if v.size != r.size:
         raise ValueError("rewards and values need one entry per step")
     if not 0.0 <= lam <= 1.0:
         raise ValueError("lam must lie in [0, 1]")
-    bounds = _checked_offsets(offsets, r.size)
+    bounds = checked_offsets(offsets, r.size)
     next_value = np.zeros_like(v)
     next_value[:-1] = v[1:]
     last, _ = _last_positions(bounds)
     next_value[last] = 0.0
     delta = _with_outcome(r, bounds, outcome) + gamma * next_value - v
     return _discounted_suffix_sums(delta, bounds, gamma * lam)
-
-
-# Monte Carlo values over a task's prefix tree ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class PrefixTree:
-    """Monte Carlo values of the prefix nodes of one task's rollouts.
-
-    Nodes are listed in order of first appearance, so a parent always comes before its
-    children. ``parent`` is -1 for first steps (children of the root, the task itself).
-    ``step_node`` maps every rollout step to its node, laid out flat with ``offsets`` like
-    the other functions here, so ``tree.value[tree.step_node]`` are per-step MC values.
-    """
-
-    hashes: tuple[str, ...]
-    parent: IntArray
-    depth: IntArray
-    visits: IntArray
-    successes: FloatArray
-    # Mean outcome of the rollouts through the node: the plain Monte Carlo estimate.
-    value: FloatArray
-    # Beta-binomial posterior mean and central credible interval of the success rate.
-    posterior_mean: FloatArray
-    lower: FloatArray
-    upper: FloatArray
-    # Node value minus its parent's value; the root's value is the task's mean outcome.
-    advantage: FloatArray
-    posterior_advantage: FloatArray
-    root_value: float
-    root_posterior_mean: float
-    step_node: IntArray
-    offsets: IntArray
-
-    def step_values(self) -> FloatArray:
-        return self.value[self.step_node]
-
-    def step_advantages(self) -> FloatArray:
-        return self.advantage[self.step_node]
-
-
-def mc_prefix(
-    rollouts: Sequence[Sequence[str]],
-    outcomes: ArrayLike,
-    *,
-    prior: tuple[float, float] = (1.0, 1.0),
-    level: float = 0.95,
-) -> PrefixTree:
-    """Monte Carlo value of every prefix node of one task's rollouts.
-
-    ``rollouts[i]`` lists the prefix hashes of rollout *i*'s steps (rollouts that share
-    their first k steps share their first k hashes) and ``outcomes[i]`` is its outcome in
-    [0, 1] (usually 0 or 1; a fractional outcome counts as a fractional success). A node's
-    value is the mean outcome of the rollouts through it. With a ``Beta(a, b)`` prior
-    (default uniform) its posterior is ``Beta(a + s, b + n - s)`` for s successes in n
-    visits; the interval is the central ``level`` credible interval. Grouping is done with
-    ``np.unique`` on the hashes, not a loop over rollouts.
-    """
-    results = _flat(outcomes, "outcomes")
-    if results.size != len(rollouts):
-        raise ValueError("outcomes needs one value per rollout")
-    if not results.size:
-        raise ValueError("a prefix tree needs at least one rollout")
-    if np.any((results < 0) | (results > 1)) or np.any(np.isnan(results)):
-        raise ValueError("outcomes must lie in [0, 1]")
-    a, b = prior
-    if a <= 0 or b <= 0:
-        raise ValueError("the Beta prior needs positive parameters")
-    if not 0.0 < level < 1.0:
-        raise ValueError("level must lie strictly between 0 and 1")
-
-    offsets = offsets_from_lengths([len(rollout) for rollout in rollouts])
-    flat = np.asarray(list(itertools.chain.from_iterable(rollouts)), dtype=np.str_)
-    unique, first_seen, inverse = np.unique(flat, return_index=True, return_inverse=True)
-    # Renumber nodes by first appearance; a child first appears after its parent did.
-    order = np.argsort(first_seen, kind="stable")
-    rank = np.empty_like(order)
-    rank[order] = np.arange(order.size)
-    step_node = rank[inverse.reshape(-1)].astype(np.int64)
-    n_nodes = order.size
-
-    owner = trajectory_index(offsets)
-    step_depth = np.arange(flat.size, dtype=np.int64) - offsets[owner]
-    step_parent = np.full(flat.size, -1, dtype=np.int64)
-    inner = step_depth > 0
-    step_parent[inner] = step_node[np.flatnonzero(inner) - 1]
-    parent = np.full(n_nodes, -1, dtype=np.int64)
-    parent[step_node] = step_parent
-    depth = np.zeros(n_nodes, dtype=np.int64)
-    depth[step_node] = step_depth
-    if np.any(parent[step_node] != step_parent):
-        clash = int(step_node[np.flatnonzero(parent[step_node] != step_parent)[0]])
-        raise ValueError(
-            f"prefix hash {unique[order[clash]]!r} follows different prefixes: these are "
-            "not prefix hashes of one task"
-        )
-
-    visits = np.bincount(step_node, minlength=n_nodes).astype(np.int64)
-    successes = np.bincount(step_node, weights=results[owner], minlength=n_nodes).astype(np.float64)
-    value = successes / visits
-    alpha = a + successes
-    beta = b + visits - successes
-    posterior_mean = alpha / (alpha + beta)
-    tail = (1.0 - level) / 2.0
-    lower = np.asarray(betaincinv(alpha, beta, tail), dtype=np.float64)
-    upper = np.asarray(betaincinv(alpha, beta, 1.0 - tail), dtype=np.float64)
-
-    root_value = float(results.mean())
-    root_posterior_mean = float((a + results.sum()) / (a + b + results.size))
-    has_parent = parent >= 0
-    safe_parent = np.where(has_parent, parent, 0)
-    parent_value = np.where(has_parent, value[safe_parent], root_value)
-    parent_posterior = np.where(has_parent, posterior_mean[safe_parent], root_posterior_mean)
-    return PrefixTree(
-        hashes=tuple(str(h) for h in unique[order]),
-        parent=parent,
-        depth=depth,
-        visits=visits,
-        successes=successes,
-        value=value,
-        posterior_mean=posterior_mean,
-        lower=lower,
-        upper=upper,
-        advantage=value - parent_value,
-        posterior_advantage=posterior_mean - parent_posterior,
-        root_value=root_value,
-        root_posterior_mean=root_posterior_mean,
-        step_node=step_node,
-        offsets=offsets,
-    )
 
 
 # Group-relative baselines -----------------------------------------------------------------
@@ -420,7 +240,7 @@ def grpo_advantages(
     standard deviation plus ``eps``; the deviation is the unbiased one (``n - 1``), as in
     TRL and verl. A group of one has no baseline and gets advantage 0.
     """
-    r = _flat(rewards, "rewards")
+    r = flat(rewards, "rewards")
     group, counts = _groups(r, groups)
     mean = np.bincount(group, weights=r, minlength=counts.size) / counts
     deviation = r - mean[group]
@@ -436,7 +256,7 @@ def grpo_advantages(
 def rloo_advantages(rewards: ArrayLike, groups: ArrayLike | None = None) -> FloatArray:
     """RLOO advantage per trajectory: its reward minus the mean of the *other* rewards of
     its group (Ahmadian et al., 2024). A group of one has no baseline and gets 0."""
-    r = _flat(rewards, "rewards")
+    r = flat(rewards, "rewards")
     group, counts = _groups(r, groups)
     totals = np.bincount(group, weights=r, minlength=counts.size)
     others = counts[group] - 1
@@ -466,14 +286,14 @@ def first_error(
     """
     if threshold is None and drop is None:
         raise ValueError("give a threshold, a drop, or both")
-    v = _flat(values, "values")
-    bounds = _checked_offsets(offsets, v.size)
+    v = flat(values, "values")
+    bounds = checked_offsets(offsets, v.size)
     flagged = np.zeros(v.size, dtype=bool)
     if threshold is not None:
         flagged |= v < threshold
     if drop is not None:
         flagged |= prm_delta(v, bounds, initial=initial) < -drop
-    return _first_flagged(flagged, bounds)
+    return first_flagged(flagged, bounds)
 
 
 # Leave-one-out and Shapley values ---------------------------------------------------------

@@ -8,6 +8,7 @@ with one structured-array assignment, with no Python per row. The queries that f
 column written by :func:`encode` is either all values or all NULL.
 """
 
+# Django-free: binary COPY on a plain connection.
 from __future__ import annotations
 
 from collections.abc import Sequence

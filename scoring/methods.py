@@ -10,6 +10,7 @@ Which steps take part: the labelable ones (the steps scorers score and annotator
 System prompts, user turns and tool outputs are context and get no credit.
 """
 
+# Django-free: credit methods on arrays.
 from __future__ import annotations
 
 import itertools
@@ -22,8 +23,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from metrics import agreement, montecarlo
 from scoring import attribution
-from scoring.prm import metrics
 
 FloatArray = NDArray[np.float64]
 IntArray = NDArray[np.int64]
@@ -337,7 +338,7 @@ def _aggregate(
     known = ~np.isnan(success)
     report: dict[str, Any] = {"trajectories": int(ids.size)}
     if known.any():
-        auroc = metrics.auroc(per_trajectory[known], success[known] > 0.5)
+        auroc = agreement.auroc(per_trajectory[known], success[known] > 0.5)
         report["auroc_vs_success"] = None if math.isnan(auroc) else round(auroc, 4)
         for name, outcome in (("mean_if_success", True), ("mean_if_failure", False)):
             chosen = per_trajectory[known][(success[known] > 0.5) == outcome]
@@ -405,7 +406,7 @@ def mc_values(
     level: float = 0.95, posterior: bool = False,
 ) -> McValues:  # fmt: skip
     """Monte Carlo values of every step's prefix, all tasks in one
-    :func:`attribution.mc_prefix` call.
+    :func:`montecarlo.mc_prefix` call.
 
     Nodes are keyed by (task group, prefix digest), so rollouts of different tasks never
     merge; the advantage of a first step is taken against its own task's mean outcome
@@ -431,7 +432,7 @@ def mc_values(
     keys: list[str] = codes.astype(f"U{len(str(int(codes.max())))}").tolist()
     bounds = offsets.tolist()
     rollouts = [keys[start:end] for start, end in itertools.pairwise(bounds)]
-    tree = attribution.mc_prefix(rollouts, outcome, prior=prior, level=level)
+    tree = montecarlo.mc_prefix(rollouts, outcome, prior=prior, level=level)
 
     groups, group_code = np.unique(group, return_inverse=True)
     counts = np.bincount(group_code).astype(np.float64)

@@ -7,9 +7,9 @@ from typing import ClassVar
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
-from django.utils import timezone
 
 from scoring import prm
+from stepscope.jobs.models import Chunk, ChunkedJob
 from trajectories.models import Project, Step
 
 
@@ -73,7 +73,7 @@ class Scorer(models.Model):
         return self.kind != self.Kind.EXTERNAL
 
 
-class ScoringRun(models.Model):
+class ScoringRun(ChunkedJob):
     """One scoring pass over a selection of a project's steps (``score``), a head
     training (``train``) or a file of scores computed elsewhere (``import``)."""
 
@@ -82,14 +82,8 @@ class ScoringRun(models.Model):
         TRAIN = "train"
         IMPORT = "import"
 
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-
-    ACTIVE: ClassVar = (Status.QUEUED, Status.RUNNING)
+    KIND = "scoring"
+    RATE_FIELD = "steps_per_second"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="scoring_runs")
     # A training run gets its scorer (the new revision) when it finishes.
@@ -97,26 +91,14 @@ class ScoringRun(models.Model):
         Scorer, null=True, blank=True, on_delete=models.CASCADE, related_name="runs"
     )
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.SCORE)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     # {"only_unscored": bool, "trajectory_ids": [...], "filters": {...}}
     selection = models.JSONField(default=dict, blank=True)
     # Training: name, neutral handling, holdout, encoder and its parameters.
     parameters = models.JSONField(default=dict, blank=True)
-    total = models.PositiveIntegerField(default=0)
-    done = models.PositiveIntegerField(default=0)
-    chunks_total = models.PositiveIntegerField(default=0)
-    chunks_done = models.PositiveIntegerField(default=0)
     truncated = models.PositiveIntegerField(default=0)
     steps_per_second = models.FloatField(null=True, blank=True)
     # Training: held-out AUROC, F1, ProcessBench first-error F1 and counts.
     metrics = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at", "-id"]
@@ -125,49 +107,13 @@ class ScoringRun(models.Model):
     def __str__(self) -> str:
         return f"{self.kind} run {self.pk} ({self.status})"
 
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
 
-    @property
-    def percent(self) -> int:
-        return int(100 * self.done / self.total) if self.total else 0
-
-    @property
-    def rate(self) -> float | None:
-        """Steps per second: final once the run ends, so far while it runs."""
-        if not self.is_active:
-            return self.steps_per_second
-        if not self.started_at or not self.done:
-            return None
-        elapsed = (timezone.now() - self.started_at).total_seconds()
-        return self.done / elapsed if elapsed > 0 else None
-
-    @property
-    def eta_seconds(self) -> int | None:
-        rate = self.rate
-        if not self.is_active or not rate:
-            return None
-        return int((self.total - self.done) / rate)
-
-
-class ScoringChunk(models.Model):
-    """The steps one Celery task scores. Its status changes in the same transaction as
-    the scores it writes, so a redelivered chunk never counts twice."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        DONE = "done"
+class ScoringChunk(Chunk):
+    """The steps one Celery task scores."""
 
     run = models.ForeignKey(ScoringRun, on_delete=models.CASCADE, related_name="chunks")
-    number = models.PositiveIntegerField()
     trajectory_ids = models.JSONField(default=list)
     step_ids = models.JSONField(default=list)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    # Deliveries so far: a chunk whose worker keeps dying fails the run instead of
-    # coming back for ever.
-    attempts = models.PositiveIntegerField(default=0)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["run", "number"]
@@ -206,7 +152,7 @@ class StepScore(models.Model):
         return f"{self.value:.3f} on {self.step_id} by {self.scorer_id}"
 
 
-class AttributionRun(models.Model):
+class AttributionRun(ChunkedJob):
     """Credit assignment over a selection of a project's steps by one method, or token
     saliency inside one step (``token-saliency``, its result in ``metrics``).
 
@@ -227,8 +173,8 @@ class AttributionRun(models.Model):
         SHAPLEY = "shapley"
         TOKEN_SALIENCY = "token-saliency"
 
-    Status = ScoringRun.Status
-    ACTIVE: ClassVar = (Status.QUEUED, Status.RUNNING)
+    KIND = "attribution"
+    RATE_FIELD = "steps_per_second"
     # Methods that run a model, on the scorer's queue, in chunks.
     MODEL_METHODS: ClassVar = (Method.LEAVE_ONE_OUT, Method.SHAPLEY, Method.TOKEN_SALIENCY)
 
@@ -246,22 +192,10 @@ class AttributionRun(models.Model):
     # {"trajectory_ids": [...], "filters": {...}} or {"step": id} for token saliency.
     selection = models.JSONField(default=dict, blank=True)
     key = models.CharField(max_length=64)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
-    total = models.PositiveIntegerField(default=0)
-    done = models.PositiveIntegerField(default=0)
-    chunks_total = models.PositiveIntegerField(default=0)
-    chunks_done = models.PositiveIntegerField(default=0)
     steps_per_second = models.FloatField(null=True, blank=True)
     # Counts, timings (read, maths, write) and what the method reports: Shapley
     # efficiency gaps, the AUROC of an aggregate against success, a saliency map.
     metrics = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at", "-id"]
@@ -276,51 +210,17 @@ class AttributionRun(models.Model):
         return f"{self.method} run {self.pk} ({self.status})"
 
     @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
-
-    @property
     def runs_a_model(self) -> bool:
         return self.method in self.MODEL_METHODS
 
-    @property
-    def percent(self) -> int:
-        return int(100 * self.done / self.total) if self.total else 0
 
-    @property
-    def rate(self) -> float | None:
-        """Steps per second: final once the run ends, so far while it runs."""
-        if not self.is_active:
-            return self.steps_per_second
-        if not self.started_at or not self.done:
-            return None
-        elapsed = (timezone.now() - self.started_at).total_seconds()
-        return self.done / elapsed if elapsed > 0 else None
-
-    @property
-    def eta_seconds(self) -> int | None:
-        rate = self.rate
-        if not self.is_active or not rate:
-            return None
-        return int((self.total - self.done) / rate)
-
-
-class AttributionChunk(models.Model):
-    """The trajectories one Celery task attributes with a model. Its status changes in the
-    same transaction as the credits it writes, so a redelivered chunk never counts twice."""
-
-    class Status(models.TextChoices):
-        PENDING = "pending"
-        DONE = "done"
+class AttributionChunk(Chunk):
+    """The trajectories one Celery task attributes with a model."""
 
     run = models.ForeignKey(AttributionRun, on_delete=models.CASCADE, related_name="chunks")
-    number = models.PositiveIntegerField()
     trajectory_ids = models.JSONField(default=list)
     # Steps the chunk credits (its trajectories' players), for progress.
     steps = models.PositiveIntegerField(default=0)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["run", "number"]

@@ -16,16 +16,10 @@ from django.http import Http404
 from labeling.models import StepLabel
 from scoring import methods
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepScore
-from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import AnyUser, membership_role, projects_for_user
+from trajectories.models import Project, Step, Trajectory
+from trajectories.selectors import AnyUser, projects_for_user
 
 RECENT_RUNS = 10
-# Who may start, cancel and train: researchers and admins of the project.
-MANAGING_ROLES = (Membership.Role.RESEARCHER, Membership.Role.ADMIN)
-
-
-def can_manage_scoring(user: AnyUser, project: Project) -> bool:
-    return membership_role(user, project) in MANAGING_ROLES
 
 
 def scorers_for_project(project: Project) -> QuerySet[Scorer]:

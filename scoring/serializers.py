@@ -9,6 +9,7 @@ from scoring.methods import METHODS
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.services import NEUTRAL_CHOICES
 from trajectories.models import Project
+from trajectories.serializers import TrajectoryFiltersSerializer
 
 
 class ScorerSerializer(serializers.ModelSerializer[Scorer]):
@@ -46,14 +47,6 @@ class ScoringRunSerializer(serializers.ModelSerializer[ScoringRun]):
             "steps_per_second", "metrics", "error", "created_at", "started_at", "finished_at",
         ]  # fmt: skip
         read_only_fields = fields
-
-
-class TrajectoryFiltersSerializer(serializers.Serializer[Any]):
-    outcome = serializers.ChoiceField(["", "success", "failure", "unknown"], default="")
-    model_name = serializers.CharField(default="", allow_blank=True)
-    task_key = serializers.CharField(default="", allow_blank=True)
-    min_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    max_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
 
 
 class ScoringRunCreateSerializer(serializers.Serializer[Any]):

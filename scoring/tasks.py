@@ -1,24 +1,11 @@
 """Celery tasks for scoring and attribution: thin wrappers that take ids and call a service.
-
-Every task is safe to redeliver (``acks_late`` + ``reject_on_worker_lost``): a chunk
-whose worker died runs again elsewhere, and its upserts and its once-only progress
-update make the second run harmless. Database hiccups are retried with backoff; any other
-error fails the run (the service records it) and is not retried.
-"""
+Every task carries the job retry policy (:mod:`stepscope.jobs.retry`)."""
 
 from __future__ import annotations
 
 from celery import shared_task
-from django.db import InterfaceError, OperationalError
 
-REDELIVERABLE = {
-    "acks_late": True,
-    "reject_on_worker_lost": True,
-    "autoretry_for": (OperationalError, InterfaceError),
-    "retry_backoff": True,
-    "retry_backoff_max": 60,
-    "max_retries": 5,
-}
+from stepscope.jobs.retry import REDELIVERABLE
 
 
 @shared_task(name="scoring.plan_run", **REDELIVERABLE)

@@ -23,9 +23,10 @@ from django_htmx.middleware import HtmxDetails
 from labeling.selectors import labeling_state_for_user
 from scoring import methods, selectors, services
 from scoring.forms import AttributionRunForm, ScoringRunForm, TrainHeadForm
-from scoring.models import AttributionRun, ScoringRun
+from scoring.models import AttributionRun
+from stepscope.jobs.views import JobRows
 from trajectories.models import Project
-from trajectories.selectors import project_get_for_user, step_get_for_user
+from trajectories.selectors import can_manage_data, project_get_for_user, step_get_for_user
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -41,7 +42,7 @@ def _section(
     attribution_form: AttributionRunForm | None = None,
 ) -> HttpResponse:
     scorers = selectors.scorer_choices(project)
-    can_manage = selectors.can_manage_scoring(request.user, project)
+    can_manage = can_manage_data(request.user, project)
     context: dict[str, Any] = {
         "project": project,
         "can_manage": can_manage,
@@ -64,7 +65,7 @@ def _section(
 
 def _managed_project(request: HtmxHttpRequest, slug: str) -> Project:
     project = project_get_for_user(request.user, slug)
-    if not selectors.can_manage_scoring(request.user, project):
+    if not can_manage_data(request.user, project):
         raise PermissionDenied("Scoring needs the researcher or admin role.")
     return project
 
@@ -122,29 +123,16 @@ def scorer_train(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return redirect(reverse("scoring-section", args=[project.slug]))
 
 
-def _row(request: HtmxHttpRequest, run: ScoringRun) -> HttpResponse:
-    context = {"run": run, "can_manage": selectors.can_manage_scoring(request.user, run.project)}
-    return render(request, "scoring/_run_row.html", context)
-
-
-@login_required
-def scoring_run_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    run = selectors.scoring_run_get_for_user(request.user, pk)
-    if not request.htmx:
-        return redirect(reverse("scoring-section", args=[run.project.slug]))
-    return _row(request, run)
-
-
-@login_required
-@require_POST
-def scoring_run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    run = selectors.scoring_run_get_for_user(request.user, pk)
-    if not selectors.can_manage_scoring(request.user, run.project):
-        raise PermissionDenied("Cancelling needs the researcher or admin role.")
-    run = services.scoring_run_cancel(run=run)
-    if not request.htmx:
-        return redirect(reverse("scoring-section", args=[run.project.slug]))
-    return _row(request, run)
+# Each run's row polls itself while the run is active; Cancel swaps in the ended row.
+_scoring_rows = JobRows(
+    get_for_user=selectors.scoring_run_get_for_user,
+    can_manage=can_manage_data,
+    cancel=lambda run: services.scoring_run_cancel(run=run),
+    template="scoring/_run_row.html",
+    page="scoring-section",
+)
+scoring_run_row = _scoring_rows.row_view()
+scoring_run_cancel = _scoring_rows.cancel_view()
 
 
 # --- Attribution runs ----------------------------------------------------------------------
@@ -174,29 +162,15 @@ def attribution_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return redirect(reverse("scoring-section", args=[project.slug]))
 
 
-def _attribution_row(request: HtmxHttpRequest, run: AttributionRun) -> HttpResponse:
-    context = {"run": run, "can_manage": selectors.can_manage_scoring(request.user, run.project)}
-    return render(request, "scoring/_attribution_run_row.html", context)
-
-
-@login_required
-def attribution_run_row(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    run = selectors.attribution_run_get_for_user(request.user, pk)
-    if not request.htmx:
-        return redirect(reverse("scoring-section", args=[run.project.slug]))
-    return _attribution_row(request, run)
-
-
-@login_required
-@require_POST
-def attribution_run_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    run = selectors.attribution_run_get_for_user(request.user, pk)
-    if not selectors.can_manage_scoring(request.user, run.project):
-        raise PermissionDenied("Cancelling needs the researcher or admin role.")
-    run = services.attribution_run_cancel(run=run)
-    if not request.htmx:
-        return redirect(reverse("scoring-section", args=[run.project.slug]))
-    return _attribution_row(request, run)
+_attribution_rows = JobRows(
+    get_for_user=selectors.attribution_run_get_for_user,
+    can_manage=can_manage_data,
+    cancel=lambda run: services.attribution_run_cancel(run=run),
+    template="scoring/_attribution_run_row.html",
+    page="scoring-section",
+)
+attribution_run_row = _attribution_rows.row_view()
+attribution_run_cancel = _attribution_rows.cancel_view()
 
 
 # --- The trajectory page's scores and credit ----------------------------------------------
@@ -276,7 +250,7 @@ def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Model scores are hidden until you submit this trajectory.")
     project = state.project
     scorer = selectors.default_scorer(project)
-    can_manage = selectors.can_manage_scoring(request.user, project)
+    can_manage = can_manage_data(request.user, project)
     run = selectors.saliency_latest(step, scorer) if scorer else None
     error = ""
     if request.method == "POST":

@@ -135,7 +135,7 @@ def queue_depths() -> dict[str, int | None]:
 @staff_member_required
 @never_cache
 def status_page(request: HttpRequest) -> HttpResponse:
-    from stepscope.jobs import jobs_active
+    from stepscope.jobs.active import jobs_active
 
     broker = _check(broker_ok)
     workers = workers_per_queue() if broker["ok"] else {}

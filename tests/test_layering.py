@@ -1,66 +1,145 @@
-"""Computation modules must not import Django, so they stay fast to test, reusable from
-scripts and benchmarks, and free of hidden database access. Each module is imported in a
-fresh interpreter with no Django settings, and the test fails if any ``django`` module
-was loaded along the way."""
+"""The apps stack one way, and computation modules do not import Django.
+
+The layer order (``docs/architecture.md`` shows it as a table): a module may import, and
+name in SQL the tables of, only its own unit and the units of lower layers. Every import
+counts, at any depth (a lazy import inside a function too), and so do the modules named
+by string (``include("x.urls")``, ``apps.get_model("x.Model")``, ``import_module("x")``).
+The SQL check looks for every model table (from Django's app registry, so a moved model
+keeps its owner) as a word inside string literals, docstrings aside. What breaks the
+order and has not been undone yet is listed below with its reason; a new one fails.
+
+Django-free modules are found by rule, not by a list: every module of the packages in
+``DJANGO_FREE_PACKAGES`` and every module with a line starting ``# Django-free`` near its
+top. Each is imported in a fresh interpreter with no Django settings, and the test fails
+if any ``django`` module was loaded along the way."""
 
 from __future__ import annotations
 
+import ast
 import json
 import os
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Django-free modules outside trajectories/formats/; those not written yet are skipped.
-CANDIDATES = (
-    "trajectories/hashing.py",
-    "trajectories/pgcopy.py",
-    "trajectories/prepare.py",
-    "trajectories/synthetic.py",
-    "trajectories/alignment.py",
-    "trajectories/prefix_tree.py",
-    "trajectories/batches/__init__.py",
-    "trajectories/batches/inputs.py",
-    "trajectories/batches/labels.py",
-    "trajectories/batches/text.py",
-    "trajectories/batches/records.py",
-    "trajectories/batches/pairs.py",
-    "trajectories/batches/rl.py",
-    "trajectories/batches/splits.py",
-    "trajectories/batches/schemas.py",
-    "trajectories/batches/writers.py",
-    "trajectories/batches/export.py",
-    "trajectories/batches/manifest.py",
-    "scoring/attribution.py",
-    "scoring/methods.py",
-    "scoring/copyio.py",
-    "scoring/prm/coalitions.py",
-    "scoring/prm/saliency.py",
-    "scoring/prm/__init__.py",
-    "scoring/prm/base.py",
-    "scoring/prm/prompts.py",
-    "scoring/prm/batching.py",
-    "scoring/prm/metrics.py",
-    "scoring/prm/adapters.py",
-    "scoring/prm/head.py",
-    "scoring/prm/tiny.py",
-    "labeling/agreement.py",
-    "labeling/charts.py",
-    "labeling/compare_metrics.py",
-    "rollouts/answers.py",
-    "rollouts/search.py",
-    "rollouts/continuations.py",
-    "rollouts/demo_policy.py",
-    "rollouts/generation/__init__.py",
-    "rollouts/generation/base.py",
-    "rollouts/generation/prompts.py",
-    "rollouts/generation/generator.py",
-    "rollouts/generation/vllm_backend.py",
+# Lowest first. Units in one layer do not import each other.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("stepscope", "metrics"),
+    ("trajectories",),
+    ("labeling",),
+    ("scoring",),
+    ("rollouts",),
+    ("evaluation", "exports"),
+    # The URL roots, and the demo (make run's login, projects and background work).
+    ("top", "demo"),
 )
+# The stepscope modules that gather every app (the URL and API roots): the "top" unit.
+TOP_MODULES = ("stepscope.urls", "stepscope.api_urls")
+# Top-level folders that are no layer: they may import anything.
+NOT_LAYERED = frozenset({"tests", "bench"})
+
+DJANGO_FREE_PACKAGES = (
+    "metrics",
+    "trajectories/formats",
+    "trajectories/batches",
+    "scoring/prm",
+    "rollouts/generation",
+)
+MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
+# Imports a Django-free module may never make (the probe below catches the indirect ones).
+DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
+
+TO_EXPORTS = "export jobs, selections and writers move to the exports/ app"
+TO_EVALUATION = "label sources, compare, disagreements and failures move to evaluation/"
+TO_TOP = "the project home and trajectory page move to the top-level pages"
+SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
+FILTER_REGISTRY = "label and credit filters register from labeling and scoring"
+
+# (importing module, imported module) -> why it is still allowed.
+IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("trajectories.selectors", "labeling.models"): FILTER_REGISTRY,
+    ("trajectories.selectors", "labeling.sources"): FILTER_REGISTRY,
+    ("trajectories.selectors", "scoring.models"): FILTER_REGISTRY,
+    ("trajectories.services.exports", "labeling.sources"): TO_EXPORTS,
+    ("trajectories.services.exports", "scoring.models"): TO_EXPORTS,
+    ("trajectories.services.exports_bulk", "labeling.sources"): TO_EXPORTS,
+    ("trajectories.services.selections", "labeling.sources"): TO_EXPORTS,
+    ("trajectories.services.selections", "scoring.models"): TO_EXPORTS,
+    ("trajectories.services.imports", "labeling.models"): (
+        "imported step labels; the import's label writer registers from labeling"
+    ),
+    ("trajectories.services.projects", "labeling.models"): (
+        "a new project's default schema; labeling's project hook creates it"
+    ),
+    ("trajectories.views", "labeling.views.common"): TO_TOP,
+    ("labeling.compare", "scoring.models"): TO_EVALUATION,
+    ("labeling.compare", "scoring.selectors"): TO_EVALUATION,
+    ("labeling.services", "scoring.models"): "queue order by uncertainty reads the latest head",
+    ("labeling.services", "scoring.selectors"): "queue order by uncertainty reads the latest head",
+    ("labeling.sources", "rollouts.models"): SOURCE_REGISTRY,
+    ("labeling.sources", "scoring.models"): SOURCE_REGISTRY,
+}
+
+# (module, table) -> why its SQL may still name that higher app's table.
+SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("trajectories.selectors", "labeling_steplabel"): FILTER_REGISTRY,
+    ("trajectories.services.exports", "labeling_finallabel"): TO_EXPORTS,
+    ("trajectories.services.exports", "labeling_steplabel"): TO_EXPORTS,
+    ("trajectories.services.exports", "scoring_stepcredit"): TO_EXPORTS,
+    ("trajectories.services.exports", "scoring_stepscore"): TO_EXPORTS,
+    ("trajectories.services.exports_bulk", "scoring_stepcredit"): TO_EXPORTS,
+    ("trajectories.services.exports_bulk", "scoring_stepscore"): TO_EXPORTS,
+    ("trajectories.services.imports", "labeling_steplabel"): (
+        "imported step labels; the import's label writer registers from labeling"
+    ),
+    ("labeling.compare", "scoring_stepscore"): TO_EVALUATION,
+    ("labeling.compare_steps", "scoring_stepscore"): TO_EVALUATION,
+    ("labeling.sources", "rollouts_stepmc"): SOURCE_REGISTRY,
+    ("labeling.sources", "scoring_stepscore"): SOURCE_REGISTRY,
+}
+
+
+@dataclass(frozen=True)
+class Reference:
+    module: str
+    line: int
+    target: str
+
+
+def unit_of(name: str) -> str:
+    for top in TOP_MODULES:
+        if name == top or name.startswith(top + "."):
+            return "top"
+    return name.split(".")[0]
+
+
+def layer_of(unit: str) -> int | None:
+    for index, units in enumerate(LAYERS):
+        if unit in units:
+            return index
+    return None
+
+
+def allowed(source: str, target: str) -> bool:
+    """Whether unit ``source`` may depend on unit ``target``."""
+    low, high = layer_of(target), layer_of(source)
+    if low is None or source == target:
+        return True  # third-party, the standard library, or itself
+    assert high is not None, source
+    return low < high
+
+
+def layered_units() -> list[str]:
+    return [unit for units in LAYERS for unit in units if unit != "top"]
 
 
 def module_name(path: Path) -> str:
@@ -68,10 +147,184 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@cache
+def first_party_paths() -> tuple[Path, ...]:
+    """Every module of a layered unit, migrations aside."""
+    paths: list[Path] = []
+    for unit in layered_units():
+        folder = REPO_ROOT / unit
+        paths += [path for path in folder.rglob("*.py") if "migrations" not in path.parts]
+    return tuple(sorted(paths))
+
+
+@cache
+def parsed(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+def _absolute(module: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+NAMED_BY_STRING = {"include", "get_model", "import_module"}
+
+
+def references(path: Path) -> Iterator[Reference]:
+    return references_in(module_name(path), path.name == "__init__.py", parsed(path))
+
+
+def references_in(module: str, is_package: bool, tree: ast.Module) -> Iterator[Reference]:
+    """The modules that ``tree`` imports or names by string, anywhere in its body."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Reference(module, node.lineno, alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = _absolute(module, is_package, node)
+            for alias in node.names:
+                yield Reference(module, node.lineno, f"{base}.{alias.name}")
+        elif isinstance(node, ast.Call) and node.args:
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            first = node.args[0]
+            if name in NAMED_BY_STRING and isinstance(first, ast.Constant):
+                yield Reference(module, node.lineno, str(first.value).split(":")[0])
+
+
+def known_module(name: str) -> str:
+    """The longest prefix of ``name`` that is a module (``from a import b`` names ``a.b``,
+    which may be a module or a name in ``a``)."""
+    modules = {module_name(path) for path in first_party_paths()}
+    parts = name.split(".")
+    for end in range(len(parts), 0, -1):
+        candidate = ".".join(parts[:end])
+        if candidate in modules:
+            return candidate
+    return name
+
+
+def import_violations() -> list[tuple[str, str, int]]:
+    found = []
+    for path in first_party_paths():
+        for ref in references(path):
+            if not allowed(unit_of(ref.module), unit_of(ref.target)):
+                found.append((ref.module, known_module(ref.target), ref.line))
+    return found
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            ids.add(id(body[0].value))
+    return ids
+
+
+@cache
+def tables() -> dict[str, str]:
+    """Every model table -> the unit of the app that owns it."""
+    owners = {}
+    for model in apps.get_models(include_auto_created=True):
+        unit = unit_of(model.__module__)
+        if layer_of(unit) is not None:
+            owners[model._meta.db_table] = unit
+    return owners
+
+
+def tables_named(module: str, tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """The model tables that string literals of ``tree`` name, docstrings aside."""
+    pattern = re.compile(r"\b(" + "|".join(sorted(tables(), key=len, reverse=True)) + r")\b")
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            for table in sorted(set(pattern.findall(node.value))):
+                yield table, node.lineno
+
+
+def sql_violations() -> list[tuple[str, str, int]]:
+    found = []
+    for path in first_party_paths():
+        module = module_name(path)
+        for table, line in tables_named(module, parsed(path)):
+            if not allowed(unit_of(module), tables()[table]):
+                found.append((module, table, line))
+    return found
+
+
+def test_every_package_has_a_layer() -> None:
+    packages = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}
+    assert packages - NOT_LAYERED <= set(layered_units()), "place the new app in LAYERS"
+    for top in TOP_MODULES:
+        assert (REPO_ROOT / (top.replace(".", "/") + ".py")).exists(), top
+
+
+def test_imports_follow_the_layers() -> None:
+    found = import_violations()
+    new = [f"{m}:{line} imports {t}" for m, t, line in found if (m, t) not in IMPORT_EXCEPTIONS]
+    assert new == [], "an import against the layer order:\n" + "\n".join(new)
+
+
+def test_sql_names_only_lower_tables() -> None:
+    found = sql_violations()
+    new = [f"{m}:{line} names {t}" for m, t, line in found if (m, t) not in SQL_EXCEPTIONS]
+    assert new == [], "SQL naming a higher app's table:\n" + "\n".join(new)
+
+
+def test_exceptions_are_all_still_needed() -> None:
+    # An exception whose import is gone comes off the list, so the list stays the to-do.
+    imports = {(m, t) for m, t, _ in import_violations()}
+    sql = {(m, t) for m, t, _ in sql_violations()}
+    assert sorted(set(IMPORT_EXCEPTIONS) - imports) == []
+    assert sorted(set(SQL_EXCEPTIONS) - sql) == []
+
+
+def test_the_walk_sees_lazy_and_string_imports() -> None:
+    # Guards against a walk that could never fail.
+    tree = ast.parse(
+        '"""Docstrings may name scoring_stepcredit."""\n'
+        "def late():\n"
+        "    from rollouts.models import RolloutJob\n"
+        "    from . import views\n"
+        "    include('scoring.urls')\n"
+        "    return 'SELECT 1 FROM scoring_stepscore'\n"
+    )
+    targets = {ref.target for ref in references_in("trajectories.probe", False, tree)}
+    assert targets == {"rollouts.models.RolloutJob", "trajectories.views", "scoring.urls"}
+    assert [unit_of(t) for t in sorted(targets) if not allowed("trajectories", unit_of(t))] == [
+        "rollouts",
+        "scoring",
+    ]
+    assert list(tables_named("trajectories.probe", tree)) == [("scoring_stepscore", 6)]
+    assert not allowed("labeling", tables()["scoring_stepscore"])
+    assert not allowed("evaluation", "exports")
+    assert not allowed("stepscope", "top")
+    assert allowed("top", "exports")
+    assert allowed("scoring", "metrics")
+
+
+# Django-free modules.
+
+
+def django_free_paths() -> list[Path]:
+    paths: set[Path] = set()
+    for package in DJANGO_FREE_PACKAGES:
+        folder = REPO_ROOT / package
+        assert (folder / "__init__.py").exists(), f"{package} is named Django-free but missing"
+        paths |= {path for path in folder.rglob("*.py") if "migrations" not in path.parts}
+    for path in first_party_paths():
+        if MARKER.search(path.read_text()[:3000]):
+            paths.add(path)
+    return sorted(paths)
+
+
 def django_free_modules() -> list[str]:
-    paths = sorted((REPO_ROOT / "trajectories" / "formats").glob("*.py"))
-    paths += [REPO_ROOT / name for name in CANDIDATES if (REPO_ROOT / name).exists()]
-    return [module_name(path) for path in paths]
+    return [module_name(path) for path in django_free_paths()]
 
 
 def django_modules_loaded_by(statement: str) -> list[str]:
@@ -94,14 +347,27 @@ def django_modules_loaded_by(statement: str) -> list[str]:
     return loaded
 
 
-def test_module_list_covers_the_parsers() -> None:
+def test_module_list_covers_the_computation() -> None:
     modules = django_free_modules()
     for name in ("base", "stepscope", "processbench", "openai_messages"):
         assert f"trajectories.formats.{name}" in modules
-    assert "trajectories.formats" in modules
-    assert "trajectories.hashing" in modules
-    assert "scoring.attribution" in modules
-    assert "labeling.agreement" in modules
+    for name in ("trajectories.formats", "trajectories.hashing", "scoring.attribution"):
+        assert name in modules
+    assert "metrics.agreement" in modules
+    assert "trajectories.batches.columnar" in modules
+
+
+def test_django_free_modules_import_only_django_free_code() -> None:
+    free = set(django_free_modules())
+    found = []
+    for path in django_free_paths():
+        for ref in references(path):
+            top = ref.target.split(".")[0]
+            target = known_module(ref.target)
+            first_party = layer_of(unit_of(ref.target)) is not None
+            if top in DJANGO_PACKAGES or (first_party and target not in free):
+                found.append(f"{ref.module}:{ref.line} imports {ref.target}")
+    assert found == []
 
 
 def test_probe_sees_django_when_it_is_imported() -> None:

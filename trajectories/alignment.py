@@ -6,6 +6,7 @@ after the divergence step the rest is aligned by a sequence match on a key per s
 action taken at different positions still lines up.
 """
 
+# Django-free: plain data in, plain data out.
 from __future__ import annotations
 
 import difflib

@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
+from stepscope.pagination import ByIdCursor
 from trajectories import services
 from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
 from trajectories.selectors import (
@@ -45,10 +46,6 @@ class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
 
     def get_queryset(self) -> QuerySet[Project]:
         return projects_for_user(self.request.user).order_by("name")
-
-
-class ByIdCursor(pagination.CursorPagination):
-    ordering = "-id"
 
 
 class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):

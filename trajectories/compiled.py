@@ -13,6 +13,7 @@ the importing process, small imports and the tests' in-process imports run the p
 modules, and ``tests/trajectories/test_compiled.py`` checks both give the same chunks.
 """
 
+# Django-free: the helper process and `make install` load it.
 from __future__ import annotations
 
 import hashlib

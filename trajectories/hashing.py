@@ -7,6 +7,7 @@ hashes: the prefix tree, Monte Carlo values and sibling comparisons become plain
 re-importing the same record changes nothing.
 """
 
+# Django-free: the helper process and the formats hash without a database.
 from __future__ import annotations
 
 import hashlib

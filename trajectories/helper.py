@@ -5,6 +5,7 @@ It loads the compiled modules first where they may be used (:mod:`trajectories.c
 then streams the prepared chunks to stdout (:func:`trajectories.prepare._serve`).
 """
 
+# Django-free: the helper process starts without settings.
 from __future__ import annotations
 
 import json

@@ -8,6 +8,8 @@ from django.conf import settings as django_settings
 from django.db import models
 from django.db.models.functions import MD5
 
+from stepscope.jobs.models import Job
+
 
 class Project(models.Model):
     slug = models.SlugField(max_length=80, unique=True)
@@ -50,17 +52,14 @@ class Membership(models.Model):
         return f"{self.user} in {self.project} as {self.role}"
 
 
-class ImportBatch(models.Model):
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
+class ImportBatch(Job):
+    KIND = "import"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="import_batches")
     file_name = models.CharField(max_length=500)
     source_format = models.CharField(max_length=40)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.RUNNING)
+    # An import through the API or the command line runs at once; an upload is queued.
+    status = models.CharField(max_length=10, choices=Job.Status.choices, default=Job.Status.RUNNING)
     # An uploaded file waiting for (or being read by) a worker, under MEDIA_ROOT.
     stored_path = models.CharField(max_length=500, blank=True)
     mapping = models.JSONField(null=True, blank=True)
@@ -74,11 +73,6 @@ class ImportBatch(models.Model):
     step_count = models.PositiveIntegerField(default=0)
     # [{"location": "line 3", "field": "steps.0.content", "message": "is missing"}, ...]
     errors = models.JSONField(default=list, blank=True)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at"]
@@ -231,13 +225,8 @@ class Selection(models.Model):
         return self.name
 
 
-class ExportJob(models.Model):
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+class ExportJob(Job):
+    KIND = "export"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="export_jobs")
     format = models.CharField(max_length=30)
@@ -251,7 +240,6 @@ class ExportJob(models.Model):
     selection = models.JSONField(default=dict, blank=True)
     split = models.CharField(max_length=200, blank=True)
     seed = models.IntegerField(default=0)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
     done = models.PositiveIntegerField(default=0)  # trajectories read so far
     total = models.PositiveIntegerField(default=0)
     out_dir = models.CharField(max_length=500, blank=True)
@@ -259,11 +247,6 @@ class ExportJob(models.Model):
     manifest = models.JSONField(null=True, blank=True)
     row_count = models.PositiveBigIntegerField(default=0)
     error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        django_settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at"]

@@ -4,6 +4,7 @@ Building the text ourselves, column by column, is several times faster than hand
 each row to the driver's per-value adapters, and lets JSON columns be serialised once.
 """
 
+# Django-free: the helper process encodes rows without a database.
 from __future__ import annotations
 
 import json

@@ -1,17 +1,18 @@
 """A task's rollouts as a prefix tree for display (no Django).
 
 Rollouts merge where their steps are identical (same prefix hash). Each node carries the
-Monte Carlo value from :func:`scoring.attribution.mc_prefix`. For display, runs of nodes
+Monte Carlo value from :func:`metrics.montecarlo.mc_prefix`. For display, runs of nodes
 that do not branch are folded into one *segment*, so a tree of long rollouts stays
 readable: a segment is a path of nodes that every rollout through its first node follows.
 """
 
+# Django-free: plain data in, plain data out.
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scoring.attribution import mc_prefix
+from metrics.montecarlo import mc_prefix
 
 # A branch point "splits" outcomes when its children's values differ at least this much.
 SPLIT_GAP = 0.5

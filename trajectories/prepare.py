@@ -9,6 +9,7 @@ small file (an API push) is prepared in the importing process, which saves start
 Both ways give the same chunks.
 """
 
+# Django-free: it runs in the helper process.
 from __future__ import annotations
 
 import collections

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from trajectories.forms import FORMAT_CHOICES
@@ -99,3 +101,13 @@ class ExportRequestSerializer(serializers.Serializer[dict[str, object]]):
     scorer = serializers.CharField(required=False, default="", allow_blank=True)
     credit_run = serializers.IntegerField(required=False, default=None, allow_null=True)
     options = serializers.DictField(required=False, default=dict)
+
+
+class TrajectoryFiltersSerializer(serializers.Serializer[Any]):
+    """The trajectory filters a job's selection may hold (scoring, rollouts)."""
+
+    outcome = serializers.ChoiceField(["", "success", "failure", "unknown"], default="")
+    model_name = serializers.CharField(default="", allow_blank=True)
+    task_key = serializers.CharField(default="", allow_blank=True)
+    min_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+    max_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)

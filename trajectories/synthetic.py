@@ -10,6 +10,7 @@ hashes, as real rollouts from a common prompt do.
 Records come out in Stepscope JSONL shape (see docs/formats.md).
 """
 
+# Django-free: demo, bench and tests generate rollouts without a database.
 from __future__ import annotations
 
 import json

@@ -11,10 +11,8 @@ returns the vLLM backend instead.
 
 from __future__ import annotations
 
-import gc
 import importlib.util
 import logging
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -42,6 +40,7 @@ from scoring.prm.adapters import (
 )
 from scoring.prm.base import ScorerError
 from scoring.prm.batching import left_truncated
+from scoring.prm.cache import LOADED
 
 logger = logging.getLogger(__name__)
 
@@ -274,28 +273,11 @@ class Generator:
 
 # --- One load per worker process -----------------------------------------------------------
 
-# A GPU holds few models at once; the least recently used is dropped beyond this.
-MAX_LOADED = 2
-_LOADED: OrderedDict[str, PolicyGenerator] = OrderedDict()
-load_count = 0
-
 
 def generator_load(spec: PolicySpec) -> PolicyGenerator:
-    """The loaded policy for ``spec``, built on first use in this process and kept."""
-    global load_count
-    key = spec.key
-    if key in _LOADED:
-        _LOADED.move_to_end(key)
-        return _LOADED[key]
-    generator = generator_build(spec)
-    load_count += 1
-    _LOADED[key] = generator
-    while len(_LOADED) > MAX_LOADED:
-        _LOADED.popitem(last=False)
-        gc.collect()
-        if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-    return generator
+    """The loaded policy for ``spec``, built on first use in this process and kept in the
+    worker's one model cache (shared with the scorers)."""
+    return LOADED.get(f"policy:{spec.key}", lambda: generator_build(spec))
 
 
 def vllm_available() -> bool:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from rollouts import answers, continuations, generation, search
@@ -38,7 +37,8 @@ from rollouts.services.jobs import (
 )
 from rollouts.services.parents import checked_trajectory, parents_load
 from rollouts.services.policies import policy_spec
-from scoring.services import MAX_CHUNK_ATTEMPTS, TRANSIENT_ERRORS
+from stepscope.jobs.lifecycle import chunk_claim
+from stepscope.jobs.retry import TRANSIENT_ERRORS
 from trajectories.models import Step, Trajectory
 from trajectories.services import trajectory_import
 
@@ -77,17 +77,7 @@ def rollout_chunk_run(*, chunk_id: int) -> None:
     job = chunk.job
     if job.status not in RolloutJob.ACTIVE or job.policy is None:
         return
-    with transaction.atomic():
-        RolloutChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
-        RolloutJob.objects.filter(pk=job.pk, status=RolloutJob.Status.QUEUED).update(
-            status=RolloutJob.Status.RUNNING, started_at=timezone.now()
-        )
-    if chunk.attempts + 1 > MAX_CHUNK_ATTEMPTS:
-        rollout_job_fail(
-            job_id=job.pk,
-            error=f"chunk {chunk.number} was started {MAX_CHUNK_ATTEMPTS} times and never"
-            " finished (its worker died each time: out of memory?)",
-        )
+    if not chunk_claim(chunk, job):
         return
     if job.max_tokens is not None and job.tokens >= job.max_tokens:
         rollout_job_stop(

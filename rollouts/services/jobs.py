@@ -33,6 +33,7 @@ from rollouts.models import (
 from rollouts.selectors import job_agreement
 from rollouts.services.parents import parent_outcome, parents_load
 from rollouts.services.policies import RolloutError
+from stepscope.jobs.lifecycle import job_cancel, job_fail
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
@@ -442,9 +443,7 @@ def job_summary(job: RolloutJob) -> dict[str, Any]:
 
 
 def rollout_job_fail(*, job_id: int, error: str) -> None:
-    RolloutJob.objects.filter(pk=job_id, status__in=RolloutJob.ACTIVE).update(
-        status=RolloutJob.Status.FAILED, error=error[:4000], finished_at=timezone.now()
-    )
+    job_fail(RolloutJob, pk=job_id, error=error)
 
 
 def rollout_job_stop(*, job_id: int, reason: str) -> None:
@@ -463,8 +462,4 @@ def rollout_job_stop(*, job_id: int, reason: str) -> None:
 def rollout_job_cancel(*, job: RolloutJob) -> RolloutJob:
     """Stop a queued or running job: chunks not yet finished are skipped (a chunk being
     generated stops at its next batch). Continuations already written stay."""
-    RolloutJob.objects.filter(pk=job.pk, status__in=RolloutJob.ACTIVE).update(
-        status=RolloutJob.Status.CANCELLED, finished_at=timezone.now()
-    )
-    job.refresh_from_db()
-    return job
+    return job_cancel(job)

@@ -1,7 +1,7 @@
 """Process reward models, Django-free: adapters that turn trajectory prefixes into one
 probability per step, and the trained head.
 
-Importing this package (and ``base``, ``prompts``, ``batching``, ``metrics``,
+Importing this package (and ``base``, ``prompts``, ``batching``,
 ``coalitions``) loads neither torch nor Django; ``adapters``, ``head``, ``saliency`` and
 ``tiny`` load torch and transformers. ``coalitions`` runs leave-one-out and Shapley credit
 with a loaded scorer as the value function; ``saliency`` explains one step's score token

@@ -8,10 +8,8 @@ in the parent worker process before it forks its pool).
 
 from __future__ import annotations
 
-import gc
 import logging
 from abc import ABC, abstractmethod
-from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
@@ -33,6 +31,7 @@ from scoring.prm.base import (
     TrajectoryInput,
 )
 from scoring.prm.batching import Encoded, Read, left_truncated, windows
+from scoring.prm.cache import LOADED
 from scoring.prm.prompts import Rendered, marker_tokens, render, render_turns
 
 logger = logging.getLogger(__name__)
@@ -456,28 +455,11 @@ class SequenceClassifierScorer(_TransformersScorer):
 
 # --- One load per worker process -----------------------------------------------------------
 
-# A GPU holds few models at once; the least recently used is dropped beyond this.
-MAX_LOADED = 2
-_LOADED: OrderedDict[str, StepScorer] = OrderedDict()
-load_count = 0
-
 
 def scorer_load(spec: ScorerSpec) -> StepScorer:
-    """The loaded scorer for ``spec``, built on first use in this process and kept."""
-    global load_count
-    key = spec.key
-    if key in _LOADED:
-        _LOADED.move_to_end(key)
-        return _LOADED[key]
-    scorer = scorer_build(spec)
-    load_count += 1
-    _LOADED[key] = scorer
-    while len(_LOADED) > MAX_LOADED:
-        _LOADED.popitem(last=False)
-        gc.collect()
-        if torch.cuda.is_initialized():
-            torch.cuda.empty_cache()
-    return scorer
+    """The loaded scorer for ``spec``, built on first use in this process and kept in the
+    worker's one model cache."""
+    return LOADED.get(f"scorer:{spec.key}", lambda: scorer_build(spec))
 
 
 def scorer_build(spec: ScorerSpec) -> StepScorer:

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from scoring.prm import metrics
+from metrics import agreement
+from metrics.arrays import offsets_from_lengths
 from scoring.prm.adapters import StepScorer, load_model, load_tokenizer, model_max_length
 from scoring.prm.base import (
     TRAINED_HEAD,
@@ -301,9 +302,12 @@ def _metrics(
 ) -> dict[str, Any]:
     threshold = result.head.threshold
     probability = {key: p for key, p, _ in result.held_out}
-    good = [g for _, _, g in result.held_out]
-    values = [p for _, p, _ in result.held_out]
-    predicted_first, actual_first = [], []
+    # Held-out steps as labels, +1 good and -1 bad, and the head's labels at its threshold.
+    human = np.array([1.0 if g else -1.0 for _, _, g in result.held_out])
+    values = np.array([p for _, p, _ in result.held_out], dtype=np.float64)
+    predicted = agreement.scores_to_labels(values, threshold=threshold)
+    ordered_scores: list[float] = []
+    lengths, actual_first = [], []
     held_trajectories = 0
     for item in labeled:
         if not in_holdout(item.group, holdout):
@@ -314,22 +318,27 @@ def _metrics(
         if not bad and not item.complete:
             continue  # no verdict to compare with
         actual_first.append(bad[0] if bad else -1)
-        predicted_first.append(metrics.first_below([probability[k] for k in ordered], threshold))
+        ordered_scores += [probability[k] for k in ordered]
+        lengths.append(len(ordered))
+    predicted_first = agreement.first_error_prediction(
+        ordered_scores, offsets_from_lengths(lengths), threshold=threshold
+    )
+    first_error = agreement.first_error_metrics(predicted_first, actual_first)
     out: dict[str, Any] = {
         "holdout_fraction": holdout,
         "train_steps": train_count,
         "heldout_steps": len(values),
-        "heldout_bad": int(len(good) - sum(good)),
+        "heldout_bad": int((human < 0).sum()),
         "heldout_trajectories": held_trajectories,
         "threshold": threshold,
-        "auroc": metrics.auroc(values, good),
+        "auroc": agreement.auroc(values, human > 0),
         # F1 for finding bad steps, the class a PRM is for.
-        "f1": metrics.f1([v < threshold for v in values], [not g for g in good]),
-        "accuracy": (
-            sum((v >= threshold) == g for v, g in zip(values, good, strict=True)) / len(values)
-            if values
-            else float("nan")
-        ),
-        **metrics.processbench_f1(predicted_first, actual_first),
+        "f1": agreement.bad_step_detection(human, predicted).f1,
+        "accuracy": agreement.accuracy(human, predicted),
+        # ProcessBench: the first error found on solutions with one, none found on those
+        # without, and their harmonic mean.
+        "processbench_f1": first_error.f1,
+        "processbench_error_accuracy": first_error.acc_erroneous,
+        "processbench_correct_accuracy": first_error.acc_correct,
     }
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}

@@ -14,9 +14,7 @@ from scoring.services.attribution import (
 )
 from scoring.services.scores import (
     IMPORT_BATCH,
-    MAX_CHUNK_ATTEMPTS,
     NEUTRAL_CHOICES,
-    TRANSIENT_ERRORS,
     ImportProblem,
     ScoresRejected,
     ScoringError,
@@ -37,9 +35,7 @@ from scoring.services.scores import (
 
 __all__ = [
     "IMPORT_BATCH",
-    "MAX_CHUNK_ATTEMPTS",
     "NEUTRAL_CHOICES",
-    "TRANSIENT_ERRORS",
     "AttributionError",
     "ImportProblem",
     "ScoresRejected",

@@ -26,18 +26,15 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Count, F, QuerySet
+from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
 from scoring import copyio, methods, prm, tasks
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
-from scoring.services.scores import (
-    MAX_CHUNK_ATTEMPTS,
-    TRANSIENT_ERRORS,
-    ScoringError,
-    scorer_spec,
-)
+from scoring.services.scores import ScoringError, scorer_spec
+from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
+from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
@@ -311,17 +308,7 @@ def attribution_chunk_run(*, chunk_id: int) -> None:
     run = chunk.run
     if not run.is_active:
         return
-    with transaction.atomic():
-        AttributionChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
-        AttributionRun.objects.filter(pk=run.pk, status=AttributionRun.Status.QUEUED).update(
-            status=AttributionRun.Status.RUNNING, started_at=timezone.now()
-        )
-    if chunk.attempts + 1 > MAX_CHUNK_ATTEMPTS:
-        attribution_run_fail(
-            run_id=run.pk,
-            error=f"chunk {chunk.number} was started {MAX_CHUNK_ATTEMPTS} times and never"
-            " finished (its worker died each time: out of memory?)",
-        )
+    if not chunk_claim(chunk, run):
         return
     try:
         if run.method == AttributionRun.Method.TOKEN_SALIENCY:
@@ -641,16 +628,10 @@ def _saliency_chunk(run: AttributionRun, chunk: AttributionChunk) -> None:
 
 
 def attribution_run_fail(*, run_id: int, error: str) -> None:
-    AttributionRun.objects.filter(pk=run_id, status__in=AttributionRun.ACTIVE).update(
-        status=AttributionRun.Status.FAILED, error=error[:4000], finished_at=timezone.now()
-    )
+    job_fail(AttributionRun, pk=run_id, error=error)
 
 
 def attribution_run_cancel(*, run: AttributionRun) -> AttributionRun:
     """Stop a queued or running run: chunks not yet finished are skipped. Credits already
     written stay."""
-    AttributionRun.objects.filter(pk=run.pk, status__in=AttributionRun.ACTIVE).update(
-        status=AttributionRun.Status.CANCELLED, finished_at=timezone.now()
-    )
-    run.refresh_from_db()
-    return run
+    return job_cancel(run)

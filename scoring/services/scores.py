@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.db import InterfaceError, OperationalError, transaction
-from django.db.models import Avg, Exists, F, OuterRef, Q
+from django.db import transaction
+from django.db.models import Avg, Exists, OuterRef, Q
 from django.utils import timezone
 
 from labeling.models import Queue, QueueItem
@@ -26,17 +26,15 @@ from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.selectors import latest_trained_head
+from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
+from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
-# A chunk whose worker died this many times fails the run rather than coming back.
-MAX_CHUNK_ATTEMPTS = 4
 # Rows per upsert statement when importing scores.
 IMPORT_BATCH = 5000
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
-# Database hiccups are retried by the task; anything else fails the run.
-TRANSIENT_ERRORS = (OperationalError, InterfaceError)
 
 
 class ScoringError(Exception):
@@ -234,17 +232,7 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
     run = chunk.run
     if run.status not in ScoringRun.ACTIVE or run.scorer is None:
         return
-    with transaction.atomic():
-        ScoringChunk.objects.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
-        ScoringRun.objects.filter(pk=run.pk, status=ScoringRun.Status.QUEUED).update(
-            status=ScoringRun.Status.RUNNING, started_at=timezone.now()
-        )
-    if chunk.attempts + 1 > MAX_CHUNK_ATTEMPTS:
-        scoring_run_fail(
-            run_id=run.pk,
-            error=f"chunk {chunk.number} was started {MAX_CHUNK_ATTEMPTS} times and never"
-            " finished (its worker died each time: out of memory?)",
-        )
+    if not chunk_claim(chunk, run):
         return
     try:
         results = _score(run.scorer, chunk)
@@ -357,19 +345,13 @@ def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResu
 
 
 def scoring_run_fail(*, run_id: int, error: str) -> None:
-    ScoringRun.objects.filter(pk=run_id, status__in=ScoringRun.ACTIVE).update(
-        status=ScoringRun.Status.FAILED, error=error[:4000], finished_at=timezone.now()
-    )
+    job_fail(ScoringRun, pk=run_id, error=error)
 
 
 def scoring_run_cancel(*, run: ScoringRun) -> ScoringRun:
     """Stop a queued or running run: chunks not yet finished are skipped. Scores already
     written stay."""
-    ScoringRun.objects.filter(pk=run.pk, status__in=ScoringRun.ACTIVE).update(
-        status=ScoringRun.Status.CANCELLED, finished_at=timezone.now()
-    )
-    run.refresh_from_db()
-    return run
+    return job_cancel(run)
 
 
 # --- Scores computed elsewhere ---------------------------------------------------------------

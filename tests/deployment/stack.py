@@ -87,7 +87,7 @@ class Stack:
 
     def up(self) -> None:
         if not self.external:
-            self.run(PYTHON, "-m", "stepscope.services", "up")
+            self.run(PYTHON, "-m", "stepscope.processes", "up")
         self.run(PYTHON, "manage.py", "migrate", "--no-input")
         self.web_start()
         self.worker_start("default")
@@ -100,7 +100,7 @@ class Stack:
             self.web.terminate()
             self.web.wait(timeout=30)
         if not self.external:
-            self.run(PYTHON, "-m", "stepscope.services", "down")
+            self.run(PYTHON, "-m", "stepscope.processes", "down")
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:

@@ -18,6 +18,7 @@ from rollouts.generation import (
 )
 from rollouts.generation.generator import Generator
 from rollouts.generation.prompts import cut_at_stop, render_prompt, split_steps
+from scoring.prm.cache import LOADED
 from scoring.prm.tiny import CHAT_TEMPLATE, build_tokenizer
 
 STEPS = (PrefixStep("Step 1: 3 + 4 = 7"), PrefixStep("Step 2: 7 * 2 = 14"))
@@ -124,10 +125,10 @@ def test_a_policy_is_loaded_once_per_process(tiny_policy_dir: Path) -> None:
     from rollouts.generation import generator
 
     spec = PolicySpec(model_ref=str(tiny_policy_dir), params=policy_params({"device": "cpu"}))
-    before = generator.load_count
+    before = LOADED.loads
     first = generator.generator_load(spec)
     assert generator.generator_load(spec) is first
-    assert generator.load_count == before + 1
+    assert LOADED.loads == before + 1
     with pytest.raises(PolicyError, match="vllm is not installed"):
         generator.generator_build(
             PolicySpec(model_ref=str(tiny_policy_dir), params=policy_params({"backend": "vllm"}))

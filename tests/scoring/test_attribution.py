@@ -7,8 +7,9 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 
+from metrics.arrays import offsets_from_lengths
+from metrics.montecarlo import mc_prefix
 from scoring.attribution import (
     ValueFunction,
     agent_shapley,
@@ -18,15 +19,13 @@ from scoring.attribution import (
     gae,
     grpo_advantages,
     leave_one_out,
-    mc_prefix,
-    offsets_from_lengths,
     prm_delta,
     rloo_advantages,
     shapley_exact,
     shapley_sampled,
     spread_over_steps,
-    trajectory_index,
 )
+from tests.metrics.test_montecarlo import OUTCOMES, ROLLOUTS
 
 approx = pytest.approx
 
@@ -43,12 +42,6 @@ def looped_returns(rewards: list[float], outcome: float, gamma: float) -> list[f
 
 
 # Offsets ----------------------------------------------------------------------------------
-
-
-def test_offsets_and_trajectory_index_follow_lengths() -> None:
-    offsets = offsets_from_lengths([2, 0, 3])
-    assert offsets.tolist() == [0, 2, 2, 5]
-    assert trajectory_index(offsets).tolist() == [0, 0, 2, 2, 2]
 
 
 def test_bad_offsets_are_rejected() -> None:
@@ -149,56 +142,7 @@ def test_gae_uses_terminal_value_zero_at_each_trajectory_end() -> None:
     assert advantages[1:] == approx([0.9 * 0.4 - 0.9 + (0.0 - 0.4) * 0.9, -0.4])
 
 
-# Monte Carlo values on a prefix tree ------------------------------------------------------
-
-# Four rollouts of one task:   root ─ a ─ b ─ c  (1)
-#                                     │    └─ d  (0)
-#                                     └─ e      (1)
-#                              root ─ f          (0)
-ROLLOUTS = [["a", "b", "c"], ["a", "b", "d"], ["a", "e"], ["f"]]
-OUTCOMES = [1, 0, 1, 0]
-
-
-def test_mc_prefix_values_and_advantages_on_a_small_tree() -> None:
-    tree = mc_prefix(ROLLOUTS, OUTCOMES)
-    assert tree.hashes == ("a", "b", "c", "d", "e", "f")
-    assert tree.parent.tolist() == [-1, 0, 1, 1, 0, -1]
-    assert tree.depth.tolist() == [0, 1, 2, 2, 1, 0]
-    assert tree.visits.tolist() == [3, 2, 1, 1, 1, 1]
-    assert tree.root_value == 0.5
-    assert tree.value == approx([2 / 3, 1 / 2, 1, 0, 1, 0])
-    # Child minus parent; a and f hang off the root, whose value is the mean outcome 1/2.
-    assert tree.advantage == approx([1 / 6, -1 / 6, 1 / 2, -1 / 2, 1 / 3, -1 / 2])
-    assert tree.offsets.tolist() == [0, 3, 6, 8, 9]
-    assert tree.step_values()[3:6] == approx([2 / 3, 1 / 2, 0])
-    assert tree.step_advantages()[6:8] == approx([1 / 6, 1 / 3])
-
-
-def test_mc_prefix_beta_posterior_mean_and_interval() -> None:
-    tree = mc_prefix(ROLLOUTS, OUTCOMES)
-    # Beta(1, 1) prior: (1 + s) / (2 + n).
-    assert tree.posterior_mean == approx([3 / 5, 2 / 4, 2 / 3, 1 / 3, 2 / 3, 1 / 3])
-    assert tree.root_posterior_mean == approx(3 / 6)
-    assert tree.posterior_advantage == approx([0.1, -0.1, 1 / 6, -1 / 6, 2 / 30, -1 / 6])
-    # Node c: Beta(2, 1) has CDF x**2, so its 95% interval is [sqrt(.025), sqrt(.975)].
-    assert (tree.lower[2], tree.upper[2]) == approx((math.sqrt(0.025), math.sqrt(0.975)))
-    # Node d: Beta(1, 2) has CDF 1 - (1 - x)**2.
-    assert (tree.lower[3], tree.upper[3]) == approx((1 - math.sqrt(0.975), 1 - math.sqrt(0.025)))
-    # Node a: Beta(3, 2), against scipy's quantiles.
-    assert (tree.lower[0], tree.upper[0]) == approx(stats.beta(3, 2).ppf([0.025, 0.975]))
-
-
-def test_mc_prefix_prior_and_level_are_configurable() -> None:
-    tree = mc_prefix(ROLLOUTS, OUTCOMES, prior=(2.0, 2.0), level=0.5)
-    assert tree.posterior_mean[0] == approx(4 / 7)
-    assert (tree.lower[0], tree.upper[0]) == approx(stats.beta(4, 3).ppf([0.25, 0.75]))
-
-
-def test_mc_prefix_rejects_hashes_that_are_not_prefix_hashes() -> None:
-    with pytest.raises(ValueError, match="different prefixes"):
-        mc_prefix([["a", "b"], ["c", "b"]], [1, 0])
-    with pytest.raises(ValueError, match="outcomes"):
-        mc_prefix([["a"]], [2.0])
+# First errors on Monte Carlo values ------------------------------------------------------
 
 
 def test_mc_first_error_finds_the_collapse() -> None:

@@ -4,7 +4,6 @@ read, what a step may see, truncation, batching, out-of-memory, the trained head
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import subprocess
 import sys
@@ -26,11 +25,11 @@ from scoring.prm import (
     StepInput,
     TrajectoryInput,
     adapters,
-    metrics,
     params_for_kind,
     tiny,
 )
 from scoring.prm.adapters import StepScorer, scorer_build
+from scoring.prm.cache import LOADED
 from scoring.prm.head import Head, LabeledTrajectory, TrainedHeadScorer, in_holdout, train_head
 from tests.conftest import REPO_ROOT
 from tests.scoring.conftest import TinyModels
@@ -332,10 +331,10 @@ def test_one_sequence_out_of_memory_is_an_error(
 
 def test_a_model_is_loaded_once_per_process(tiny_models: TinyModels) -> None:
     same = spec(TOKEN_CLASSIFICATION, tiny_models.token_classifier, batch_size=3)
-    before = adapters.load_count
+    before = LOADED.loads
     first = adapters.scorer_load(same)
     assert adapters.scorer_load(dataclasses.replace(same)) is first
-    assert adapters.load_count == before + 1
+    assert LOADED.loads == before + 1
 
 
 def test_cpu_uses_fp32(tiny_models: TinyModels) -> None:
@@ -399,20 +398,6 @@ def test_holdout_is_grouped_and_stable() -> None:
     held = [g for g in groups if in_holdout(g, 0.2)]
     assert 150 < len(held) < 250
     assert held == [g for g in groups if in_holdout(g, 0.2)]
-
-
-def test_metrics_on_hand_computed_cases() -> None:
-    assert metrics.auroc([0.9, 0.8, 0.3, 0.1], [True, True, False, False]) == 1.0
-    assert metrics.auroc([0.5, 0.5], [True, False]) == 0.5
-    assert metrics.auroc([0.1, 0.4, 0.35, 0.8], [False, False, True, True]) == 0.75
-    assert math.isnan(metrics.auroc([0.1], [True]))
-    assert metrics.f1([True, True, False], [True, False, True]) == pytest.approx(0.5)
-    assert metrics.first_below([0.9, 0.7, 0.2, 0.1], 0.5) == 2
-    assert metrics.first_below([0.9], 0.5) == -1
-    pb = metrics.processbench_f1([2, -1, 1, -1], [2, 1, -1, -1])
-    assert pb["processbench_error_accuracy"] == 0.5
-    assert pb["processbench_correct_accuracy"] == 0.5
-    assert pb["processbench_f1"] == pytest.approx(0.5)
 
 
 def test_web_code_never_loads_torch() -> None:

@@ -22,6 +22,7 @@ from labeling.services import queue_create, queue_item_take
 from scoring import selectors, services
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.head import Head
+from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.scoring.conftest import TinyModels
 from trajectories.models import Project, Step, Trajectory
@@ -187,7 +188,7 @@ def test_a_chunk_whose_worker_keeps_dying_fails_the_run(
     three_trajectories(project)
     run = services.scoring_run_start(project=project, scorer=make_scorer())
     services.scoring_run_plan(run_id=run.pk)
-    ScoringChunk.objects.filter(run=run).update(attempts=services.MAX_CHUNK_ATTEMPTS)
+    ScoringChunk.objects.filter(run=run).update(attempts=MAX_CHUNK_ATTEMPTS)
     services.scoring_chunk_score(chunk_id=run.chunks.first().pk)  # type: ignore[union-attr]
     run.refresh_from_db()
     assert run.status == ScoringRun.Status.FAILED

@@ -1,5 +1,4 @@
-"""Agreement statistics: model against human step labels, and humans among themselves
-(no Django).
+"""Agreement statistics: model against human step labels, and humans among themselves.
 
 Labels are numbers, as the schemas store them (ternary -1 / 0 / +1, binary, ordinal
 scales, or codes of a categorical schema), passed as numpy arrays with NaN where a step
@@ -9,7 +8,7 @@ row says so) and fixes the order the weighted kappa and the ordinal alpha read.
 
 Model scores are probabilities that a step is correct. Many trajectories are passed at
 once as a flat per-step array plus CSR ``offsets`` (trajectory *i* owns
-``steps[offsets[i]:offsets[i + 1]]``), as in :mod:`scoring.attribution`.
+``steps[offsets[i]:offsets[i + 1]]``), as in :mod:`metrics.arrays`.
 """
 
 from __future__ import annotations
@@ -22,8 +21,16 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-FloatArray = NDArray[np.float64]
-IntArray = NDArray[np.int64]
+from metrics.arrays import (
+    FloatArray,
+    IntArray,
+    checked_offsets,
+    first_flagged,
+    flat,
+    ratio,
+    segment_min,
+)
+
 KappaWeights = Literal["linear", "quadratic"] | None
 AlphaLevel = Literal["nominal", "ordinal", "interval"]
 
@@ -32,17 +39,10 @@ DEFAULT_THRESHOLDS = np.round(np.linspace(0.0, 1.0, 101), 2)
 DEFAULT_THRESHOLDS.setflags(write=False)
 
 
-def _flat(values: ArrayLike, name: str) -> FloatArray:
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be one-dimensional")
-    return array
-
-
 def _paired(reference: ArrayLike, predicted: ArrayLike) -> tuple[FloatArray, FloatArray]:
     """The two label arrays with every pair where either side is missing dropped."""
-    a = _flat(reference, "reference")
-    b = _flat(predicted, "predicted")
+    a = flat(reference, "reference")
+    b = flat(predicted, "predicted")
     if a.shape != b.shape:
         raise ValueError("both label arrays need one entry per step")
     both = ~(np.isnan(a) | np.isnan(b))
@@ -51,7 +51,7 @@ def _paired(reference: ArrayLike, predicted: ArrayLike) -> tuple[FloatArray, Flo
 
 def _schema(labels: Sequence[float] | ArrayLike | None, *observed: FloatArray) -> FloatArray:
     if labels is not None:
-        values = _flat(labels, "labels")
+        values = flat(labels, "labels")
         if np.unique(values).size != values.size:
             raise ValueError("labels must not repeat")
         return values
@@ -76,42 +76,6 @@ def _codes(values: FloatArray, labels: FloatArray) -> IntArray:
     return order[clipped].astype(np.int64)
 
 
-def _validate_offsets(offsets: ArrayLike, n_steps: int) -> IntArray:
-    bounds = np.asarray(offsets, dtype=np.int64)
-    if (
-        bounds.ndim != 1
-        or bounds.size == 0
-        or bounds[0] != 0
-        or bounds[-1] != n_steps
-        or np.any(np.diff(bounds) < 0)
-    ):
-        raise ValueError("offsets must start at 0, never decrease and end at the number of steps")
-    return bounds
-
-
-def _first_flagged(flagged: NDArray[np.bool_], offsets: IntArray) -> IntArray:
-    first = np.full(offsets.size - 1, -1, dtype=np.int64)
-    hits = np.flatnonzero(flagged)
-    if hits.size:
-        owner = np.searchsorted(offsets, hits, side="right") - 1
-        trajectories, first_hit = np.unique(owner, return_index=True)
-        first[trajectories] = hits[first_hit] - offsets[trajectories]
-    return first
-
-
-def _segment_min(values: FloatArray, offsets: IntArray) -> FloatArray:
-    """Minimum of each trajectory's values; +inf for a trajectory with no steps."""
-    minimum = np.full(offsets.size - 1, np.inf)
-    non_empty = np.diff(offsets) > 0
-    if values.size:
-        minimum[non_empty] = np.minimum.reduceat(values, offsets[:-1][non_empty])
-    return minimum
-
-
-def _ratio(numerator: float, denominator: float) -> float:
-    return numerator / denominator if denominator else float("nan")
-
-
 # Model against humans ---------------------------------------------------------------------
 
 
@@ -124,7 +88,7 @@ def scores_to_labels(
     column is empty and the neutral row shows how the model splits what humans left open.
     Unscored steps (NaN) stay NaN.
     """
-    s = _flat(scores, "scores")
+    s = flat(scores, "scores")
     labels = np.where(s >= threshold, float(good), float(bad))
     labels[np.isnan(s)] = np.nan
     return labels
@@ -165,7 +129,7 @@ def kappa_from_confusion(matrix: ArrayLike, *, weights: KappaWeights = None) -> 
         raise ValueError(f"unknown kappa weights {weights!r}")
     observed = counts / total
     expected = np.outer(counts.sum(axis=1), counts.sum(axis=0)) / total**2
-    return 1.0 - _ratio(float(np.sum(penalty * observed)), float(np.sum(penalty * expected)))
+    return 1.0 - ratio(float(np.sum(penalty * observed)), float(np.sum(penalty * expected)))
 
 
 def cohen_kappa(
@@ -225,7 +189,7 @@ def auroc(scores: ArrayLike, positive: ArrayLike) -> float:
     labelled good or bad (neutral steps left out): a score that ranks every good step above
     every bad one gets 1. Steps without a score are skipped; NaN when a class is empty.
     """
-    s = _flat(scores, "scores")
+    s = flat(scores, "scores")
     y = np.asarray(positive, dtype=bool)
     if y.shape != s.shape:
         raise ValueError("positive needs one entry per score")
@@ -259,8 +223,8 @@ class Reliability:
 def reliability(probabilities: ArrayLike, outcomes: ArrayLike, *, bins: int = 10) -> Reliability:
     """Reliability curve and expected calibration error of probabilities against 0/1
     outcomes (for step scores: good = 1, bad = 0, neutral left out)."""
-    p = _flat(probabilities, "probabilities")
-    y = _flat(outcomes, "outcomes")
+    p = flat(probabilities, "probabilities")
+    y = flat(outcomes, "outcomes")
     if y.shape != p.shape:
         raise ValueError("outcomes need one entry per probability")
     if bins < 1:
@@ -277,7 +241,7 @@ def reliability(probabilities: ArrayLike, outcomes: ArrayLike, *, bins: int = 10
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_predicted = np.where(counts > 0, predicted_sum / counts, np.nan)
         observed = np.where(counts > 0, observed_sum / counts, np.nan)
-    ece = _ratio(float(np.abs(observed_sum - predicted_sum).sum()), float(p.size))
+    ece = ratio(float(np.abs(observed_sum - predicted_sum).sum()), float(p.size))
     return Reliability(edges, counts, mean_predicted, observed, ece)
 
 
@@ -286,8 +250,8 @@ def reliability(probabilities: ArrayLike, outcomes: ArrayLike, *, bins: int = 10
 
 def first_error_reference(labels: ArrayLike, offsets: ArrayLike, *, bad: float = -1) -> IntArray:
     """Per trajectory, the index of the first step labelled ``bad``, or -1 if none."""
-    values = _flat(labels, "labels")
-    return _first_flagged(values == bad, _validate_offsets(offsets, values.size))
+    values = flat(labels, "labels")
+    return first_flagged(values == bad, checked_offsets(offsets, values.size))
 
 
 def first_error_prediction(
@@ -299,12 +263,12 @@ def first_error_prediction(
 ) -> IntArray:
     """Per trajectory, the index of the first labelable step whose score is under
     ``threshold``, or -1 if none. Unscored steps (NaN) never count."""
-    s = _flat(scores, "scores")
-    bounds = _validate_offsets(offsets, s.size)
+    s = flat(scores, "scores")
+    bounds = checked_offsets(offsets, s.size)
     flagged = s < threshold
     if labelable is not None:
         flagged &= _labelable(labelable, s.size)
-    return _first_flagged(flagged, bounds)
+    return first_flagged(flagged, bounds)
 
 
 def _labelable(labelable: ArrayLike, n_steps: int) -> NDArray[np.bool_]:
@@ -349,8 +313,8 @@ def first_error_metrics(
     erroneous = ref >= 0
     n_err = int(erroneous.sum())
     n_cor = ref.size - n_err
-    acc_err = _ratio(float(np.sum(pred[erroneous] == ref[erroneous])), n_err)
-    acc_cor = _ratio(float(np.sum(pred[~erroneous] == -1)), n_cor)
+    acc_err = ratio(float(np.sum(pred[erroneous] == ref[erroneous])), n_err)
+    acc_cor = ratio(float(np.sum(pred[~erroneous] == -1)), n_cor)
     return FirstErrorMetrics(threshold, acc_err, acc_cor, _harmonic(acc_err, acc_cor), n_err, n_cor)
 
 
@@ -382,15 +346,15 @@ def first_error_sweep(
     with sorted endpoints costs O((trajectories + thresholds) log) after one pass over the
     steps, instead of one pass per threshold.
     """
-    s = _flat(scores, "scores")
-    bounds = _validate_offsets(offsets, s.size)
+    s = flat(scores, "scores")
+    bounds = checked_offsets(offsets, s.size)
     ref = np.asarray(reference, dtype=np.int64)
     lengths = np.diff(bounds)
     if ref.shape != lengths.shape:
         raise ValueError("reference needs one first-error index per trajectory")
     if np.any(ref >= lengths) or np.any(ref < -1):
         raise ValueError("a reference first error lies outside its trajectory")
-    tried = _flat(DEFAULT_THRESHOLDS if thresholds is None else thresholds, "thresholds")
+    tried = flat(DEFAULT_THRESHOLDS if thresholds is None else thresholds, "thresholds")
 
     usable = ~np.isnan(s)
     if labelable is not None:
@@ -400,7 +364,7 @@ def first_error_sweep(
     local = np.arange(s.size) - bounds[owner]
     erroneous = ref >= 0
 
-    minimum_before = _segment_min(np.where(local < ref[owner], masked, np.inf), bounds)
+    minimum_before = segment_min(np.where(local < ref[owner], masked, np.inf), bounds)
     error_score = np.full(lengths.size, np.inf)
     error_score[erroneous] = masked[bounds[:-1][erroneous] + ref[erroneous]]
     low, high = error_score[erroneous], minimum_before[erroneous]
@@ -410,7 +374,7 @@ def first_error_sweep(
     hits_erroneous = np.searchsorted(low, tried, side="left") - np.searchsorted(
         high, tried, side="left"
     )
-    minimum_all = np.sort(_segment_min(masked, bounds)[~erroneous])
+    minimum_all = np.sort(segment_min(masked, bounds)[~erroneous])
     hits_correct = minimum_all.size - np.searchsorted(minimum_all, tried, side="left")
 
     n_err, n_cor = int(erroneous.sum()), int((~erroneous).sum())
@@ -457,7 +421,7 @@ def percent_agreement(ratings: ArrayLike) -> float:
     labelled = counts.sum(axis=1)
     pairs = float(np.sum(labelled * (labelled - 1))) / 2.0
     agreeing = float(np.sum(counts * (counts - 1))) / 2.0
-    return _ratio(agreeing, pairs)
+    return ratio(agreeing, pairs)
 
 
 @dataclass(frozen=True)
@@ -516,7 +480,7 @@ def agreement_with_reference(
     """Each annotator's percent agreement and kappa with a reference labelling (the
     adjudicated labels), over the steps both have."""
     matrix = _ratings(ratings)
-    ref = _flat(reference, "reference")
+    ref = flat(reference, "reference")
     if ref.size != matrix.shape[1]:
         raise ValueError("reference needs one label per step")
     names = _names(annotators, matrix.shape[0])
@@ -580,4 +544,4 @@ def krippendorff_alpha(
         raise ValueError(f"unknown level of measurement {level!r}")
     observed = float(np.sum(coincidence * distance))
     expected = float(np.sum(np.outer(marginal, marginal) * distance)) / (n - 1)
-    return 1.0 - _ratio(observed, expected)
+    return 1.0 - ratio(observed, expected)

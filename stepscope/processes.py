@@ -1,8 +1,8 @@
 """Start and stop what Stepscope runs beside the web server, for `make run` / `make stop`.
 
-    python -m stepscope.services up       # embedded PostgreSQL and Redis (unless configured)
-    python -m stepscope.services worker   # a Celery worker on both queues, in the background
-    python -m stepscope.services down     # stop the worker and the embedded servers
+    python -m stepscope.processes up       # embedded PostgreSQL and Redis (unless configured)
+    python -m stepscope.processes worker   # a Celery worker on both queues, in the background
+    python -m stepscope.processes down     # stop the worker and the embedded servers
 
 Each command is idempotent. Django-free, like ``stepscope.embedded``.
 """
@@ -82,8 +82,12 @@ def down() -> None:
     print("stopped: " + (", ".join(stopped) if stopped else "no embedded servers were running"))
 
 
-if __name__ == "__main__":
+def main(argv: list[str]) -> None:
     commands = {"up": up, "worker": worker, "down": down}
-    if len(sys.argv) != 2 or sys.argv[1] not in commands:
-        sys.exit(f"usage: python -m stepscope.services {{{'|'.join(commands)}}}")
-    commands[sys.argv[1]]()
+    if len(argv) != 2 or argv[1] not in commands:
+        sys.exit(f"usage: python -m stepscope.processes {{{'|'.join(commands)}}}")
+    commands[argv[1]]()
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from sklearn import calibration, metrics
 
-from labeling.agreement import (
+from metrics.agreement import (
     DEFAULT_THRESHOLDS,
     AlphaLevel,
     KappaWeights,

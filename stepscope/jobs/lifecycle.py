@@ -1,0 +1,53 @@
+"""The states a job moves through, written once for every kind: a chunk claimed by a
+worker (which starts its job), a job failed or cancelled. Each change is one conditional
+``UPDATE``, so a job that has already ended stays as it ended."""
+
+from __future__ import annotations
+
+from typing import TypeVar
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from stepscope.jobs.models import ACTIVE, Chunk, JobStatus, ProgressJob
+from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
+
+J = TypeVar("J", bound=ProgressJob)
+
+
+def job_fail(model: type[ProgressJob], *, pk: int, error: str) -> None:
+    """End an active job as failed, with the error for the page (cut to 4,000 chars)."""
+    model._default_manager.filter(pk=pk, status__in=ACTIVE).update(
+        status=JobStatus.FAILED, error=error[:4000], finished_at=timezone.now()
+    )
+
+
+def job_cancel(job: J) -> J:
+    """Stop a queued or running job: chunks not yet finished are skipped; what is
+    written stays."""
+    type(job)._default_manager.filter(pk=job.pk, status__in=ACTIVE).update(
+        status=JobStatus.CANCELLED, finished_at=timezone.now()
+    )
+    job.refresh_from_db()
+    return job
+
+
+def chunk_claim(chunk: Chunk, job: ProgressJob) -> bool:
+    """Count one more delivery of ``chunk`` and start its job if it was queued. False,
+    after failing the job, when the chunk has now been started more than
+    ``MAX_CHUNK_ATTEMPTS`` times (its worker died each time)."""
+    with transaction.atomic():
+        type(chunk)._default_manager.filter(pk=chunk.pk).update(attempts=F("attempts") + 1)
+        type(job)._default_manager.filter(pk=job.pk, status=JobStatus.QUEUED).update(
+            status=JobStatus.RUNNING, started_at=timezone.now()
+        )
+    if chunk.attempts + 1 > MAX_CHUNK_ATTEMPTS:
+        job_fail(
+            type(job),
+            pk=job.pk,
+            error=f"chunk {chunk.number} was started {MAX_CHUNK_ATTEMPTS} times and never"
+            " finished (its worker died each time: out of memory?)",
+        )
+        return False
+    return True
