@@ -20,7 +20,7 @@ install: $(STAMP)
 	$(PY) -m trajectories.compiled build
 
 services: install
-	$(PY) -m stepscope.services up
+	$(PY) -m stepscope.processes up
 
 migrate: services
 	$(PY) manage.py migrate --no-input
@@ -29,13 +29,13 @@ demo: migrate
 	$(PY) manage.py demo_setup
 
 worker: migrate
-	$(PY) -m stepscope.services worker
+	$(PY) -m stepscope.processes worker
 
 run: demo worker
 	STEPSCOPE_DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000
 
 stop:
-	$(PY) -m stepscope.services down
+	$(PY) -m stepscope.processes down
 
 # The browser tests drive Debian's Chromium (Playwright cannot download browsers here).
 browser:

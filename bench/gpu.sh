@@ -141,7 +141,7 @@ print(sys.version.split()[0], "torch", torch.__version__, "transformers",
     unset DATABASE_URL STEPSCOPE_DATABASE_NAME
     # initdb fails on a locale the machine lacks; C is always there.
     export LC_ALL=C LANG=C
-    trap '"$PYTHON" -m stepscope.services down || true' EXIT
+    trap '"$PYTHON" -m stepscope.processes down || true' EXIT
     echo "== migrate, $(date -u +%T)"
     "$PYTHON" manage.py migrate -v0
     echo "== migrated, $(date -u +%T)"
