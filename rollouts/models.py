@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from stepscope.jobs.models import Chunk, ChunkedJob
+from stepscope.jobs.models import Chunk, ChunkedJob, Job
 from trajectories.models import Project, Step, Trajectory
 
 
@@ -266,18 +266,12 @@ class StepMC(models.Model):
         return f"{self.successes}/{self.k} on {self.step_id} by {self.policy_id}"
 
 
-class DemoPolicyTraining(models.Model):
+class DemoPolicyTraining(Job):
     """The demo policy trained on a worker after `make run` has served its first page,
     then the demo project's rollout jobs queued (``rollout_tasks`` of its tasks). The
     project's rollouts section shows its progress while it runs."""
 
-    class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"
-        FAILED = "failed"
-
-    ACTIVE: ClassVar = (Status.QUEUED, Status.RUNNING)
+    KIND = "demo policy training"
 
     project = models.ForeignKey(
         Project, on_delete=models.CASCADE, related_name="demo_policy_trainings"
@@ -285,22 +279,13 @@ class DemoPolicyTraining(models.Model):
     rollout_tasks = models.PositiveIntegerField()
     # Most training steps (the demo's default; tests train a step or two).
     max_steps = models.PositiveIntegerField(default=1200)
-    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    # How far training has got, by steps or by its time budget, whichever is further.
     percent = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
     started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-id"]
 
     def __str__(self) -> str:
         return f"demo policy training {self.pk} ({self.status})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.status in self.ACTIVE
