@@ -30,6 +30,8 @@ import pytest
 from django.apps import apps
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# One worker runs the module, so the Django-free probe runs once.
+pytestmark = pytest.mark.xdist_group("layering")
 
 # Lowest first. Units in one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -370,11 +372,71 @@ def test_django_free_modules_import_only_django_free_code() -> None:
     assert found == []
 
 
+# Third-party libraries the Django-free modules share, imported once by the probe before
+# it forks a child per module (a fresh interpreter per module took half a minute). None of
+# them loads Django; if one did, every module's check would fail, not pass.
+PRELOADED = ("numpy", "scipy", "pyarrow", "orjson", "ijson", "torch", "transformers", "captum")
+
+FORKING_PROBE = """
+import importlib, json, os, sys
+for name in sys.argv[1].split(","):
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        pass
+results = {}
+for module in sys.argv[2].split(","):
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            importlib.import_module(module)
+            loaded = [m for m in sys.modules if m == "django" or m.startswith("django.")]
+            answer = json.dumps(loaded)
+        except BaseException as error:
+            answer = json.dumps({"error": repr(error)})
+        os.write(write, answer.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        results[module] = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+print(json.dumps(results))
+"""
+
+
+def django_modules_loaded_by_each(modules: list[str]) -> dict[str, object]:
+    """For each module, the Django modules loaded by importing it alone into a child of
+    one interpreter that has no Django settings and has loaded only ``PRELOADED``."""
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    completed = subprocess.run(
+        [sys.executable, "-c", FORKING_PROBE, ",".join(PRELOADED), ",".join(modules)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    loaded: dict[str, object] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return loaded
+
+
+@cache
+def django_free_probe() -> dict[str, object]:
+    return django_modules_loaded_by_each(django_free_modules())
+
+
 def test_probe_sees_django_when_it_is_imported() -> None:
-    # Guards against a probe that could never fail.
+    # Guards against probes that could never fail.
     assert "django.conf" in django_modules_loaded_by("import django.conf")
+    forked = django_modules_loaded_by_each(["json", "django.conf"])
+    assert forked["json"] == []
+    assert isinstance(forked["django.conf"], list) and "django.conf" in forked["django.conf"]
 
 
 @pytest.mark.parametrize("module", django_free_modules())
 def test_module_does_not_import_django(module: str) -> None:
-    assert django_modules_loaded_by(f"import {module}") == []
+    assert django_free_probe()[module] == []
