@@ -104,6 +104,16 @@ def page(chromium: Any) -> Iterator[Any]:
     assert errors == [], f"JavaScript errors: {errors}"
 
 
+def celery_worker_log_path() -> Path:
+    return REPO_ROOT / ".stepscope" / f"test-worker-{isolation.NAME}.log"
+
+
+def celery_worker_log(lines: int = 40) -> str:
+    """The end of this process's worker log, for a failing test to show."""
+    text = celery_worker_log_path().read_text(errors="replace")
+    return "worker log:\n" + "\n".join(text.splitlines()[-lines:])
+
+
 @pytest.fixture(scope="session")
 def celery_worker(
     django_db_setup: None, django_db_blocker: Any
@@ -120,7 +130,7 @@ def celery_worker(
         "STEPSCOPE_TESTING": "1",
         "STEPSCOPE_DATABASE_NAME": connection.settings_dict["NAME"],
     }
-    log = REPO_ROOT / ".stepscope" / f"test-worker-{isolation.NAME}.log"
+    log = celery_worker_log_path()
     log.parent.mkdir(exist_ok=True)
     with log.open("wb") as log_file:
         worker = subprocess.Popen(

@@ -7,6 +7,7 @@ both compared with the generated ground truth when they finish."""
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from rollouts.services.jobs import rollout_job_start
 from stepscope.queueing import broker_require
 from trajectories import synthetic
 from trajectories.models import Project
+
+logger = logging.getLogger(__name__)
 
 POLICY_NAME = "demo-policy"
 # Continuations per step; the demo's synthetic tasks are ``arith-<seed>-<n>``.
@@ -150,11 +153,14 @@ def _train(training: DemoPolicyTraining) -> None:
                 if percent >= shown[0] + PROGRESS_STEP:
                     shown[0] = percent
                     DemoPolicyTraining.objects.filter(pk=training.pk).update(percent=percent)
+                    logger.info("demo policy training %s: %s%%", training.pk, percent)
 
+            logger.info("demo policy training %s: started", training.pk)
             demo_policy.train(demo_policy_dir(), max_steps=training.max_steps, progress=progress)
-        demo_rollouts_queue(
+        jobs = demo_rollouts_queue(
             project=training.project, user=training.created_by, tasks=training.rollout_tasks
         )
+        logger.info("demo policy training %s: trained; rollout jobs %s", training.pk, jobs)
     except Exception as error:
         DemoPolicyTraining.objects.filter(pk=training.pk).update(
             status=DemoPolicyTraining.Status.FAILED,

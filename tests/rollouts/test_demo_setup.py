@@ -23,6 +23,7 @@ from rollouts import demo_policy
 from rollouts.models import DemoPolicyTraining, Policy, RolloutJob
 from rollouts.services import demo, rollout_job_cancel
 from rollouts.services.demo import DEMO_K, demo_policy_training_run
+from tests.conftest import celery_worker_log
 from tests.rollouts.test_services import run_job
 from tests.waiting import wait_until
 from trajectories import synthetic
@@ -175,7 +176,7 @@ def test_the_worker_trains_the_policy_while_the_page_shows_its_progress(
         assert status != DemoPolicyTraining.Status.FAILED
         return status == DemoPolicyTraining.Status.DONE
 
-    assert wait_until(trained, timeout=120)
+    assert wait_until(trained, timeout=180), celery_worker_log()
     jobs = list(RolloutJob.objects.filter(project__slug="demo"))
     assert len(jobs) == 2
     for job in jobs:
