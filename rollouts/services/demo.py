@@ -31,8 +31,8 @@ DEMO_K = 8
 DEMO_SEED = 7
 REPORT_NAME = "stepscope-demo-policy.json"
 # The first key of the advisory lock a worker holds while it trains (the second is the
-# training's id).
-TRAINING_LOCK = 7301
+# training's id). Imports lock (7301, project) and exports (7302, job).
+TRAINING_LOCK = 7303
 # Progress is written at most this often (in percent) while the policy trains.
 PROGRESS_STEP = 2
 
@@ -122,9 +122,9 @@ def demo_policy_training_start(
 def demo_policy_training_run(*, training_id: int) -> None:
     """On a worker: train the policy (unless a trained one is on disk), then queue the
     project's rollouts. A redelivered task trains again from the start."""
-    training = DemoPolicyTraining.objects.get(pk=training_id)
-    if training.status == DemoPolicyTraining.Status.DONE:
-        return
+    training = DemoPolicyTraining.objects.filter(pk=training_id).first()
+    if training is None or training.status == DemoPolicyTraining.Status.DONE:
+        return  # gone with its project, or trained by an earlier delivery
     with connection.cursor() as cursor:
         # Held for the task's whole life by this worker's session: a second delivery of
         # the task (queued again by a second `make run`) leaves the training to the

@@ -128,7 +128,9 @@ def test_a_failed_training_is_shown_and_tried_again(
     assert failed.status == DemoPolicyTraining.Status.QUEUED, "tried again"
 
 
-@pytest.mark.django_db(transaction=True)
+# Not a transactional test: there the queued task would reach a real worker, which would
+# train the policy for minutes under the next test's feet.
+@pytest.mark.django_db
 @pytest.mark.usefixtures("demo_dirs")
 def test_a_training_another_worker_holds_is_left_to_it(
     monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
