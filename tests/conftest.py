@@ -38,6 +38,22 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
         database.drop()
 
 
+@pytest.fixture(autouse=True)
+def queued_tasks_purged(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After a test that commits (transactional_db), drop what it left queued: a task for
+    rows the test's flush deletes would otherwise reach this process's worker during a
+    later test, fail on missing rows, or keep the worker busy for minutes."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    committed = "transactional_db" in request.fixturenames or (
+        marker is not None and marker.kwargs.get("transaction", False)
+    )
+    if committed:
+        from stepscope.celery import app
+
+        app.control.purge()
+
+
 @pytest.fixture
 def project(db: None) -> Project:
     return project_create(slug="demo", name="Demo")
