@@ -31,8 +31,9 @@ demo: migrate
 worker: migrate
 	$(PY) -m stepscope.processes worker
 
+# Our own error pages; STEPSCOPE_DEBUG=1 make run shows Django's tracebacks instead.
 run: demo worker
-	STEPSCOPE_DEBUG=1 $(PY) manage.py runserver 127.0.0.1:8000
+	STEPSCOPE_DEBUG=$${STEPSCOPE_DEBUG:-0} $(PY) manage.py runserver 127.0.0.1:8000
 
 stop:
 	$(PY) -m stepscope.processes down
