@@ -3,7 +3,8 @@
 Rollouts merge where their steps are identical (same prefix hash). Each node carries the
 Monte Carlo value from :func:`metrics.montecarlo.mc_prefix`. For display, runs of nodes
 that do not branch are folded into one *segment*, so a tree of long rollouts stays
-readable: a segment is a path of nodes that every rollout through its first node follows.
+readable: a segment is a path of nodes that neither branch nor end a rollout, so every
+rollout through its first node follows it to its last.
 """
 
 # Django-free: plain data in, plain data out.
@@ -46,21 +47,25 @@ def segments(rollouts: Sequence[Sequence[str]], outcomes: Sequence[float]) -> li
     for node in range(count):
         parent = int(tree.parent[node])
         (roots if parent < 0 else children[parent]).append(node)
-    # A rollout through each node, for linking to its steps.
+    # A rollout through each node, for linking to its steps, and the nodes where a
+    # rollout ends (a rollout that is a prefix of another, as a continuation's source is).
     through = [0] * count
     seen = [False] * count
+    ends = [False] * count
     for rollout in range(len(rollouts)):
         start, end = int(tree.offsets[rollout]), int(tree.offsets[rollout + 1])
         for flat in range(start, end):
             node = int(tree.step_node[flat])
             if not seen[node]:
                 seen[node], through[node] = True, rollout
+        if end > start:
+            ends[int(tree.step_node[end - 1])] = True
 
     out: list[Segment] = []
 
     def walk(first: int, depth: int, parent_value: float) -> int:
         path = [first]
-        while len(children[path[-1]]) == 1:
+        while len(children[path[-1]]) == 1 and not ends[path[-1]]:
             path.append(children[path[-1]][0])
         last = path[-1]
         position = len(out)

@@ -26,6 +26,22 @@ def test_segments_fold_unbranched_runs_and_mark_the_split() -> None:
     assert result[2].advantage == pytest.approx(1.0 - 2 / 3)
 
 
+def test_a_rollout_that_ends_where_another_goes_on_ends_its_segment() -> None:
+    """A continuation's source is a prefix of its continuations: the segment stops where
+    the shorter rollout ends, so each segment's rollout has every step of the segment
+    (the page looks up its first and last step there)."""
+    source = [f"s{n}" for n in range(7)]
+    continuations = [[*source[:4], f"c{k}", f"c{k}-end"] for k in range(8)]
+    longer = [*source, "extra"]
+    rollouts = [source, *continuations, longer]
+    result = segments(rollouts, [0.0] + [1.0] * 8 + [0.0])
+    for segment in result:
+        assert segment.start_index + segment.length <= len(rollouts[segment.rollout])
+    lengths = [(s.start_index, s.length, s.visits) for s in result]
+    assert (4, 3, 2) in lengths, "s4..s6 stop where the source ends"
+    assert (7, 1, 1) in lengths, "the longer rollout's extra step is a segment of its own"
+
+
 @pytest.mark.django_db
 def test_tree_page_shows_values_and_hides_from_outsiders(
     client: Client, project: Project, owner: User, outsider: User
@@ -44,5 +60,12 @@ def test_tree_page_shows_values_and_hides_from_outsiders(
     ]
     assert page.context["rollouts"].unknown_outcome == 1
     assert b"branch point" in page.content
+    # A rollout continued from its fourth step, and one that goes past its end.
+    trajectory_with_steps(
+        project, ["plan", "good move", "win", "celebrate"], success=True, task_key="t"
+    )
+    page = client.get(f"/p/{project.slug}/tree/", {"task": "t"})
+    assert page.status_code == 200
+    assert "celebrate" in [r["last"].preview for r in page.context["rows"]]
     client.force_login(outsider)
     assert client.get(f"/p/{project.slug}/tree/", {"task": "t"}).status_code == 404
