@@ -54,6 +54,7 @@ INSTALLED_APPS = [
     "labeling",
     "scoring",
     "rollouts",
+    "exports",
     "demo",
 ]
 

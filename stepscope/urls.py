@@ -18,4 +18,5 @@ urlpatterns = [
     path("", include("labeling.urls")),
     path("", include("scoring.urls")),
     path("", include("rollouts.urls")),
+    path("", include("exports.urls")),
 ]

@@ -58,7 +58,6 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 # Imports a Django-free module may never make (the probe below catches the indirect ones).
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
-TO_EXPORTS = "export jobs, selections and writers move to the exports/ app"
 TO_EVALUATION = "label sources, compare, disagreements and failures move to evaluation/"
 TO_TOP = "the project home and trajectory page move to the top-level pages"
 SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
@@ -69,11 +68,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.selectors", "labeling.models"): FILTER_REGISTRY,
     ("trajectories.selectors", "labeling.sources"): FILTER_REGISTRY,
     ("trajectories.selectors", "scoring.models"): FILTER_REGISTRY,
-    ("trajectories.services.exports", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring.models"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.selections", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.selections", "scoring.models"): TO_EXPORTS,
     ("trajectories.services.imports", "labeling.models"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
@@ -92,12 +86,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
 # (module, table) -> why its SQL may still name that higher app's table.
 SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.selectors", "labeling_steplabel"): FILTER_REGISTRY,
-    ("trajectories.services.exports", "labeling_finallabel"): TO_EXPORTS,
-    ("trajectories.services.exports", "labeling_steplabel"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring_stepcredit"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring_stepscore"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "scoring_stepcredit"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "scoring_stepscore"): TO_EXPORTS,
     ("trajectories.services.imports", "labeling_steplabel"): (
         "imported step labels; the import's label writer registers from labeling"
     ),

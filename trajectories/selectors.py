@@ -28,11 +28,9 @@ from django.http import Http404
 
 from labeling.models import StepLabel
 from trajectories.models import (
-    ExportJob,
     ImportBatch,
     Membership,
     Project,
-    Selection,
     Step,
     Trajectory,
 )
@@ -607,29 +605,3 @@ def task_rollouts(project: Project, task_key: str) -> TaskRollouts:
         unknown_outcome=len(candidates[:TREE_MAX_ROLLOUTS]) - len(kept),
         truncated=truncated,
     )
-
-
-def export_job_get_for_user(user: AnyUser, pk: int) -> ExportJob:
-    job = (
-        ExportJob.objects.select_related("project")
-        .filter(pk=pk, project__in=projects_for_user(user))
-        .first()
-    )
-    if job is None:
-        raise Http404("No such export.")
-    return job
-
-
-def selection_get_for_user(user: AnyUser, pk: int) -> Selection:
-    selection = (
-        Selection.objects.select_related("project")
-        .filter(pk=pk, project__in=projects_for_user(user))
-        .first()
-    )
-    if selection is None:
-        raise Http404("No such selection.")
-    return selection
-
-
-def selections_for_project(project: Project) -> QuerySet[Selection]:
-    return Selection.objects.filter(project=project).select_related("created_by").order_by("name")

@@ -16,22 +16,23 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from labeling.models import LabelSchema, StepLabel
-from scoring import services as scoring
-from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
-from tests.conftest import REALDATA
-from tests.trajectories.progress_stubs import CancelledProgress
-from trajectories import synthetic
-from trajectories.batches import parse_split_spec, write_export
-from trajectories.batches.columnar import STEP_CSV, csv_tables
-from trajectories.models import Project, Step, Trajectory
-from trajectories.services import exports, project_create, trajectory_import
-from trajectories.services.exports import (
+from exports.services import exports
+from exports.services.exports import (
     ExportCancelled,
     export_request_build,
     export_trajectories,
     export_write,
 )
+from labeling.models import LabelSchema, StepLabel
+from scoring import services as scoring
+from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
+from tests.conftest import REALDATA
+from tests.exports.progress_stubs import CancelledProgress
+from trajectories import synthetic
+from trajectories.batches import parse_split_spec, write_export
+from trajectories.batches.columnar import STEP_CSV, csv_tables
+from trajectories.models import Project, Step, Trajectory
+from trajectories.services import project_create, trajectory_import
 from trajectories.services.progress import ProgressWriter
 
 TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
@@ -361,13 +362,13 @@ def test_trl_stepwise_records_end_where_the_row_builders_end_them(
     plain: Project, tmp_path: Path
 ) -> None:
     """The bulk path was taken (no tool calls), and its cuts and skips are counted."""
-    from trajectories.services import exports_bulk
+    from exports.services import bulk
 
     request = export_request_build(
         project=plain, format="trl-stepwise", labels="human:alice", neutral="drop"
     )
     with transaction.atomic():
-        result = exports_bulk.bulk_export_write(plain, request, out_dir=tmp_path)
+        result = bulk.bulk_export_write(plain, request, out_dir=tmp_path)
     assert result is not None
     assert result.notes["cut_at_unlabelled_step"] > 0
     assert result.notes["skipped_no_labelled_step"] > 0
@@ -385,14 +386,14 @@ def test_trl_stepwise_records_end_where_the_row_builders_end_them(
 def test_trl_stepwise_with_tool_calls_takes_the_row_builders(
     mixed: tuple[Project, AttributionRun], tmp_path: Path
 ) -> None:
-    from trajectories.services import exports_bulk
+    from exports.services import bulk
 
     project, _ = mixed
     request = export_request_build(
         project=project, format="trl-stepwise", labels="human:alice", neutral="drop"
     )
     with transaction.atomic():
-        assert exports_bulk.bulk_export_write(project, request, out_dir=tmp_path / "b") is None
+        assert bulk.bulk_export_write(project, request, out_dir=tmp_path / "b") is None
         written = export_write(project=project, request=request, out_dir=tmp_path / "out")
     assert written == row_by_row(project, request, tmp_path / "rows")
 

@@ -13,10 +13,11 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.test import Client
 
+from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, StepLabel
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
-from trajectories.models import ExportJob, Membership, Project, Selection, Trajectory
+from trajectories.models import Membership, Project, Trajectory
 from trajectories.selectors import (
     TrajectoryFilters,
     trajectories_filtered,

@@ -10,9 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from exports.services.exports import export_request_build, export_write
 from trajectories.batches import FORMATS
 from trajectories.models import Project
-from trajectories.services.exports import export_request_build, export_write
 
 
 class Command(BaseCommand):

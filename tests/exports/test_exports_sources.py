@@ -17,20 +17,21 @@ from django.core.management.base import CommandError
 from django.db import transaction
 from rest_framework.test import APIClient
 
-from rollouts.models import Policy, StepMC
-from scoring import services as scoring
-from scoring.models import AttributionRun, StepCredit
-from tests.factories import MembershipFactory, UserFactory
-from tests.trajectories.progress_stubs import CancelledProgress
-from trajectories import synthetic
-from trajectories.models import ExportJob, Membership, Project, Step
-from trajectories.services import project_create, trajectory_import
-from trajectories.services.exports import (
+from exports.models import ExportJob
+from exports.services.exports import (
     ExportCancelled,
     export_job_run,
     export_request_build,
     export_write,
 )
+from rollouts.models import Policy, StepMC
+from scoring import services as scoring
+from scoring.models import AttributionRun, StepCredit
+from tests.exports.progress_stubs import CancelledProgress
+from tests.factories import MembershipFactory, UserFactory
+from trajectories import synthetic
+from trajectories.models import Membership, Project, Step
+from trajectories.services import project_create, trajectory_import
 
 
 def export(*args: str) -> dict[str, Any]:

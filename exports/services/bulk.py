@@ -22,6 +22,13 @@ from pathlib import Path
 import pyarrow as pa
 from django.db import connection
 
+from exports.services.exports import (
+    HEADS_SQL,
+    ExportRequest,
+    ordered_ids,
+    scorer_id_for,
+    trajectories_from_rows,
+)
 from labeling.sources import label_source_sql
 from trajectories.batches import ExportResult, ExportTrajectory, TaskGroup, task_groups
 from trajectories.batches.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
@@ -30,13 +37,6 @@ from trajectories.batches.export import export_format
 from trajectories.batches.labels import Neutral
 from trajectories.batches.splits import parse_split_spec
 from trajectories.models import Project
-from trajectories.services.exports import (
-    HEADS_SQL,
-    ExportRequest,
-    ordered_ids,
-    scorer_id_for,
-    trajectories_from_rows,
-)
 
 # The group key as trajectories.batches.inputs.task_group_key computes it (the task key,
 # or for a trajectory without one a hash of its task text).

@@ -30,6 +30,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import MD5
 from django.utils import timezone
 
+from exports.models import ExportJob, Selection
 from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
 from scoring.models import AttributionRun
 from stepscope.queueing import broker_require
@@ -45,7 +46,7 @@ from trajectories.batches import (
     write_manifest,
 )
 from trajectories.batches.export import export_format
-from trajectories.models import ExportJob, Project, Selection
+from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 
 # Trajectories read per round trip.
@@ -162,10 +163,10 @@ def export_write(
             # (Inside a caller's transaction, the caller's isolation applies.)
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-        # Imported here: exports_bulk builds on this module.
-        from trajectories.services import exports_bulk
+        # Imported here: the bulk module builds on this one.
+        from exports.services import bulk
 
-        result = exports_bulk.bulk_export_write(
+        result = bulk.bulk_export_write(
             project, request, out_dir=out_dir, progress=lambda done: _tick(progress, done)
         )
         if result is None:
@@ -514,7 +515,7 @@ def _attribution_revisions(project: Project, request: ExportRequest) -> dict[str
 
 
 def export_start(*, project: Project, user: User, request: ExportRequest) -> ExportJob:
-    from trajectories.tasks import export_run
+    from exports.tasks import export_run
 
     broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():

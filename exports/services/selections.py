@@ -8,8 +8,9 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils.text import slugify
 
+from exports.models import Selection
 from labeling.sources import scorer_id_for
-from trajectories.models import Project, Selection
+from trajectories.models import Project
 from trajectories.selectors import (
     TrajectoryFilters,
     trajectory_filters_definition,

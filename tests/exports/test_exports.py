@@ -16,11 +16,12 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from exports.models import ExportJob, Selection
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
 from tests.factories import MembershipFactory, UserFactory
 from tests.waiting import wait_until
-from trajectories.models import ExportJob, Membership, Project, Selection, Step, Trajectory
+from trajectories.models import Membership, Project, Step, Trajectory
 from trajectories.services import project_create, trajectory_import
 
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
