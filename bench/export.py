@@ -50,7 +50,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from exports.services.exports import export_request_build, export_write  # noqa: E402
+from exports.services import export_request_build, export_write  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402

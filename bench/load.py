@@ -92,7 +92,7 @@ from scoring.models import Scorer
 from scoring.services import scoring_run_start
 from trajectories.batches import ExportOptions, Neutral
 from trajectories.models import Project
-from exports.services.exports import ExportRequest, export_start
+from exports.services import ExportRequest, export_start
 
 owner = User.objects.get(username="owner")
 work = Project.objects.get(slug="work")

@@ -18,9 +18,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
+from exports import services
 from exports.models import ExportJob
 from exports.serializers import ExportJobSerializer, ExportRequestSerializer
-from exports.services import exports
 from stepscope.pagination import ByIdCursor
 from trajectories.selectors import (
     can_download_exports,
@@ -51,10 +51,10 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
         if not can_manage_data(request.user, project):
             raise PermissionDenied("Only researchers and admins export data.")
         try:
-            export_request = exports.export_request_build(project=project, **data)
+            export_request = services.export_request_build(project=project, **data)
         except (ValueError, TypeError) as error:
             raise ValidationError({"detail": str(error)}) from None
-        job = exports.export_start(
+        job = services.export_start(
             project=project, user=cast(User, request.user), request=export_request
         )
         return Response(ExportJobSerializer(job).data, status=202)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from exports.services.exports import export_job_run
+from exports.services import export_job_run
 
 
 @shared_task(name="trajectories.export_run", acks_late=True)

@@ -17,6 +17,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
+from exports import services
 from exports.forms import ExportForm, SelectionForm
 from exports.models import ExportJob
 from exports.selectors import (
@@ -24,8 +25,6 @@ from exports.selectors import (
     selection_get_for_user,
     selections_for_project,
 )
-from exports.services import exports
-from exports.services.selections import selection_delete, selection_save
 from trajectories import selectors
 
 
@@ -46,7 +45,7 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         if form.is_valid():
             data = form.cleaned_data
             try:
-                export_request = exports.export_request_build(
+                export_request = services.export_request_build(
                     project=project,
                     format=data["format"],
                     labels=data["labels"],
@@ -63,7 +62,7 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             except ValueError as error:
                 form.add_error(None, str(error))
             else:
-                job = exports.export_start(
+                job = services.export_start(
                     project=project, user=cast(User, request.user), request=export_request
                 )
                 return redirect("export-detail", pk=job.pk)
@@ -86,7 +85,7 @@ def selection_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             raise PermissionDenied("Only researchers and admins save selections.")
         if form.is_valid():
             try:
-                selection_save(
+                services.selection_save(
                     project=project,
                     name=form.cleaned_data["name"],
                     filters=form.filters(),
@@ -113,7 +112,7 @@ def selection_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         return redirect("selection-list", slug=selection.project.slug)
     if not selectors.can_manage_data(request.user, selection.project):
         raise PermissionDenied("Only researchers and admins delete selections.")
-    selection_delete(selection=selection)
+    services.selection_delete(selection=selection)
     return redirect("selection-list", slug=selection.project.slug)
 
 
@@ -123,7 +122,7 @@ def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.method == "POST":
         if not selectors.can_manage_data(request.user, job.project):
             raise PermissionDenied("Only researchers and admins cancel exports.")
-        job = exports.export_cancel(job=job)
+        job = services.export_cancel(job=job)
     # Once per poll of a running export: the role is read once for both.
     role = selectors.membership_role(request.user, job.project)
     context = {

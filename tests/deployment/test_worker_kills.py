@@ -17,7 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import Count
 
 from exports.models import ExportJob
-from exports.services.exports import ExportRequest, export_start
+from exports.services import ExportRequest, export_start
 from labeling.sources import label_source_parse
 from tests.scoring.conftest import Workers
 from tests.waiting import wait_until

@@ -16,9 +16,10 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from exports.services import exports
-from exports.services.exports import (
+from exports.services import (
     ExportCancelled,
+    ExportRequest,
+    export_manifest,
     export_request_build,
     export_trajectories,
     export_write,
@@ -39,7 +40,7 @@ TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
 
 
-def row_by_row(project: Project, request: exports.ExportRequest, out_dir: Path) -> dict[str, Any]:
+def row_by_row(project: Project, request: ExportRequest, out_dir: Path) -> dict[str, Any]:
     """The export through the row builders (trajectories.batches.write_export), with the
     manifest export_write builds around it."""
     with transaction.atomic():
@@ -53,7 +54,7 @@ def row_by_row(project: Project, request: exports.ExportRequest, out_dir: Path) 
             splits=parse_split_spec(request.split) if request.split else None,
             seed=request.seed,
         )
-    return exports.export_manifest(project, request, result)
+    return export_manifest(project, request, result)
 
 
 @pytest.fixture

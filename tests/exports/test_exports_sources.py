@@ -18,7 +18,7 @@ from django.db import transaction
 from rest_framework.test import APIClient
 
 from exports.models import ExportJob
-from exports.services.exports import (
+from exports.services import (
     ExportCancelled,
     export_job_run,
     export_request_build,
