@@ -32,7 +32,7 @@ from labeling.models import (
     TrajectoryLabel,
 )
 from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import STEP_PREVIEW_CHARS, projects_for_user
+from trajectories.selectors import STEP_PREVIEW_CHARS, membership_role, projects_for_user
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 ModelT = TypeVar("ModelT", bound=models.Model)
@@ -722,3 +722,13 @@ def labels_visible_to(user: AnyUser) -> QuerySet[StepLabel]:
         | ~Exists(blind_project)
         | Exists(submitted)
     )
+
+
+def can_compare(user: AnyUser, project: Project) -> bool:
+    """Researchers and admins; annotators too unless the project labels blind or hides
+    model scores from them (the compare pages show both)."""
+    role = membership_role(user, project)
+    if is_reviewer(role):
+        return True
+    settings = LabelingSettings.of(project)
+    return role is not None and not (settings.blind_labeling or settings.hide_model_scores)

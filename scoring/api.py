@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from labeling.compare import can_compare
 from labeling.models import Queue
+from labeling.selectors import can_compare
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.serializers import (

@@ -55,6 +55,7 @@ INSTALLED_APPS = [
     "scoring",
     "rollouts",
     "exports",
+    "evaluation",
     "demo",
 ]
 

@@ -19,4 +19,5 @@ urlpatterns = [
     path("", include("scoring.urls")),
     path("", include("rollouts.urls")),
     path("", include("exports.urls")),
+    path("", include("evaluation.urls")),
 ]

@@ -58,7 +58,6 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 # Imports a Django-free module may never make (the probe below catches the indirect ones).
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
-TO_EVALUATION = "label sources, compare, disagreements and failures move to evaluation/"
 TO_TOP = "the project home and trajectory page move to the top-level pages"
 SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
 FILTER_REGISTRY = "label and credit filters register from labeling and scoring"
@@ -75,8 +74,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
         "a new project's default schema; labeling's project hook creates it"
     ),
     ("trajectories.views", "labeling.views.common"): TO_TOP,
-    ("labeling.compare", "scoring.models"): TO_EVALUATION,
-    ("labeling.compare", "scoring.selectors"): TO_EVALUATION,
     ("labeling.services", "scoring.models"): "queue order by uncertainty reads the latest head",
     ("labeling.services", "scoring.selectors"): "queue order by uncertainty reads the latest head",
     ("labeling.sources", "rollouts.models"): SOURCE_REGISTRY,
@@ -89,8 +86,6 @@ SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.services.imports", "labeling_steplabel"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
-    ("labeling.compare", "scoring_stepscore"): TO_EVALUATION,
-    ("labeling.compare_steps", "scoring_stepscore"): TO_EVALUATION,
     ("labeling.sources", "rollouts_stepmc"): SOURCE_REGISTRY,
     ("labeling.sources", "scoring_stepscore"): SOURCE_REGISTRY,
 }

@@ -8,12 +8,12 @@ import math
 import numpy as np
 import pytest
 
-from labeling import compare_metrics as cm
-from labeling.charts import Datum, line_chart, nice_ticks
+from evaluation import compare_metrics as cm
+from evaluation.charts import Datum, line_chart, nice_ticks
 from tests.test_layering import django_modules_loaded_by
 
 
-@pytest.mark.parametrize("module", ["labeling.charts", "labeling.compare_metrics"])
+@pytest.mark.parametrize("module", ["evaluation.charts", "evaluation.compare_metrics"])
 def test_module_does_not_import_django(module: str) -> None:
     assert django_modules_loaded_by(f"import {module}") == []
 

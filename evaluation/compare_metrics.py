@@ -1,6 +1,6 @@
 """The numbers on the compare page, from arrays pulled out of the database (no Django).
 
-:mod:`labeling.compare` pulls one row per labelable step that has both a reference label
+:mod:`evaluation.compare` pulls one row per labelable step that has both a reference label
 and a score (trajectory id, step index, label, score and a slice code) and hands them here
 as :class:`StepRows`; everything below is :mod:`metrics.agreement` applied to them, per
 slice where asked, plus the outcome-against-process summaries built from per-trajectory

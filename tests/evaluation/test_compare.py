@@ -19,7 +19,7 @@ from django.test import Client
 from django.urls import reverse
 from sklearn.metrics import cohen_kappa_score
 
-from labeling.compare import compare_query_build, compare_run, human_agreement
+from evaluation.compare import compare_query_build, compare_run, human_agreement
 from labeling.models import FinalLabel, LabelSchema, StepLabel
 from scoring.models import Scorer, StepScore
 from tests.conftest import REALDATA

@@ -7,8 +7,8 @@ its reference label or none. Only the columns the maths needs (trajectory id, st
 label, score and, for a breakdown, a small slice code) leave the database, packed into a
 few arrays per column that numpy reads without a Python object per value (:func:`pull`).
 The comparison reads the rows that have a reference label; outcome against process reads
-them all. The numbers themselves come from :mod:`labeling.compare_metrics`; the steps
-behind each number from :mod:`labeling.compare_steps`.
+them all. The numbers themselves come from :mod:`evaluation.compare_metrics`; the steps
+behind each number from :mod:`evaluation.compare_steps`.
 
 Slices narrow every query by one trajectory or step attribute (model, source format, task
 key prefix, length bucket, step kind); the annotator slice compares with that annotator's
@@ -28,15 +28,14 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
-from labeling import compare_metrics as cm
+from evaluation import compare_metrics as cm
 from labeling.models import LabelSchema, StepLabel
-from labeling.selectors import LabelingSettings, active_schema, is_reviewer
+from labeling.selectors import active_schema
 from labeling.sources import IMPORTED_PREFIX, LabelSource, label_source_parse, label_source_sql
 from metrics.agreement import FirstErrorMetrics
 from scoring.models import Scorer
 from scoring.selectors import default_scorer, scorer_latest, scorers_for_project
 from trajectories.models import Project, Step
-from trajectories.selectors import AnyUser, membership_role
 
 DEFAULT_LABELS = "human:majority"
 DEFAULT_THRESHOLD = 0.5
@@ -189,16 +188,6 @@ def scale_for(project: Project, observed: Sequence[float] = ()) -> cm.Scale:
 
 
 # --- Who may compare, and what there is to pick -------------------------------------------
-
-
-def can_compare(user: AnyUser, project: Project) -> bool:
-    """Researchers and admins; annotators too unless the project labels blind or hides
-    model scores from them (the compare pages show both)."""
-    role = membership_role(user, project)
-    if is_reviewer(role):
-        return True
-    settings = LabelingSettings.of(project)
-    return role is not None and not (settings.blind_labeling or settings.hide_model_scores)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from labeling import compare
+from evaluation import compare
 from trajectories.models import Project
 
 

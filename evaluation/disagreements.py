@@ -15,9 +15,9 @@ from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labeling import compare_metrics as cm
-from labeling.compare import LIST_PAGE_SIZE, PREVIEW_CHARS, CompareQuery, base_sql, big_joins
-from labeling.compare_steps import StepRow
+from evaluation import compare_metrics as cm
+from evaluation.compare import LIST_PAGE_SIZE, PREVIEW_CHARS, CompareQuery, base_sql, big_joins
+from evaluation.compare_steps import StepRow
 from labeling.models import Queue
 from labeling.selectors import LabelingSettings
 from labeling.services import LabelingError

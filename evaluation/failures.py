@@ -15,8 +15,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.urls import reverse
 
-from labeling import compare_metrics as cm
-from labeling.compare import (
+from evaluation import compare_metrics as cm
+from evaluation.compare import (
     LIST_PAGE_SIZE,
     OUTCOME_SQL,
     PREVIEW_CHARS,
@@ -25,7 +25,7 @@ from labeling.compare import (
     scale_for,
     slice_sql,
 )
-from labeling.compare_steps import step_href
+from evaluation.compare_steps import step_href
 from labeling.sources import LabelSource, label_source_sql
 from trajectories.models import Project
 

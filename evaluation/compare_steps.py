@@ -11,8 +11,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.urls import reverse
 
-from labeling import compare_metrics as cm
-from labeling.compare import (
+from evaluation import compare_metrics as cm
+from evaluation.compare import (
     LENGTH_BUCKET_SQL,
     LIST_PAGE_SIZE,
     OUTCOME_SQL,

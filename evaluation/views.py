@@ -4,7 +4,7 @@ disagreement list and the review queue made from it, and the failure overview.
 
 Every number and plot point links to the steps behind it; those lists open each step in
 the trajectory page. Outsiders get a 404 (the project lookup), annotators a 403 where the
-project hides labels or scores from them (:func:`labeling.compare.can_compare`).
+project hides labels or scores from them (:func:`labeling.selectors.can_compare`).
 """
 
 from __future__ import annotations
@@ -21,17 +21,18 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from labeling import compare, disagreements, failures, selectors
-from labeling import compare_metrics as cm
-from labeling import compare_steps as behind
-from labeling.charts import Chart, Datum, line_chart
-from labeling.forms import (
+from evaluation import compare, disagreements, failures
+from evaluation import compare_metrics as cm
+from evaluation import compare_steps as behind
+from evaluation.charts import Chart, Datum, line_chart
+from evaluation.forms import (
     CompareForm,
     DisagreementForm,
     FailureForm,
     FirstErrorFilterForm,
     StepFilterForm,
 )
+from labeling import selectors
 from labeling.services import LabelingError
 from labeling.views.common import HtmxHttpRequest, current_user
 from trajectories.models import Project
@@ -40,7 +41,7 @@ from trajectories.selectors import membership_role, project_get_for_user
 
 def _project(request: HtmxHttpRequest, slug: str) -> Project:
     project = project_get_for_user(request.user, slug)
-    if not compare.can_compare(request.user, project):
+    if not selectors.can_compare(request.user, project):
         raise PermissionDenied(
             "This project hides labels or model scores from annotators until they submit."
         )
@@ -84,7 +85,7 @@ def compare_page(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         query = form.query
         result = compare.compare_run(query, by=form.cleaned_data.get("by") or "")
         context.update(_result_context(project, query, result))
-    return render(request, "labeling/compare.html", context)
+    return render(request, "evaluation/compare.html", context)
 
 
 def _result_context(
@@ -294,7 +295,7 @@ def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = {**_base_context(request, project), "form": form}
     if not (form.is_valid() and which.is_valid()):
         context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
-        return render(request, "labeling/compare_steps.html", context, status=400)
+        return render(request, "evaluation/compare_steps.html", context, status=400)
     query = form.query
     scale = compare.scale_for(project)
     step_filter = which.step_filter()
@@ -307,7 +308,7 @@ def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         back=_url("compare", project, query.params()),
         pages=_pages(request, form.page_number, more),
     )
-    return render(request, "labeling/compare_steps.html", context)
+    return render(request, "evaluation/compare_steps.html", context)
 
 
 def _field_errors(form: Any) -> list[str]:
@@ -351,7 +352,7 @@ def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = {**_base_context(request, project), "form": form}
     if not (form.is_valid() and which.is_valid()):
         context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
-        return render(request, "labeling/compare_first_errors.html", context, status=400)
+        return render(request, "evaluation/compare_first_errors.html", context, status=400)
     query = form.query
     subset = which.cleaned_data.get("subset") or "all"
     outcome = which.cleaned_data.get("outcome") or "all"
@@ -366,7 +367,7 @@ def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         back=_url("compare", project, query.params()),
         pages=_pages(request, form.page_number, more),
     )
-    return render(request, "labeling/compare_first_errors.html", context)
+    return render(request, "evaluation/compare_first_errors.html", context)
 
 
 # --- Between humans -------------------------------------------------------------------------
@@ -386,8 +387,8 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "piece": piece,
     }
     if request.htmx:
-        return render(request, "labeling/compare_humans.html#humans", context)
-    return render(request, "labeling/compare_humans.html", context)
+        return render(request, "evaluation/compare_humans.html#humans", context)
+    return render(request, "evaluation/compare_humans.html", context)
 
 
 # --- Disagreements --------------------------------------------------------------------------
@@ -419,7 +420,7 @@ def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         )
     elif request.GET:
         context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
-    return render(request, "labeling/compare_disagreements.html", context)
+    return render(request, "evaluation/compare_disagreements.html", context)
 
 
 @login_required
@@ -494,7 +495,7 @@ def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         )
     else:
         context["errors"] = [*form.non_field_errors(), *_field_errors(form)]
-    return render(request, "labeling/failures.html", context)
+    return render(request, "evaluation/failures.html", context)
 
 
 @login_required
@@ -505,7 +506,7 @@ def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = {**_base_context(request, project), "form": form}
     if not form.is_valid():
         context["errors"] = [*form.non_field_errors(), *_field_errors(form)]
-        return render(request, "labeling/failure_list.html", context, status=400)
+        return render(request, "evaluation/failure_list.html", context, status=400)
     grouping = form.cleaned_data.get("grouping") or ""
     value = form.cleaned_data.get("value") or ""
     try:
@@ -519,7 +520,7 @@ def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         )
     except ValueError:
         context["errors"] = [f"{value!r} is not a group of {failures.GROUPINGS[grouping]}."]
-        return render(request, "labeling/failure_list.html", context, status=400)
+        return render(request, "evaluation/failure_list.html", context, status=400)
     back_params = request.GET.copy()
     for name in ("grouping", "value", "page"):
         back_params.pop(name, None)
@@ -530,4 +531,4 @@ def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         back=reverse("failure-overview", args=[project.slug]) + "?" + back_params.urlencode(),
         pages=_pages(request, form.page_number, more),
     )
-    return render(request, "labeling/failure_list.html", context)
+    return render(request, "evaluation/failure_list.html", context)

@@ -14,7 +14,7 @@ from django.test import Client
 from django.urls import reverse
 
 from labeling.models import Queue, QueueItem, StepLabel
-from tests.labeling.test_compare import build
+from tests.evaluation.test_compare import build
 from trajectories.models import Project, Step, Trajectory
 
 pytestmark = pytest.mark.django_db

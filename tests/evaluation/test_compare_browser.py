@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.evaluation.test_compare import build
 from tests.factories import MembershipFactory, UserFactory
-from tests.labeling.test_compare import build
 from trajectories.models import Membership, Step
 from trajectories.services import project_create
 
