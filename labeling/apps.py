@@ -4,3 +4,7 @@ from django.apps import AppConfig
 class LabelingConfig(AppConfig):
     name = "labeling"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Registers the trajectory filters on labels with trajectories_filtered.
+        from labeling import filters  # noqa: F401

@@ -60,13 +60,12 @@ DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pgh
 
 TO_TOP = "the project home and trajectory page move to the top-level pages"
 SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
-FILTER_REGISTRY = "label and credit filters register from labeling and scoring"
 
 # (importing module, imported module) -> why it is still allowed.
 IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.selectors", "labeling.models"): FILTER_REGISTRY,
-    ("trajectories.selectors", "labeling.sources"): FILTER_REGISTRY,
-    ("trajectories.selectors", "scoring.models"): FILTER_REGISTRY,
+    ("trajectories.selectors", "labeling.models"): (
+        "the project home's label counts and the trajectory and compare pages' labels: " + TO_TOP
+    ),
     ("trajectories.services.imports", "labeling.models"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
@@ -82,7 +81,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
 
 # (module, table) -> why its SQL may still name that higher app's table.
 SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.selectors", "labeling_steplabel"): FILTER_REGISTRY,
     ("trajectories.services.imports", "labeling_steplabel"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
