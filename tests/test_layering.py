@@ -59,7 +59,6 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
 TO_TOP = "the project home and trajectory page move to the top-level pages"
-SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
 
 # (importing module, imported module) -> why it is still allowed.
 IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -75,8 +74,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.views", "labeling.views.common"): TO_TOP,
     ("labeling.services", "scoring.models"): "queue order by uncertainty reads the latest head",
     ("labeling.services", "scoring.selectors"): "queue order by uncertainty reads the latest head",
-    ("labeling.sources", "rollouts.models"): SOURCE_REGISTRY,
-    ("labeling.sources", "scoring.models"): SOURCE_REGISTRY,
 }
 
 # (module, table) -> why its SQL may still name that higher app's table.
@@ -84,8 +81,6 @@ SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.services.imports", "labeling_steplabel"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
-    ("labeling.sources", "rollouts_stepmc"): SOURCE_REGISTRY,
-    ("labeling.sources", "scoring_stepscore"): SOURCE_REGISTRY,
 }
 
 

@@ -24,7 +24,8 @@ from django.db import connection
 
 from exports.services.reading import HEADS_SQL, ordered_ids, trajectories_from_rows
 from exports.services.requests import ExportRequest
-from labeling.sources import label_source_sql, scorer_id_for
+from labeling.sources import label_source_sql
+from scoring.selectors import scorer_id_for
 from trajectories.batches import ExportResult, ExportTrajectory, TaskGroup, task_groups
 from trajectories.batches.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
 from trajectories.batches.encoded import EncodedTrajectory, write_trl_stepwise_encoded

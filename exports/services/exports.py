@@ -30,7 +30,7 @@ from exports.services.requests import (
     request_from_job,
     request_json,
 )
-from labeling.sources import scorer_id_for
+from scoring.selectors import scorer_id_for
 from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.batches import (

@@ -19,7 +19,8 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import MD5
 
 from exports.services.requests import ExportRequest, request_filters
-from labeling.sources import label_source_sql, scorer_id_for
+from labeling.sources import label_source_sql
+from scoring.selectors import scorer_id_for
 from trajectories import selectors
 from trajectories.batches import (
     ExportStep,

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from exports.models import ExportJob, Selection
-from labeling.sources import LabelSource, label_source_parse, label_source_sql, scorer_id_for
+from labeling.sources import LabelSource, label_source_parse, label_source_sql
 from scoring.models import AttributionRun
+from scoring.selectors import scorer_id_for
 from trajectories import selectors
 from trajectories.batches import (
     ExportOptions,

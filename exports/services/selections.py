@@ -9,7 +9,7 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from exports.models import Selection
-from labeling.sources import scorer_id_for
+from scoring.selectors import scorer_id_for
 from trajectories.models import Project
 from trajectories.selectors import (
     TrajectoryFilters,
