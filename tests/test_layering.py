@@ -59,6 +59,7 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
 TO_TOP = "the project home and trajectory page move to the top-level pages"
+UNCERTAINTY = "queue order by uncertainty reads the latest head"
 
 # (importing module, imported module) -> why it is still allowed.
 IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
@@ -72,8 +73,8 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
         "a new project's default schema; labeling's project hook creates it"
     ),
     ("trajectories.views", "labeling.views.common"): TO_TOP,
-    ("labeling.services", "scoring.models"): "queue order by uncertainty reads the latest head",
-    ("labeling.services", "scoring.selectors"): "queue order by uncertainty reads the latest head",
+    ("labeling.services.queues", "scoring.models"): UNCERTAINTY,
+    ("labeling.services.queues", "scoring.selectors"): UNCERTAINTY,
 }
 
 # (module, table) -> why its SQL may still name that higher app's table.
