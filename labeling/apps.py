@@ -6,5 +6,6 @@ class LabelingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the trajectory filters on labels with trajectories_filtered.
-        from labeling import filters  # noqa: F401
+        # Registers the trajectory filters on labels with trajectories_filtered, and the
+        # default label schema with project_create.
+        from labeling import filters, projects  # noqa: F401

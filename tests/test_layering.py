@@ -69,9 +69,6 @@ IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
     ("trajectories.services.imports", "labeling.models"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
-    ("trajectories.services.projects", "labeling.models"): (
-        "a new project's default schema; labeling's project hook creates it"
-    ),
     ("trajectories.views", "labeling.views.common"): TO_TOP,
     ("labeling.services.queues", "scoring.models"): UNCERTAINTY,
     ("labeling.services.queues", "scoring.selectors"): UNCERTAINTY,
