@@ -44,14 +44,14 @@ from django.contrib.auth.models import User  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from labeling import sources  # noqa: E402
-from labeling.compare import (  # noqa: E402
+from evaluation.compare import (  # noqa: E402
     CompareQuery,
     CompareResult,
     big_joins,
     compare_run,
     human_agreement,
 )
+from labeling import sources  # noqa: E402
 from labeling.models import LabelSchema  # noqa: E402
 from labeling.sources import label_source_parse, label_source_sql  # noqa: E402
 from scoring.models import Scorer  # noqa: E402

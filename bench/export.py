@@ -16,7 +16,7 @@ gives every step a credit, which the ``rl`` rows carry. Setup is not timed.
 Each measurement runs in a child process of its own, so its peak RSS (``VmHWM``; see
 ``_peak_rss_mb``) is its own: the export service (``export_request_build`` +
 ``export_write``: one snapshot, labels and credits resolved in PostgreSQL; both formats
-measured here take the bulk paths of ``trajectories/services/exports_bulk.py``, rl
+measured here take the bulk paths of ``exports/services/bulk.py``, rl
 Parquet parsed from one CSV COPY and trl-stepwise records built by PostgreSQL, which
 write the same bytes as the row builders) and, for each format, the baseline: the same
 columns (task, step text and label; for ``rl`` also the trajectory's ids and outcome, the
@@ -50,10 +50,10 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from exports.services import export_request_build, export_write  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
-from trajectories.services.exports import export_request_build, export_write  # noqa: E402
 
 LABELS = "import:synthetic-truth"
 ROLLOUTS_PER_TASK = 4

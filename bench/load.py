@@ -92,7 +92,7 @@ from scoring.models import Scorer
 from scoring.services import scoring_run_start
 from trajectories.batches import ExportOptions, Neutral
 from trajectories.models import Project
-from trajectories.services.exports import ExportRequest, export_start
+from exports.services import ExportRequest, export_start
 
 owner = User.objects.get(username="owner")
 work = Project.objects.get(slug="work")
@@ -109,7 +109,7 @@ result = {"run": run.pk, "export": job.pk}
 
 BACKGROUND_STATE = """
 from scoring.models import ScoringRun
-from trajectories.models import ExportJob
+from exports.models import ExportJob
 
 run = ScoringRun.objects.get(pk=RUN)
 job = ExportJob.objects.get(pk=EXPORT)

@@ -9,26 +9,23 @@ projects is a 404.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, pagination, status, viewsets
-from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from labeling import compare, selectors, services
+from labeling import selectors, services
 from labeling.models import StepLabel
 from labeling.serializers import (
-    CompareParamsSerializer,
     StepLabelSerializer,
     StepLabelWriteSerializer,
 )
 from trajectories.selectors import (
-    project_get_for_user,
     step_get_for_user,
     trajectory_get_for_user,
 )
@@ -134,42 +131,10 @@ class TrajectoryLabelList(generics.ListAPIView[StepLabel]):
         )
 
 
-class CompareView(generics.GenericAPIView[Any]):
-    """A scorer against a label source: confusion matrix, kappa, AUROC, calibration,
-    ProcessBench first-error metrics and their threshold sweep, outcome against process,
-    a breakdown by ``by`` and, with ``humans=true``, agreement among the annotators. The
-    same JSON as ``python manage.py compare --json``."""
-
-    serializer_class = CompareParamsSerializer
-    pagination_class = None
-
-    @extend_schema(parameters=[CompareParamsSerializer], responses={200: dict})
-    def get(self, request: Request) -> Response:
-        params = CompareParamsSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        data = params.validated_data
-        project = project_get_for_user(request.user, str(data["project"]))
-        if not compare.can_compare(request.user, project):
-            raise PermissionDenied("This project hides labels or model scores from annotators.")
-        try:
-            query = compare.compare_query_build(
-                project,
-                scorer=str(data["scorer"]),
-                labels=str(data["labels"]),
-                threshold=cast(float, data["threshold"]),
-                slice_text=str(data["slice"]),
-            )
-        except ValueError as error:
-            raise ValidationError({"detail": str(error)}) from None
-        result = compare.compare_run(query, by=str(data["by"]), humans=bool(data["humans"]))
-        return Response(result.as_json())
-
-
 router = DefaultRouter()
 router.register("labels", LabelViewSet, basename="label")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("trajectories/<int:pk>/labels/", TrajectoryLabelList.as_view(), name="trajectory-labels"),
-    path("compare/", CompareView.as_view(), name="api-compare"),
     path("", include(router.urls)),
 ]

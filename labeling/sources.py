@@ -13,11 +13,14 @@
 
 Each source resolves to SQL yielding ``(step_id, value)`` rows for one project, so
 comparisons and exports can join it with steps and scores inside PostgreSQL instead of
-loading labels into Python.
+loading labels into Python. The ``model`` and ``mc`` sources read scoring's and
+rollouts' tables, so those apps register their SQL (``scoring/sources.py``,
+``rollouts/sources.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +28,6 @@ from trajectories.models import Project
 
 IMPORTED_PREFIX = "import:"
 KINDS = ("human", "import", "model", "consensus", "mc")
-MC_ESTIMATES = ("hard", "soft")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,32 @@ class LabelSource:
         if self.kind == "consensus":
             return f"consensus({self.scorer})"
         return f"{self.kind}:{self.name}"
+
+
+# The SQL of a source whose labels live in a higher app's tables (a scorer's scores, Monte
+# Carlo values): that app registers it for its kind from its AppConfig.ready() (scoring
+# ``model``, rollouts ``mc``). It takes the project, the source and ``scoped`` (see
+# label_source_sql), and raises ValueError for a scorer or policy that does not exist.
+SourceSql = Callable[[Project, "LabelSource", bool], tuple[str, list[Any]]]
+_KIND_SQL: dict[str, SourceSql] = {}
+
+
+def label_source_register(kind: str) -> Callable[[SourceSql], SourceSql]:
+    """Decorate the SQL builder of label source ``kind`` (one of ``KINDS``)."""
+    assert kind in KINDS, kind
+
+    def register(build: SourceSql) -> SourceSql:
+        _KIND_SQL[kind] = build
+        return build
+
+    return register
+
+
+def _registered(kind: str) -> SourceSql:
+    build = _KIND_SQL.get(kind)
+    if build is None:
+        raise ValueError(f"label source {kind!r} is not available here")
+    return build
 
 
 def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -> LabelSource:
@@ -101,12 +129,12 @@ def label_source_sql(
         if not scoped:
             return f"{select} WHERE {where}", [username]
         return f"{select}{project_steps.format(table='l')}{where}", [project.pk, username]
-    if source.kind == "model":
-        return _model_sql(project, source.name, source.threshold, scoped=scoped)
-    if source.kind == "mc":
-        return _mc_sql(project, source.name, source.threshold)
+    if source.kind in ("model", "mc"):
+        return _registered(source.kind)(project, source, scoped)
     majority, majority_params = _majority_sql(project)
-    model, model_params = _model_sql(project, source.scorer, source.threshold, scoped=scoped)
+    model, model_params = _registered("model")(
+        project, LabelSource("model", source.scorer, threshold=source.threshold), scoped
+    )
     return (
         f"SELECT COALESCE(h.step_id, m.step_id) AS step_id, COALESCE(h.value, m.value) AS value"
         f" FROM ({majority}) h FULL OUTER JOIN ({model}) m ON m.step_id = h.step_id",
@@ -124,80 +152,3 @@ def _majority_sql(project: Project) -> tuple[str, list[Any]]:
         " WHERE m.project_id = %s AND m.value IS NOT NULL",
         [project.pk],
     )
-
-
-def _model_sql(
-    project: Project, scorer_name: str, threshold: float, *, scoped: bool = True
-) -> tuple[str, list[Any]]:
-    scorer_id = scorer_id_for(project, scorer_name)
-    select = (
-        "SELECT sc.step_id, CASE WHEN sc.value >= %s THEN 1 ELSE -1 END AS value"
-        " FROM scoring_stepscore sc"
-    )
-    if not scoped:
-        return f"{select} WHERE sc.scorer_id = %s", [threshold, scorer_id]
-    return (
-        f"{select}"
-        " JOIN trajectories_step s ON s.id = sc.step_id"
-        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        " WHERE t.project_id = %s AND sc.scorer_id = %s",
-        [threshold, project.pk, scorer_id],
-    )
-
-
-def mc_source_parts(name: str) -> tuple[str, str]:
-    """(policy, estimate) from what follows ``mc:``: ``""``, ``soft``, ``p``, ``p:soft``."""
-    policy, _, estimate = name.rpartition(":")
-    if estimate not in MC_ESTIMATES:
-        policy, estimate = name, "hard"
-    return policy, estimate
-
-
-def _mc_sql(project: Project, name: str, threshold: float) -> tuple[str, list[Any]]:
-    from django.db.models import F, Q
-
-    from rollouts.models import Policy
-
-    policy_name, estimate = mc_source_parts(name)
-    good = "mc.hard" if estimate == "hard" else "mc.soft >= %s"
-    params: list[Any] = [] if estimate == "hard" else [threshold]
-    policy_filter = ""
-    policy = None
-    if policy_name:
-        policy = (
-            Policy.objects.filter(Q(project=project) | Q(project__isnull=True), name=policy_name)
-            .order_by(F("project_id").desc(nulls_last=True))
-            .first()
-        )
-        if policy is None:
-            raise ValueError(f"no policy named {policy_name!r} in project {project.slug!r}")
-        policy_filter = " AND mc.policy_id = %s"
-    # Without a policy, each step's newest value, whichever policy gave it.
-    sql = (
-        f"SELECT DISTINCT ON (mc.step_id) mc.step_id, CASE WHEN {good} THEN 1 ELSE -1 END"
-        " AS value FROM rollouts_stepmc mc"
-        " JOIN trajectories_step s ON s.id = mc.step_id"
-        " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        f" WHERE t.project_id = %s{policy_filter}"
-        " ORDER BY mc.step_id, mc.updated_at DESC, mc.id DESC"
-    )
-    params.append(project.pk)
-    if policy is not None:
-        params.append(policy.pk)
-    return sql, params
-
-
-def scorer_id_for(project: Project, name: str) -> int:
-    """The newest scorer called ``name`` usable in ``project`` (its own, or global)."""
-    from django.db.models import Q
-
-    from scoring.models import Scorer
-
-    scorer = (
-        Scorer.objects.filter(Q(project=project) | Q(project__isnull=True), name=name)
-        .order_by("-id")
-        .first()
-    )
-    if scorer is None:
-        raise ValueError(f"no scorer named {name!r} in project {project.slug!r}")
-    return scorer.pk

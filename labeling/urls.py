@@ -1,6 +1,6 @@
 from django.urls import path
 
-from labeling.views import compare, labels, queues, review, schemas
+from labeling.views import labels, queues, review, schemas
 
 urlpatterns = [
     # The labeling surface (the trajectory page itself is trajectories' ``trajectory-detail``).
@@ -22,25 +22,4 @@ urlpatterns = [
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
     path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
-    # Model against humans, and where failed rollouts go wrong.
-    path("p/<slug:slug>/compare/", compare.compare_page, name="compare"),
-    path("p/<slug:slug>/compare/steps/", compare.compare_steps, name="compare-steps"),
-    path(
-        "p/<slug:slug>/compare/first-errors/",
-        compare.compare_first_errors,
-        name="compare-first-errors",
-    ),
-    path("p/<slug:slug>/compare/humans/", compare.compare_humans, name="compare-humans"),
-    path(
-        "p/<slug:slug>/compare/disagreements/",
-        compare.compare_disagreements,
-        name="compare-disagreements",
-    ),
-    path(
-        "p/<slug:slug>/compare/disagreements/queue/",
-        compare.compare_disagreement_queue,
-        name="compare-disagreement-queue",
-    ),
-    path("p/<slug:slug>/failures/", compare.failure_overview, name="failure-overview"),
-    path("p/<slug:slug>/failures/list/", compare.failure_list, name="failure-list"),
 ]

@@ -10,7 +10,6 @@ from django.db.models import Q, QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
-from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -25,6 +24,7 @@ from rollouts.serializers import (
     RolloutJobDetailSerializer,
     RolloutJobSerializer,
 )
+from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters, project_get_for_user
@@ -82,8 +82,7 @@ class PolicyViewSet(
 
 
 class RolloutJobViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
 ):  # fmt: skip
     """``POST`` starts a job; poll its detail for progress, first errors found and
     critical steps. ``?project=SLUG`` narrows the list."""
@@ -139,14 +138,11 @@ class RolloutJobViewSet(
             raise ValidationError({"detail": str(error)}) from None
         return Response(RolloutJobSerializer(job).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: RolloutJobSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        job = self.get_object()
-        if not selectors.can_run_rollouts(request.user, job.project):
-            raise PermissionDenied("Cancelling needs the researcher or admin role.")
-        job = services.rollout_job_cancel(job=job)
-        return Response(RolloutJobSerializer(job).data)
+    def may_cancel(self, user: Any, job: RolloutJob) -> bool:
+        return selectors.can_run_rollouts(user, job.project)
+
+    def job_cancel(self, job: RolloutJob) -> RolloutJob:
+        return services.rollout_job_cancel(job=job)
 
 
 def _policy_by_name_or_id(project: Project, value: str) -> Policy:

@@ -8,4 +8,5 @@ class RolloutsConfig(AppConfig):
     def ready(self) -> None:
         # Registers the ``rollout`` import format, so continuations exported as Stepscope
         # JSONL with their metadata import again with their branch links.
-        from rollouts import continuations  # noqa: F401
+        # And the mc: label source with labeling's label sources.
+        from rollouts import continuations, sources  # noqa: F401

@@ -16,8 +16,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
-from labeling.compare import can_compare
 from labeling.models import Queue
+from labeling.selectors import can_compare
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
 from scoring.serializers import (
@@ -29,6 +29,7 @@ from scoring.serializers import (
     ScoringRunSerializer,
     StepCreditSerializer,
 )
+from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from trajectories.models import Project, Step
 from trajectories.selectors import (
@@ -120,8 +121,7 @@ class ScorerViewSet(
 
 
 class ScoringRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
 ):  # fmt: skip
     """``?project=SLUG`` narrows the list. Poll a run's detail for progress."""
 
@@ -159,19 +159,15 @@ class ScoringRunViewSet(
             raise ValidationError({"scorer": str(error)}) from None
         return Response(ScoringRunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: ScoringRunSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        run = self.get_object()
-        if not can_manage_data(request.user, run.project):
-            raise PermissionDenied("Cancelling needs the researcher or admin role.")
-        run = services.scoring_run_cancel(run=run)
-        return Response(ScoringRunSerializer(run).data)
+    def may_cancel(self, user: Any, job: ScoringRun) -> bool:
+        return can_manage_data(user, job.project)
+
+    def job_cancel(self, job: ScoringRun) -> ScoringRun:
+        return services.scoring_run_cancel(run=job)
 
 
 class AttributionRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
+    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
 ):  # fmt: skip
     """Credit attribution runs. ``?project=SLUG`` and ``?method=NAME`` narrow the list;
     poll a run's detail for progress; ``credits/`` pages through its step credits.
@@ -225,14 +221,11 @@ class AttributionRunViewSet(
             raise ValidationError({"detail": str(error)}) from None
         return Response(AttributionRunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses={200: AttributionRunSerializer})
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
-        run = self.get_object()
-        if not can_manage_data(request.user, run.project):
-            raise PermissionDenied("Cancelling needs the researcher or admin role.")
-        run = services.attribution_run_cancel(run=run)
-        return Response(AttributionRunSerializer(run).data)
+    def may_cancel(self, user: Any, job: AttributionRun) -> bool:
+        return can_manage_data(user, job.project)
+
+    def job_cancel(self, job: AttributionRun) -> AttributionRun:
+        return services.attribution_run_cancel(run=job)
 
     @extend_schema(responses={200: StepCreditSerializer(many=True)})
     @action(detail=True, methods=["get"], pagination_class=ByStepCursor)

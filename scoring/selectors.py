@@ -48,6 +48,18 @@ def scorer_latest(project: Project, name: str) -> Scorer | None:
     )
 
 
+def scorer_id_for(project: Project, name: str) -> int:
+    """The newest scorer called ``name`` usable in ``project`` (its own, or global)."""
+    scorer = (
+        Scorer.objects.filter(Q(project=project) | Q(project__isnull=True), name=name)
+        .order_by("-id")
+        .first()
+    )
+    if scorer is None:
+        raise ValueError(f"no scorer named {name!r} in project {project.slug!r}")
+    return scorer.pk
+
+
 def scorer_choices(project: Project) -> list[Scorer]:
     """The newest revision of each scorer name the project may run (not external ones)."""
     seen: dict[str, Scorer] = {}

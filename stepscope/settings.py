@@ -54,6 +54,8 @@ INSTALLED_APPS = [
     "labeling",
     "scoring",
     "rollouts",
+    "exports",
+    "evaluation",
     "demo",
 ]
 

@@ -18,4 +18,6 @@ urlpatterns = [
     path("", include("labeling.urls")),
     path("", include("scoring.urls")),
     path("", include("rollouts.urls")),
+    path("", include("exports.urls")),
+    path("", include("evaluation.urls")),
 ]

@@ -60,53 +60,27 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 # Imports a Django-free module may never make (the probe below catches the indirect ones).
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
-TO_EXPORTS = "export jobs, selections and writers move to the exports/ app"
-TO_EVALUATION = "label sources, compare, disagreements and failures move to evaluation/"
 TO_TOP = "the project home and trajectory page move to the top-level pages"
-SOURCE_REGISTRY = "model: and mc: label sources register from scoring and rollouts"
-FILTER_REGISTRY = "label and credit filters register from labeling and scoring"
+UNCERTAINTY = "queue order by uncertainty reads the latest head"
 
 # (importing module, imported module) -> why it is still allowed.
 IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.selectors", "labeling.models"): FILTER_REGISTRY,
-    ("trajectories.selectors", "labeling.sources"): FILTER_REGISTRY,
-    ("trajectories.selectors", "scoring.models"): FILTER_REGISTRY,
-    ("trajectories.services.exports", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring.models"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.selections", "labeling.sources"): TO_EXPORTS,
-    ("trajectories.services.selections", "scoring.models"): TO_EXPORTS,
+    ("trajectories.selectors", "labeling.models"): (
+        "the project home's label counts and the trajectory and compare pages' labels: " + TO_TOP
+    ),
     ("trajectories.services.imports", "labeling.models"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
-    ("trajectories.services.projects", "labeling.models"): (
-        "a new project's default schema; labeling's project hook creates it"
-    ),
     ("trajectories.views", "labeling.views.common"): TO_TOP,
-    ("labeling.compare", "scoring.models"): TO_EVALUATION,
-    ("labeling.compare", "scoring.selectors"): TO_EVALUATION,
-    ("labeling.services", "scoring.models"): "queue order by uncertainty reads the latest head",
-    ("labeling.services", "scoring.selectors"): "queue order by uncertainty reads the latest head",
-    ("labeling.sources", "rollouts.models"): SOURCE_REGISTRY,
-    ("labeling.sources", "scoring.models"): SOURCE_REGISTRY,
+    ("labeling.services.queues", "scoring.models"): UNCERTAINTY,
+    ("labeling.services.queues", "scoring.selectors"): UNCERTAINTY,
 }
 
 # (module, table) -> why its SQL may still name that higher app's table.
 SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.selectors", "labeling_steplabel"): FILTER_REGISTRY,
-    ("trajectories.services.exports", "labeling_finallabel"): TO_EXPORTS,
-    ("trajectories.services.exports", "labeling_steplabel"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring_stepcredit"): TO_EXPORTS,
-    ("trajectories.services.exports", "scoring_stepscore"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "scoring_stepcredit"): TO_EXPORTS,
-    ("trajectories.services.exports_bulk", "scoring_stepscore"): TO_EXPORTS,
     ("trajectories.services.imports", "labeling_steplabel"): (
         "imported step labels; the import's label writer registers from labeling"
     ),
-    ("labeling.compare", "scoring_stepscore"): TO_EVALUATION,
-    ("labeling.compare_steps", "scoring_stepscore"): TO_EVALUATION,
-    ("labeling.sources", "rollouts_stepmc"): SOURCE_REGISTRY,
-    ("labeling.sources", "scoring_stepscore"): SOURCE_REGISTRY,
 }
 
 

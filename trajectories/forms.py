@@ -3,14 +3,12 @@ the state, so a filtered list can be bookmarked and shared."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
 from django import forms
 
-from trajectories.models import Project
-from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters, selections_for_project
+from trajectories.selectors import TrajectoryFilters
 
 
 class TrajectoryFilterForm(forms.Form):
@@ -45,82 +43,6 @@ class TrajectoryFilterForm(forms.Form):
     def cursor(self) -> int | None:
         self.is_valid()
         return self.cleaned_data.get("after")
-
-
-def _choices(name: str) -> list[tuple[str, str]]:
-    return [("", "any"), *((value, value) for value in FILTER_CHOICES[name])]
-
-
-class SelectionForm(TrajectoryFilterForm):
-    """A name and every filter a selection can hold: the trajectory list's (the page
-    starts from the list's query string) and the ones only selections have."""
-
-    field_order = ["name"]
-
-    name = forms.SlugField(max_length=100, help_text="Letters, digits, - and _.")
-    label_status = forms.ChoiceField(
-        required=False, choices=_choices("label_status"), help_text="Submitted step labels."
-    )
-    first_error = forms.ChoiceField(
-        required=False,
-        choices=_choices("first_error"),
-        label="Has a first error",
-        help_text="A step labelled -1 (by a person or an import).",
-    )
-    min_agreement = forms.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        label="Annotator agreement at least",
-        help_text="Share of the steps labelled by two or more people where all agree.",
-    )
-    human_model = forms.ChoiceField(
-        required=False,
-        choices=_choices("human_model"),
-        label="Human and model",
-        help_text="The human majority against the scorer's thresholded scores.",
-    )
-    model_scorer = forms.CharField(required=False, max_length=100, label="Scorer")
-    model_threshold = forms.FloatField(
-        required=False, min_value=0.0, max_value=1.0, initial=0.5, label="Score threshold"
-    )
-    credit_run = forms.IntegerField(required=False, min_value=1, label="Attribution run")
-    credit_above = forms.FloatField(
-        required=False, label="A step's credit above", help_text="Needs an attribution run."
-    )
-    credit_below = forms.FloatField(
-        required=False, label="A step's credit below", help_text="Needs an attribution run."
-    )
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        # A selection starts from the list's filters, not from a page of it.
-        del self.fields["after"]
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        if cleaned.get("human_model") and not cleaned.get("model_scorer"):
-            self.add_error("model_scorer", "Name the scorer to compare with.")
-        bounded = cleaned.get("credit_above") is not None or cleaned.get("credit_below") is not None
-        if bounded and cleaned.get("credit_run") is None:
-            self.add_error("credit_run", "Credit bounds need an attribution run.")
-        return cleaned
-
-    def filters(self) -> TrajectoryFilters:
-        data = self.cleaned_data
-        threshold = data.get("model_threshold")
-        return dataclasses.replace(
-            super().filters(),
-            label_status=data.get("label_status") or "",
-            first_error=data.get("first_error") or "",
-            min_agreement=data.get("min_agreement"),
-            human_model=data.get("human_model") or "",
-            model_scorer=(data.get("model_scorer") or "") if data.get("human_model") else "",
-            model_threshold=0.5 if threshold is None else threshold,
-            credit_run=data.get("credit_run"),
-            credit_above=data.get("credit_above"),
-            credit_below=data.get("credit_below"),
-        )
 
 
 FORMAT_CHOICES = [
@@ -160,60 +82,3 @@ class ImportUploadForm(forms.Form):
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 self.add_error("mapping", f"Not a JSON file: {error}")
         return cleaned
-
-
-EXPORT_FORMAT_CHOICES = [
-    ("trl-stepwise", "TRL stepwise (prompt, completions, labels)"),
-    ("stepscope", "Stepscope JSONL (lossless)"),
-    ("prm800k", "PRM800K-style"),
-    ("processbench", "ProcessBench-style"),
-    ("dpo", "DPO pairs (prompt, chosen, rejected)"),
-    ("kto", "KTO (prompt, completion, label)"),
-    ("sft", "SFT chat messages"),
-    ("rl", "RL batch with per-step rewards (Parquet)"),
-]
-
-
-class ExportForm(forms.Form):
-    format = forms.ChoiceField(choices=EXPORT_FORMAT_CHOICES)
-    labels = forms.CharField(
-        max_length=200,
-        initial="human:majority",
-        help_text="human:<user>, human:majority, human:adjudicated, import:<source>,"
-        " model:<scorer>, consensus, mc[:<policy>][:hard|:soft]",
-    )
-    neutral = forms.ChoiceField(
-        choices=[
-            ("", "choose…"),
-            ("positive", "positive"),
-            ("negative", "negative"),
-            ("drop", "drop"),
-            ("keep", "keep (where the format has a neutral value)"),
-        ],
-        help_text="What a neutral label becomes. Never implicit.",
-    )
-    selection = forms.ChoiceField(
-        required=False, help_text="A saved selection; its definition goes in the manifest."
-    )
-    split = forms.CharField(required=False, max_length=200, help_text="e.g. train=0.9,test=0.1")
-    seed = forms.IntegerField(initial=0, required=False)
-    scorer = forms.CharField(required=False, max_length=100, help_text="Scores to include.")
-    credit_run = forms.IntegerField(
-        required=False,
-        min_value=1,
-        label="Credit run",
-        help_text="A finished attribution run whose credits go in the rl credit column.",
-    )
-    threshold = forms.FloatField(initial=0.5, min_value=0.0, max_value=1.0, required=False)
-    container = forms.ChoiceField(
-        required=False,
-        choices=[("", "default"), ("jsonl", "JSONL"), ("json", "JSON"), ("parquet", "Parquet")],
-    )
-    compress = forms.BooleanField(required=False, label="gzip")
-
-    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        names = selections_for_project(project).values_list("name", flat=True)
-        selection = self.fields["selection"]
-        assert isinstance(selection, forms.ChoiceField)
-        selection.choices = [("", "all trajectories"), *((name, name) for name in names)]

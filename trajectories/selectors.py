@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,17 +22,14 @@ from django.db.models import (
     QuerySet,
     Subquery,
 )
-from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
 from labeling.models import StepLabel
 from trajectories.models import (
-    ExportJob,
     ImportBatch,
     Membership,
     Project,
-    Selection,
     Step,
     Trajectory,
 )
@@ -277,6 +274,26 @@ _OUTCOME_FILTERS = {
 }
 
 
+# The filters on labels and credits are conditions the apps that own those tables add
+# (labeling and scoring, from their AppConfig.ready()), so this app names none of them.
+# A condition gets the project and the filters, and gives what to narrow the trajectories
+# by, or None when its fields filter nothing.
+FilterCondition = Callable[[Project, TrajectoryFilters], Q | None]
+_FILTER_CONDITIONS: dict[str, FilterCondition] = {}
+
+
+def trajectory_filter_register(name: str) -> Callable[[FilterCondition], FilterCondition]:
+    """Decorate a condition to have ``trajectories_filtered`` apply it, after the
+    trajectory's own fields, in the order the apps register (the order of
+    INSTALLED_APPS). Registering a name again replaces its condition."""
+
+    def register(condition: FilterCondition) -> FilterCondition:
+        _FILTER_CONDITIONS[name] = condition
+        return condition
+
+    return register
+
+
 def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> QuerySet[Trajectory]:
     queryset = Trajectory.objects.filter(project=project)
     if filters.outcome in _OUTCOME_FILTERS:
@@ -289,83 +306,11 @@ def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> Query
         queryset = queryset.filter(step_count__gte=filters.min_steps)
     if filters.max_steps is not None:
         queryset = queryset.filter(step_count__lte=filters.max_steps)
-    if filters.label_status:
-        queryset = queryset.filter(_label_status(filters.label_status))
-    if filters.min_agreement is not None:
-        queryset = queryset.filter(pk__in=_agreeing(project, filters.min_agreement))
-    if filters.human_model:
-        queryset = queryset.filter(_human_model(project, filters))
-    if filters.first_error:
-        errors = StepLabel.objects.filter(
-            step__trajectory=OuterRef("pk"), status=StepLabel.Status.SUBMITTED, value=-1
-        )
-        queryset = queryset.filter(
-            Exists(errors) if filters.first_error == "yes" else ~Exists(errors)
-        )
-    if filters.credit_run is not None:
-        queryset = queryset.filter(_credit(filters))
+    for condition in _FILTER_CONDITIONS.values():
+        narrowed = condition(project, filters)
+        if narrowed is not None:
+            queryset = queryset.filter(narrowed)
     return queryset
-
-
-def _label_status(status: str) -> Q:
-    submitted = StepLabel.objects.filter(step=OuterRef("pk"), status=StepLabel.Status.SUBMITTED)
-    labelable = Step.objects.filter(trajectory=OuterRef("pk"), labelable=True)
-    labelled = Exists(labelable.filter(Exists(submitted)))
-    unlabelled_step = Exists(labelable.filter(~Exists(submitted)))
-    if status == "unlabelled":
-        return ~Q(labelled)
-    if status == "partial":
-        return Q(labelled) & Q(unlabelled_step)
-    return Q(labelled) & ~Q(unlabelled_step)
-
-
-def _agreeing(project: Project, minimum: float) -> RawSQL:
-    # Per step: the human annotators (not imported labels) and the distinct values they
-    # gave; a step counts when two or more labelled it, and agrees when one value.
-    return RawSQL(
-        "SELECT trajectory_id FROM ("
-        "  SELECT s.trajectory_id, count(DISTINCT l.value) AS n_values"
-        "  FROM labeling_steplabel l"
-        "  JOIN auth_user u ON u.id = l.annotator_id"
-        "  JOIN trajectories_step s ON s.id = l.step_id"
-        "  JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        "  WHERE t.project_id = %s AND l.status = 'submitted'"
-        "    AND u.username NOT LIKE 'import:%%'"
-        "  GROUP BY s.trajectory_id, s.id HAVING count(DISTINCT l.annotator_id) >= 2"
-        ") per_step GROUP BY trajectory_id"
-        " HAVING count(*) FILTER (WHERE n_values = 1) >= %s * count(*)",
-        [project.pk, minimum],
-    )
-
-
-def _human_model(project: Project, filters: TrajectoryFilters) -> Q:
-    from labeling.sources import LabelSource, label_source_sql
-
-    human, human_params = label_source_sql(project, LabelSource("human", "majority"))
-    model, model_params = label_source_sql(
-        project, LabelSource("model", filters.model_scorer, threshold=filters.model_threshold)
-    )
-    compared = (
-        f"SELECT s.trajectory_id FROM ({human}) h JOIN ({model}) m ON m.step_id = h.step_id"
-        " JOIN trajectories_step s ON s.id = h.step_id WHERE h.value <> 0"
-    )
-    params = [*human_params, *model_params]
-    differing = RawSQL(f"{compared} AND h.value <> m.value", params)
-    if filters.human_model == "disagree":
-        return Q(pk__in=differing)
-    return Q(pk__in=RawSQL(compared, params)) & ~Q(pk__in=differing)
-
-
-def _credit(filters: TrajectoryFilters) -> Q:
-    from scoring.models import StepCredit
-
-    credits = StepCredit.objects.filter(run_id=filters.credit_run, step__trajectory=OuterRef("pk"))
-    condition = Q(Exists(credits))
-    if filters.credit_above is not None:
-        condition &= Q(Exists(credits.filter(value__gt=filters.credit_above)))
-    if filters.credit_below is not None:
-        condition &= Q(Exists(credits.filter(value__lt=filters.credit_below)))
-    return condition
 
 
 def trajectory_list_page(
@@ -607,29 +552,3 @@ def task_rollouts(project: Project, task_key: str) -> TaskRollouts:
         unknown_outcome=len(candidates[:TREE_MAX_ROLLOUTS]) - len(kept),
         truncated=truncated,
     )
-
-
-def export_job_get_for_user(user: AnyUser, pk: int) -> ExportJob:
-    job = (
-        ExportJob.objects.select_related("project")
-        .filter(pk=pk, project__in=projects_for_user(user))
-        .first()
-    )
-    if job is None:
-        raise Http404("No such export.")
-    return job
-
-
-def selection_get_for_user(user: AnyUser, pk: int) -> Selection:
-    selection = (
-        Selection.objects.select_related("project")
-        .filter(pk=pk, project__in=projects_for_user(user))
-        .first()
-    )
-    if selection is None:
-        raise Http404("No such selection.")
-    return selection
-
-
-def selections_for_project(project: Project) -> QuerySet[Selection]:
-    return Selection.objects.filter(project=project).select_related("created_by").order_by("name")

@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from trajectories.forms import FORMAT_CHOICES
-from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, Step, Trajectory
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
@@ -72,35 +72,6 @@ class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):
                 {"format": "A JSON list of trajectories must be in the stepscope format."}
             )
         return attrs
-
-
-class ExportJobSerializer(serializers.ModelSerializer[ExportJob]):
-    project = serializers.SlugRelatedField[Project](slug_field="slug", read_only=True)
-
-    class Meta:
-        model = ExportJob
-        fields = [
-            "id", "project", "format", "container", "compress", "label_source", "neutral",
-            "selection_name", "selection", "split", "seed", "status", "done", "total",
-            "files", "row_count", "error", "manifest", "created_at", "finished_at",
-        ]  # fmt: skip
-        read_only_fields = fields
-
-
-class ExportRequestSerializer(serializers.Serializer[dict[str, object]]):
-    project = serializers.SlugField()
-    format = serializers.CharField()
-    labels = serializers.CharField()
-    neutral = serializers.ChoiceField(choices=["positive", "negative", "drop", "keep"])
-    selection = serializers.CharField(required=False, default="", allow_blank=True)
-    split = serializers.CharField(required=False, default="", allow_blank=True)
-    seed = serializers.IntegerField(required=False, default=0)
-    container = serializers.CharField(required=False, default="", allow_blank=True)
-    compress = serializers.BooleanField(required=False, default=False)
-    threshold = serializers.FloatField(required=False, default=0.5, min_value=0, max_value=1)
-    scorer = serializers.CharField(required=False, default="", allow_blank=True)
-    credit_run = serializers.IntegerField(required=False, default=None, allow_null=True)
-    options = serializers.DictField(required=False, default=dict)
 
 
 class TrajectoryFiltersSerializer(serializers.Serializer[Any]):

@@ -5,16 +5,9 @@ from __future__ import annotations
 from celery import shared_task
 
 from trajectories.services import import_batch_run
-from trajectories.services.exports import export_job_run
 
 
 @shared_task(name="trajectories.import_run", acks_late=True)
 def import_run(batch_id: int) -> dict[str, int | str]:
     batch = import_batch_run(batch_id=batch_id)
     return {"batch": batch.pk, "status": batch.status, "created": batch.created_count}
-
-
-@shared_task(name="trajectories.export_run", acks_late=True)
-def export_run(job_id: int) -> dict[str, int | str]:
-    job = export_job_run(job_id=job_id)
-    return {"job": job.pk, "status": job.status, "rows": job.row_count}

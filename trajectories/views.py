@@ -6,23 +6,20 @@ projects is a 404. HTMX requests get a template partial instead of the whole pag
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import cast
 
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
 from labeling.views.common import labeling_surface
 from trajectories import alignment, prefix_tree, selectors, services
-from trajectories.forms import ExportForm, ImportUploadForm, SelectionForm, TrajectoryFilterForm
-from trajectories.models import ExportJob, Trajectory
-from trajectories.services import exports
-from trajectories.services.selections import selection_delete, selection_save
+from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
+from trajectories.models import Trajectory
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -201,122 +198,3 @@ def task_tree(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             )
     context = {"project": project, "task_key": task_key, "rollouts": rollouts, "rows": rows}
     return render(request, "trajectories/task_tree.html", context)
-
-
-@login_required
-def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    """The project's exports, and a form for a new one (researchers and admins)."""
-    project = selectors.project_get_for_user(request.user, slug)
-    can_export = selectors.can_manage_data(request.user, project)
-    form = ExportForm(request.POST or None, project=project, initial=request.GET.dict())
-    status = 200
-    if request.method == "POST":
-        if not can_export:
-            raise PermissionDenied("Only researchers and admins export data.")
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                export_request = exports.export_request_build(
-                    project=project,
-                    format=data["format"],
-                    labels=data["labels"],
-                    neutral=data["neutral"],
-                    selection=data["selection"],
-                    split=data["split"],
-                    seed=data["seed"] or 0,
-                    container=data["container"],
-                    compress=data["compress"],
-                    threshold=data["threshold"] if data["threshold"] is not None else 0.5,
-                    scorer=data["scorer"],
-                    credit_run=data["credit_run"],
-                )
-            except ValueError as error:
-                form.add_error(None, str(error))
-            else:
-                job = exports.export_start(
-                    project=project, user=cast(User, request.user), request=export_request
-                )
-                return redirect("export-detail", pk=job.pk)
-        status = 400
-    jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
-    context = {"project": project, "form": form, "jobs": jobs, "can_export": can_export}
-    return render(request, "trajectories/export_list.html", context, status=status)
-
-
-@login_required
-def selection_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    """The project's saved selections, and a form to save one (researchers and admins),
-    filled from the trajectory list's query string."""
-    project = selectors.project_get_for_user(request.user, slug)
-    can_manage = selectors.can_manage_data(request.user, project)
-    form = SelectionForm(request.POST or None, initial=request.GET.dict())
-    status = 200
-    if request.method == "POST":
-        if not can_manage:
-            raise PermissionDenied("Only researchers and admins save selections.")
-        if form.is_valid():
-            try:
-                selection_save(
-                    project=project,
-                    name=form.cleaned_data["name"],
-                    filters=form.filters(),
-                    user=cast(User, request.user),
-                )
-            except ValueError as error:
-                form.add_error(None, str(error))
-            else:
-                return redirect("selection-list", slug=project.slug)
-        status = 400
-    context = {
-        "project": project,
-        "form": form,
-        "can_manage": can_manage,
-        "selections": selectors.selections_for_project(project),
-    }
-    return render(request, "trajectories/selection_list.html", context, status=status)
-
-
-@login_required
-def selection_remove(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    selection = selectors.selection_get_for_user(request.user, pk)
-    if request.method != "POST":
-        return redirect("selection-list", slug=selection.project.slug)
-    if not selectors.can_manage_data(request.user, selection.project):
-        raise PermissionDenied("Only researchers and admins delete selections.")
-    selection_delete(selection=selection)
-    return redirect("selection-list", slug=selection.project.slug)
-
-
-@login_required
-def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    job = selectors.export_job_get_for_user(request.user, pk)
-    if request.method == "POST":
-        if not selectors.can_manage_data(request.user, job.project):
-            raise PermissionDenied("Only researchers and admins cancel exports.")
-        job = exports.export_cancel(job=job)
-    # Once per poll of a running export: the role is read once for both.
-    role = selectors.membership_role(request.user, job.project)
-    context = {
-        "project": job.project,
-        "job": job,
-        "can_cancel": role in selectors.MANAGING_ROLES,
-        "can_download": selectors.role_downloads_exports(role, job.project),
-    }
-    if request.htmx:
-        return render(request, "trajectories/export_detail.html#export-status", context)
-    return render(request, "trajectories/export_detail.html", context)
-
-
-@login_required
-@require_GET
-def export_download(request: HtmxHttpRequest, pk: int, name: str) -> FileResponse:
-    job = selectors.export_job_get_for_user(request.user, pk)
-    if not selectors.can_download_exports(request.user, job.project):
-        raise PermissionDenied("This project hides labels or model scores from annotators.")
-    names = {f["name"] for f in job.files} | {"manifest.json"}
-    if job.status != ExportJob.Status.DONE or name not in names:
-        raise Http404("No such file in this export.")
-    path = Path(job.out_dir) / name
-    if not path.is_file():
-        raise Http404("The file is gone.")
-    return FileResponse(path.open("rb"), as_attachment=True, filename=name)

@@ -14,7 +14,6 @@ from scoring.services.attribution import (
 )
 from scoring.services.scores import (
     IMPORT_BATCH,
-    NEUTRAL_CHOICES,
     ImportProblem,
     ScoresRejected,
     ScoringError,
@@ -22,8 +21,6 @@ from scoring.services.scores import (
     scorer_check,
     scorer_create,
     scorer_spec,
-    scorer_train_run,
-    scorer_train_start,
     scores_import,
     scores_upsert,
     scoring_chunk_score,
@@ -32,6 +29,7 @@ from scoring.services.scores import (
     scoring_run_plan,
     scoring_run_start,
 )
+from scoring.services.training import NEUTRAL_CHOICES, scorer_train_run, scorer_train_start
 
 __all__ = [
     "IMPORT_BATCH",

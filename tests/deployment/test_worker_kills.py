@@ -16,14 +16,15 @@ from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import Count
 
+from exports.models import ExportJob
+from exports.services import ExportRequest, export_start
 from labeling.sources import label_source_parse
 from tests.scoring.conftest import Workers
 from tests.waiting import wait_until
 from trajectories import synthetic
 from trajectories.batches import ExportOptions, Neutral
-from trajectories.models import ExportJob, ImportBatch, Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.services import import_upload_start
-from trajectories.services.exports import ExportRequest, export_start
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 

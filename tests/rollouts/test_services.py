@@ -425,7 +425,7 @@ def test_an_export_takes_mc_labels(
     tmp_path: Path,
 ) -> None:
     """``--labels mc``: a stepwise export labels each step with its hard MC estimate."""
-    from trajectories.services.exports import export_request_build, export_write
+    from exports.services import export_request_build, export_write
 
     trajectory = arithmetic(project, slip=2, task_key="only")
     scripted(continue_correctly)

@@ -26,6 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
@@ -33,15 +34,7 @@ from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepS
 from tests.factories import MembershipFactory, TrajectoryFactory, UserFactory
 from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
-from trajectories.models import (
-    ExportJob,
-    ImportBatch,
-    Membership,
-    Project,
-    Selection,
-    Step,
-    Trajectory,
-)
+from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters
 from trajectories.services import project_create
 

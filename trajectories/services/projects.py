@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.contrib.auth.models import User
 from django.db import transaction
 
-from labeling.models import TERNARY_VALUES, LabelSchema
 from trajectories.models import Membership, Project
 
 IMPORTED_ANNOTATOR_PREFIX = "import:"
+
+# What higher apps add to a new project inside project_create's transaction (labeling:
+# the default label schema), registered from their AppConfig.ready() by name, run in the
+# order they register.
+ProjectHook = Callable[[Project], None]
+_PROJECT_CREATED: dict[str, ProjectHook] = {}
+
+
+def project_created_register(name: str) -> Callable[[ProjectHook], ProjectHook]:
+    def register(hook: ProjectHook) -> ProjectHook:
+        _PROJECT_CREATED[name] = hook
+        return hook
+
+    return register
 
 
 def project_create(
     *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
 ) -> Project:
-    """A project with the default ternary label schema; ``owner`` becomes its admin."""
+    """A project with what the apps add to one (the default ternary label schema);
+    ``owner`` becomes its admin."""
     with transaction.atomic():
         project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
-        LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
+        for hook in _PROJECT_CREATED.values():
+            hook(project)
         if owner is not None:
             Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
     return project

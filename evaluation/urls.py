@@ -1,0 +1,27 @@
+from django.urls import path
+
+from evaluation import views
+
+urlpatterns = [
+    # Model against humans, and where failed rollouts go wrong.
+    path("p/<slug:slug>/compare/", views.compare_page, name="compare"),
+    path("p/<slug:slug>/compare/steps/", views.compare_steps, name="compare-steps"),
+    path(
+        "p/<slug:slug>/compare/first-errors/",
+        views.compare_first_errors,
+        name="compare-first-errors",
+    ),
+    path("p/<slug:slug>/compare/humans/", views.compare_humans, name="compare-humans"),
+    path(
+        "p/<slug:slug>/compare/disagreements/",
+        views.compare_disagreements,
+        name="compare-disagreements",
+    ),
+    path(
+        "p/<slug:slug>/compare/disagreements/queue/",
+        views.compare_disagreement_queue,
+        name="compare-disagreement-queue",
+    ),
+    path("p/<slug:slug>/failures/", views.failure_overview, name="failure-overview"),
+    path("p/<slug:slug>/failures/list/", views.failure_list, name="failure-list"),
+]

@@ -1,0 +1,32 @@
+"""Writes of the exports app, by topic: an export's request (``requests.py``), reading
+its trajectories in one snapshot (``reading.py``, and ``bulk.py`` for the formats read in
+one statement), writing it and running it as a job (``exports.py``), saved selections
+(``selections.py``). The names below are the app's service interface; callers import
+them from here."""
+
+from exports.services.exports import (
+    export_cancel,
+    export_job_run,
+    export_manifest,
+    export_start,
+    export_write,
+    manifest_json,
+)
+from exports.services.reading import ExportCancelled, export_trajectories
+from exports.services.requests import ExportRequest, export_request_build
+from exports.services.selections import selection_delete, selection_save
+
+__all__ = [
+    "ExportCancelled",
+    "ExportRequest",
+    "export_cancel",
+    "export_job_run",
+    "export_manifest",
+    "export_request_build",
+    "export_start",
+    "export_trajectories",
+    "export_write",
+    "manifest_json",
+    "selection_delete",
+    "selection_save",
+]

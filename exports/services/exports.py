@@ -1,0 +1,232 @@
+"""Exports: a selection of trajectories, labelled by a chosen label source, written as
+training records by the Django-free writers in :mod:`trajectories.batches`, and export
+jobs (the page and the API) that do it on a worker.
+
+The trajectories are read in one consistent snapshot (:mod:`exports.services.reading`),
+so the same data always gives the same bytes. Files are written under temporary names and renamed
+only when complete (the writers' guarantee), so a failed or cancelled export never
+leaves a file that looks finished.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.utils import timezone
+
+from exports.models import ExportJob
+from exports.services import bulk
+from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
+from exports.services.requests import (
+    ExportRequest,
+    credit_run_for,
+    request_filters,
+    request_from_job,
+    request_json,
+)
+from scoring.selectors import scorer_id_for
+from stepscope.queueing import broker_require
+from trajectories import selectors
+from trajectories.batches import (
+    ExportResult,
+    build_manifest,
+    parse_split_spec,
+    write_export,
+    write_manifest,
+)
+from trajectories.models import Project
+from trajectories.services.progress import ProgressWriter
+
+
+def export_write(
+    *,
+    project: Project,
+    request: ExportRequest,
+    out_dir: Path,
+    progress: ProgressWriter | None = None,
+) -> dict[str, Any]:
+    """Write the export's files and manifest into ``out_dir``; return the manifest."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    nested = connection.in_atomic_block
+    with transaction.atomic():
+        if not nested:
+            # One snapshot for the whole read: the export sees one state of the data.
+            # (Inside a caller's transaction, the caller's isolation applies.)
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        result = bulk.bulk_export_write(
+            project, request, out_dir=out_dir, progress=lambda done: progress_tick(progress, done)
+        )
+        if result is None:
+            result = write_export(
+                export_trajectories(project, request, progress=progress, read_ahead=not nested),
+                format_name=request.format,
+                options=request.options,
+                out_dir=out_dir,
+                container=request.container or None,  # type: ignore[arg-type]
+                compress=request.compress,
+                splits=parse_split_spec(request.split) if request.split else None,
+                seed=request.seed,
+            )
+    manifest = export_manifest(project, request, result)
+    write_manifest(out_dir, manifest)
+    return manifest
+
+
+def export_manifest(
+    project: Project, request: ExportRequest, result: ExportResult
+) -> dict[str, Any]:
+    """The manifest of an export that wrote ``result`` (selection, label source and
+    every revision the request names)."""
+    return build_manifest(
+        result,
+        selection={"name": request.selection_name, "definition": request.selection},
+        label_source=str(request.labels),
+        schema_revision=_schema_revision(project),
+        scorer_revisions=_scorer_revisions(project, request),
+        attribution_revisions=_attribution_revisions(project, request),
+    )
+
+
+def _schema_revision(project: Project) -> dict[str, Any] | None:
+    schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
+    if schema is None:
+        return None
+    return {"name": schema.name, "version": schema.version, "kind": schema.kind}
+
+
+def _scorer_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
+    from scoring.models import Scorer
+
+    names = {n for n in (request.scorer, request.labels.scorer) if n}
+    if request.labels.kind == "model":
+        names.add(request.labels.name)
+    revisions: dict[str, Any] = {}
+    for name in sorted(names):
+        scorer = Scorer.objects.get(pk=scorer_id_for(project, name))
+        revisions[name] = {"kind": scorer.kind, "revision": scorer.revision}
+    return revisions
+
+
+def _attribution_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
+    if request.credit_run is None:
+        return {}
+    run = credit_run_for(project, request.credit_run)
+    return {
+        str(run.pk): {
+            "method": run.method,
+            "parameters": run.parameters,
+            "scorer": run.scorer.name if run.scorer else None,
+            "scorer_revision": run.scorer_revision,
+            "label_source": run.label_source,
+            "key": run.key,
+        }
+    }
+
+
+def export_start(*, project: Project, user: User, request: ExportRequest) -> ExportJob:
+    from exports.tasks import export_run
+
+    broker_require()  # a dead broker is said now; no job is left queued
+    with transaction.atomic():
+        job = ExportJob.objects.create(
+            project=project,
+            format=request.format,
+            container=request.container,
+            compress=request.compress,
+            label_source=str(request.labels),
+            neutral=request.options.neutral.value,
+            options=request_json(request),
+            selection_name=request.selection_name,
+            selection=request.selection,
+            split=request.split,
+            seed=request.seed,
+            total=selectors.trajectories_filtered(
+                project, request_filters(request.selection)
+            ).count(),
+            created_by=user,
+        )
+        transaction.on_commit(lambda: export_run.delay(job.pk))
+    return job
+
+
+# pg_advisory_lock's first key for export jobs (the second is the job id).
+EXPORT_LOCK_CLASS = 7302
+
+
+def export_job_run(*, job_id: int) -> ExportJob:
+    """The Celery task's body. A redelivered job starts again from an empty folder; a
+    finished or cancelled one is left as it is.
+
+    A task can be handed out a second time while a live worker still runs it (it ran
+    past the broker's visibility timeout): the session lock taken here lets only one
+    worker write the job's folder. A worker that died lost its connection, and with it
+    the lock, so its redelivered task runs again."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
+        (held,) = cursor.fetchone()
+    if not held:
+        return ExportJob.objects.get(pk=job_id)  # the worker holding the lock finishes it
+    try:
+        return _export_job_run_locked(job_id)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
+
+
+def _export_job_run_locked(job_id: int) -> ExportJob:
+    job = ExportJob.objects.select_related("project").get(pk=job_id)
+    if job.status not in (ExportJob.Status.QUEUED, ExportJob.Status.RUNNING):
+        return job
+    out_dir = Path(settings.MEDIA_ROOT) / "exports" / str(job.pk)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    ExportJob.objects.filter(pk=job.pk).update(status=ExportJob.Status.RUNNING, done=0)
+    progress = ProgressWriter("trajectories_exportjob", job.pk, "done")
+    try:
+        request = request_from_job(job)
+        manifest = export_write(
+            project=job.project, request=request, out_dir=out_dir, progress=progress
+        )
+    except ExportCancelled:
+        shutil.rmtree(out_dir, ignore_errors=True)
+        job.refresh_from_db()
+        return job
+    except Exception as error:  # recorded on the job for the page; the worker goes on
+        shutil.rmtree(out_dir, ignore_errors=True)
+        ExportJob.objects.filter(pk=job.pk).update(
+            status=ExportJob.Status.FAILED, error=str(error)[:2000], finished_at=timezone.now()
+        )
+        job.refresh_from_db()
+        return job
+    finally:
+        progress.close()
+    files = [{"name": name, **info} for name, info in sorted(manifest["files"].items())]
+    ExportJob.objects.filter(pk=job.pk).exclude(status=ExportJob.Status.CANCELLED).update(
+        status=ExportJob.Status.DONE,
+        done=manifest["counts"]["trajectories"],
+        out_dir=str(out_dir),
+        files=files,
+        manifest=manifest,
+        row_count=sum(f["rows"] for f in files),
+        finished_at=timezone.now(),
+    )
+    job.refresh_from_db()
+    return job
+
+
+def export_cancel(*, job: ExportJob) -> ExportJob:
+    ExportJob.objects.filter(
+        pk=job.pk, status__in=[ExportJob.Status.QUEUED, ExportJob.Status.RUNNING]
+    ).update(status=ExportJob.Status.CANCELLED, finished_at=timezone.now())
+    job.refresh_from_db()
+    return job
+
+
+def manifest_json(manifest: dict[str, Any]) -> str:
+    return json.dumps(manifest, indent=2, sort_keys=True)

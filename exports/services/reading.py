@@ -1,0 +1,319 @@
+"""Reading an export's trajectories: one consistent snapshot (REPEATABLE READ), a chunk
+of trajectories at a time in task order, each step's label, score and credit by index
+lookup, so memory does not grow with the export and the same data always gives the same
+bytes; with a second connection reading ahead on the same snapshot."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import threading
+import uuid
+from collections.abc import Generator, Iterator
+from contextlib import closing
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import MD5
+
+from exports.services.requests import ExportRequest, request_filters
+from labeling.sources import label_source_sql
+from scoring.selectors import scorer_id_for
+from trajectories import selectors
+from trajectories.batches import (
+    ExportStep,
+    ExportTrajectory,
+)
+from trajectories.models import Project
+from trajectories.services.progress import ProgressWriter
+
+# Trajectories read per round trip.
+EXPORT_CHUNK = 200
+
+
+# The trajectory columns trajectories_from_rows reads (``heads``), for an id array.
+HEADS_SQL = (
+    "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
+    " success, metadata, source_format FROM trajectories_trajectory WHERE id = ANY(%s)"
+)
+
+
+class ExportCancelled(Exception):
+    pass
+
+
+def export_trajectories(
+    project: Project,
+    request: ExportRequest,
+    *,
+    progress: ProgressWriter | None = None,
+    read_ahead: bool = False,
+) -> Iterator[ExportTrajectory]:
+    """The selected trajectories in task order (task key, then task text, then id), each
+    with its steps, resolved labels and, when asked for, scores and corrections.
+
+    Must run inside a transaction. With ``read_ahead`` (for a transaction of its own, at
+    REPEATABLE READ) a second connection reads the next chunks while this thread builds
+    records from the last: it imports this transaction's snapshot, so both see exactly
+    the same data, and PostgreSQL's work overlaps with Python's.
+    """
+    order = ordered_ids(project, request)
+    lossless = request.format == "stepscope"
+    if read_ahead:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_export_snapshot()")
+            snapshot = cursor.fetchone()[0]
+        chunks = _read_ahead(project, request, order, snapshot)
+    else:
+        chunks = _read_chunks(project, request, order)
+    try:
+        for ids, heads, rows in chunks:
+            yield from trajectories_from_rows(ids, heads, rows, lossless)
+            progress_tick(progress, len(ids))
+    finally:
+        chunks.close()
+
+
+# What one chunk reads: the trajectory ids in order, their rows, and their steps' rows.
+Chunk = tuple[list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]]]
+
+
+# Chunks the reading thread may hold before this thread takes them (bounded memory).
+READ_AHEAD_CHUNKS = 2
+
+
+_SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
+
+
+def _read_chunks(
+    project: Project, request: ExportRequest, order: list[int]
+) -> Generator[Chunk, None, None]:
+    """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
+    connection, with each step's values from :func:`step_values_table`."""
+    with step_values_table(project, request) as table:
+        steps_sql, extra_params = _steps_sql(project, request, table)
+        for first in range(0, len(order), EXPORT_CHUNK):
+            ids = order[first : first + EXPORT_CHUNK]
+            with connection.cursor() as cursor:
+                cursor.execute(HEADS_SQL, [ids])
+                heads = {row[0]: row for row in cursor.fetchall()}
+                cursor.execute(steps_sql, [*extra_params, ids])
+                yield ids, heads, cursor.fetchall()
+
+
+@contextlib.contextmanager
+def step_values_table(project: Project, request: ExportRequest) -> Iterator[str]:
+    """A temporary table of ``(step_id, label, credit)``: the resolved labels and the
+    chosen run's credits, a row per step, indexed, so that each step's values are one
+    index lookup. Yields its name; dropped at the end (or with the transaction)."""
+    table = f"export_values_{uuid.uuid4().hex[:12]}"
+    values_sql, values_params = step_values_sql(project, request)
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {values_sql}", values_params)
+        try:
+            with transaction.atomic():
+                cursor.execute(f"CREATE UNIQUE INDEX ON {table} (step_id)")
+        except IntegrityError as error:
+            detail = getattr(error.__cause__, "diag", None)
+            raise ValueError(
+                f"label source {request.labels} gives some step more than one label"
+                f" ({detail.message_detail if detail else error}); name one schema's labels"
+            ) from None
+    # No ANALYZE: every read of the table is an index lookup by step (see _steps_sql).
+    try:
+        yield table
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+
+def _read_ahead(
+    project: Project, request: ExportRequest, order: list[int], snapshot: str
+) -> Generator[Chunk, None, None]:
+    """``_read_chunks`` on a thread of its own, in a transaction that imports
+    ``snapshot``, handing chunks over through a bounded queue. Closing this generator
+    (the export finished, failed or was cancelled) stops the thread and waits for it."""
+    if not _SNAPSHOT_ID.fullmatch(snapshot):
+        raise ValueError(f"unexpected snapshot id {snapshot!r}")
+    handed: queue.Queue[Chunk | BaseException | None] = queue.Queue(maxsize=READ_AHEAD_CHUNKS)
+    stop = threading.Event()
+
+    def hand(item: Chunk | BaseException | None) -> bool:
+        while not stop.is_set():
+            try:
+                handed.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        # Django gives this thread a connection of its own; it is closed at the end.
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                with closing(_read_chunks(project, request, order)) as chunks:
+                    for chunk in chunks:
+                        if not hand(chunk):
+                            return
+            hand(None)
+        except BaseException as error:  # handed to the consuming thread, which raises it
+            hand(error)
+        finally:
+            connection.close()
+
+    reader = threading.Thread(target=read, name="export-reader", daemon=True)
+    reader.start()
+    try:
+        while (item := handed.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        reader.join()
+
+
+def ordered_ids(project: Project, request: ExportRequest) -> list[int]:
+    chosen = selectors.trajectories_filtered(project, request_filters(request.selection))
+    return list(
+        chosen.annotate(task_digest=MD5("task"))
+        .order_by("task_key", "task_digest", "id")
+        .values_list("id", flat=True)
+    )
+
+
+def trajectories_from_rows(
+    ids: list[int],
+    heads: dict[int, tuple[Any, ...]],
+    rows: list[tuple[Any, ...]],
+    lossless: bool,
+) -> Iterator[ExportTrajectory]:
+    """Snapshots of the trajectories ``ids``, in that order, from their rows (``heads``,
+    by id) and their steps' rows (in the column order of :func:`_steps_sql`)."""
+    steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
+    annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
+    for row in rows:
+        (
+            trajectory_id, index, kind, role, agent, content, tool_name, tool_args,
+            step_metadata, labelable, prefix_hash, label, score, credit, correction,
+            by_annotator,
+        ) = row  # fmt: skip
+        steps[trajectory_id].append(
+            ExportStep(
+                index=index, kind=kind, role=role, content=content, labelable=labelable,
+                prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
+                tool_args=None if tool_args is None else _json(tool_args),
+                metadata=_json(step_metadata) or {}, label=label, score=score, credit=credit,
+                correction=correction or None,
+            )
+        )  # fmt: skip
+        if lossless:
+            annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
+    for trajectory_id in ids:
+        (_, external_id, task, task_key, ground_truth, model_name, outcome_reward, success,
+         metadata, source_format) = heads[trajectory_id]  # fmt: skip
+        per_annotator = annotators[trajectory_id]
+        yield ExportTrajectory(
+            id=trajectory_id,
+            external_id=external_id,
+            task=task,
+            task_key=task_key,
+            ground_truth=ground_truth,
+            model_name=model_name,
+            outcome_reward=outcome_reward,
+            success=success,
+            metadata=_json(metadata) or {},
+            source_format=source_format,
+            steps=steps[trajectory_id],
+            labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
+        )
+
+
+def _json(value: Any) -> Any:
+    """Django sets psycopg to hand JSON columns over as text; decode them here. (Most
+    step metadata is empty: that case skips the decoder.)"""
+    if value == "{}":
+        return {}
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def progress_tick(progress: ProgressWriter | None, amount: int) -> None:
+    if progress is not None and progress.report(amount) and progress.status() == "cancelled":
+        raise ExportCancelled
+
+
+def step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
+    """``(step_id, label, credit)`` for every step the label source labels or the credit
+    run credits: one pass over each (hash joins), so that reading a step's values later
+    is one lookup instead of one per table."""
+    labels_sql, params = label_source_sql(project, request.labels)
+    if request.credit_run is None:
+        return (
+            f"SELECT l.step_id, l.value AS label, NULL::float AS credit FROM ({labels_sql}) l",
+            params,
+        )
+    return (
+        "SELECT COALESCE(l.step_id, c.step_id) AS step_id, l.value AS label, c.value AS credit"
+        f" FROM ({labels_sql}) l FULL JOIN"
+        " (SELECT step_id, value FROM scoring_stepcredit WHERE run_id = %s) c"
+        " ON c.step_id = l.step_id",
+        [*params, request.credit_run],
+    )
+
+
+def _steps_sql(
+    project: Project, request: ExportRequest, values_table: str
+) -> tuple[str, list[Any]]:
+    """Steps of a chunk of trajectories (the last parameter, an id array) in order, with
+    the resolved label, the chosen scorer's score, the chosen attribution run's credit, a
+    correction and per-annotator labels when the format uses them."""
+    # Each per-step value is a lookup on a unique key whatever the tables' statistics say:
+    # a correlated subquery, or a lateral one kept from being flattened into a join by
+    # OFFSET 0. (As plain joins, the planner chose to scan the whole label and credit
+    # tables for every chunk: quadratic in the export's size.)
+    params: list[Any] = []
+    score = "NULL::float"
+    if request.scorer:
+        score = (
+            "(SELECT sc.value FROM scoring_stepscore sc"
+            " WHERE sc.step_id = s.id AND sc.scorer_id = %s)"
+        )
+        params.append(scorer_id_for(project, request.scorer))
+    wants_corrections = request.format == "dpo" and request.options.corrections
+    correction = (
+        "(SELECT c.correction FROM ("
+        "   SELECT f.correction, 0 AS rank FROM labeling_finallabel f"
+        "   WHERE f.step_id = s.id AND f.correction <> ''"
+        "   UNION ALL"
+        "   SELECT l.correction, 1 FROM labeling_steplabel l"
+        "   WHERE l.step_id = s.id AND l.correction <> '' AND l.status = 'submitted'"
+        " ) c ORDER BY c.rank LIMIT 1)"
+        if wants_corrections
+        else "NULL"
+    )
+    annotators = (
+        "(SELECT json_agg(json_build_array(u.username, l.value) ORDER BY u.username)"
+        " FROM labeling_steplabel l JOIN auth_user u ON u.id = l.annotator_id"
+        " WHERE l.step_id = s.id AND l.status = 'submitted')"
+        if request.format == "stepscope"
+        else "NULL"
+    )
+    # Step metadata (tool call ids, token logprobs) and prefix hashes are read only by the
+    # formats that use them: chat messages and the lossless format, and sibling pairs.
+    metadata = "s.metadata" if request.format in ("stepscope", "sft", "rl") else "NULL"
+    prefix_hash = "s.prefix_hash" if request.format == "dpo" else "''"
+    sql = (
+        "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
+        f" s.tool_args, {metadata}, s.labelable, {prefix_hash}, v.label,"
+        f" {score}, v.credit, {correction}, {annotators}"
+        " FROM trajectories_step s"
+        " LEFT JOIN LATERAL (SELECT r.label, r.credit FROM"
+        f" {values_table} r WHERE r.step_id = s.id OFFSET 0) v ON true"
+        " WHERE s.trajectory_id = ANY(%s)"
+        " ORDER BY s.trajectory_id, s.index"
+    )
+    return sql, params

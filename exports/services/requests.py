@@ -1,0 +1,148 @@
+"""An export's request: its parameters checked before anything is queued, and stored on
+its job (``ExportJob.options``) and read back by the worker."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from exports.models import ExportJob, Selection
+from labeling.sources import LabelSource, label_source_parse, label_source_sql
+from scoring.models import AttributionRun
+from scoring.selectors import scorer_id_for
+from trajectories import selectors
+from trajectories.batches import (
+    ExportOptions,
+    parse_split_spec,
+)
+from trajectories.batches.export import export_format
+from trajectories.models import Project
+
+
+@dataclass(frozen=True)
+class ExportRequest:
+    """Validated export parameters (what the command, the page and the API share)."""
+
+    format: str
+    labels: LabelSource
+    options: ExportOptions
+    container: str = ""
+    compress: bool = False
+    selection_name: str = ""
+    selection: dict[str, Any] = dataclasses.field(default_factory=dict)
+    split: str = ""
+    seed: int = 0
+    scorer: str = ""  # a scorer whose step scores go along (dpo by score, rl rewards)
+    credit_run: int | None = None  # an attribution run whose credits go along (rl, dpo)
+
+
+def export_request_build(
+    *,
+    project: Project,
+    format: str,
+    labels: str,
+    neutral: str,
+    selection: str = "",
+    split: str = "",
+    seed: int = 0,
+    container: str = "",
+    compress: bool = False,
+    threshold: float = 0.5,
+    scorer: str = "",
+    credit_run: int | None = None,
+    options: dict[str, Any] | None = None,
+) -> ExportRequest:
+    """Check every parameter before anything is queued; ValueError says what is wrong."""
+    export = export_format(format)
+    source = label_source_parse(labels, threshold=threshold, scorer=scorer)
+    export_options = ExportOptions(neutral=neutral, **(options or {}))  # type: ignore[arg-type]
+    if split:
+        parse_split_spec(split)
+    definition: dict[str, Any] = {}
+    if selection:
+        saved = Selection.objects.filter(project=project, name=selection).first()
+        if saved is None:
+            raise ValueError(f"no selection named {selection!r} in project {project.slug!r}")
+        definition = dict(saved.definition)
+        request_filters(definition)  # a stored definition that no longer parses is an error now
+    if container and container not in export.containers:
+        allowed = ", ".join(export.containers)
+        raise ValueError(f"{format} can be written as {allowed}, not {container}")
+    if scorer:
+        scorer_id_for(project, scorer)
+    if credit_run is not None:
+        credit_run_for(project, credit_run)
+    elif export_options.pair_value == "credit" and format == "dpo":
+        raise ValueError("dpo pairs by credit need an attribution run (--credit-run)")
+    label_source_sql(project, source)  # names a missing annotator's scorer now, not later
+    return ExportRequest(
+        format=format,
+        labels=source,
+        options=export_options,
+        container=container,
+        compress=compress,
+        selection_name=selection,
+        selection=definition,
+        split=split,
+        seed=seed,
+        scorer=scorer,
+        credit_run=credit_run,
+    )
+
+
+def credit_run_for(project: Project, run_id: int) -> AttributionRun:
+    """A finished attribution run of ``project`` that credits steps; ValueError otherwise."""
+    run = AttributionRun.objects.filter(project=project, pk=run_id).first()
+    if run is None:
+        raise ValueError(f"no attribution run {run_id} in project {project.slug!r}")
+    if run.method == AttributionRun.Method.TOKEN_SALIENCY:
+        raise ValueError(f"attribution run {run_id} is token saliency; it credits no steps")
+    if run.status != AttributionRun.Status.DONE:
+        raise ValueError(
+            f"attribution run {run_id} is {run.status}; only a finished run's credits export"
+        )
+    return run
+
+
+def request_filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
+    return selectors.trajectory_filters_from(definition)
+
+
+def request_json(request: ExportRequest) -> dict[str, Any]:
+    options = dataclasses.asdict(request.options)
+    options.pop("neutral")
+    return {
+        "options": options,
+        "labels": {
+            "text": _label_text(request.labels),
+            "threshold": request.labels.threshold,
+            "scorer": request.labels.scorer,
+        },
+        "scorer": request.scorer,
+        "credit_run": request.credit_run,
+    }
+
+
+def _label_text(source: LabelSource) -> str:
+    return "consensus" if source.kind == "consensus" else f"{source.kind}:{source.name}"
+
+
+def request_from_job(job: ExportJob) -> ExportRequest:
+    stored = job.options
+    labels = stored["labels"]
+    return ExportRequest(
+        format=job.format,
+        labels=label_source_parse(
+            labels["text"], threshold=labels["threshold"], scorer=labels["scorer"]
+        ),
+        options=ExportOptions(neutral=job.neutral, **stored["options"]),  # type: ignore[arg-type]
+        container=job.container,
+        compress=job.compress,
+        selection_name=job.selection_name,
+        selection=job.selection,
+        split=job.split,
+        seed=job.seed,
+        scorer=stored.get("scorer", ""),
+        credit_run=stored.get("credit_run"),
+    )

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from exports import views
+
+urlpatterns = [
+    path("p/<slug:slug>/exports/", views.export_list, name="export-list"),
+    path("p/<slug:slug>/selections/", views.selection_list, name="selection-list"),
+    path("selections/<int:pk>/delete/", views.selection_remove, name="selection-delete"),
+    path("exports/<int:pk>/", views.export_detail, name="export-detail"),
+    path("exports/<int:pk>/files/<str:name>", views.export_download, name="export-download"),
+]

@@ -1,0 +1,73 @@
+"""Named read queries for labeling, by topic: the labeling surface, its settings, a step's
+history and who sees labels (``surface.py``), queues (``queues.py``), review
+(``review.py``). Lookups that start from a request go through a ``*_for_user`` helper,
+which raises 404 for anything outside the user's projects. The names below are the
+app's selector interface; callers import them from here."""
+
+from labeling.selectors.queues import (
+    QUEUE_ITEMS_PAGE_SIZE,
+    AnnotatorProgress,
+    queue_annotators,
+    queue_get_for_user,
+    queue_items_page,
+    queue_progress,
+    queues_for_project,
+)
+from labeling.selectors.review import (
+    REVIEW_PAGE_SIZE,
+    ReviewRow,
+    ReviewTable,
+    review_candidates,
+    review_table,
+)
+from labeling.selectors.surface import (
+    QUEUE_PROGRESS_SQL,
+    REVIEWER_ROLES,
+    STEPS_PAGE_SIZE,
+    AnyUser,
+    HistoryEntry,
+    LabelingSettings,
+    LabelingState,
+    Lease,
+    QueueProgress,
+    active_schema,
+    can_compare,
+    is_reviewer,
+    labeling_state_for_user,
+    labels_visible_to,
+    step_label_history,
+    step_rows,
+    visible_labels,
+)
+
+__all__ = [
+    "QUEUE_ITEMS_PAGE_SIZE",
+    "QUEUE_PROGRESS_SQL",
+    "REVIEWER_ROLES",
+    "REVIEW_PAGE_SIZE",
+    "STEPS_PAGE_SIZE",
+    "AnnotatorProgress",
+    "AnyUser",
+    "HistoryEntry",
+    "LabelingSettings",
+    "LabelingState",
+    "Lease",
+    "QueueProgress",
+    "ReviewRow",
+    "ReviewTable",
+    "active_schema",
+    "can_compare",
+    "is_reviewer",
+    "labeling_state_for_user",
+    "labels_visible_to",
+    "queue_annotators",
+    "queue_get_for_user",
+    "queue_items_page",
+    "queue_progress",
+    "queues_for_project",
+    "review_candidates",
+    "review_table",
+    "step_label_history",
+    "step_rows",
+    "visible_labels",
+]

@@ -1,0 +1,174 @@
+"""Reads of labeling queues: access (404 for outsiders), the project's queues with each
+one's progress, its annotators and a page of its items."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models.expressions import RawSQL
+from django.http import Http404
+from django.utils import timezone
+
+from labeling.models import (
+    Queue,
+    QueueAssignment,
+    QueueItem,
+    StepLabel,
+)
+from labeling.selectors.surface import (
+    QUEUE_PROGRESS_SQL,
+    AnyUser,
+    QueueProgress,
+    is_reviewer,
+)
+from trajectories.models import Membership, Project
+from trajectories.selectors import projects_for_user
+
+
+def queue_get_for_user(user: AnyUser, pk: int) -> tuple[Queue, str]:
+    """A queue and the user's role in its project; 404 outside the user's projects and,
+    for annotators, for queues they are not assigned to."""
+    if not user.is_authenticated:
+        raise Http404("No such queue.")
+    queue = (
+        Queue.objects.select_related("project")
+        .filter(pk=pk, project__in=projects_for_user(user))
+        .annotate(
+            _role=Subquery(
+                Membership.objects.filter(project=OuterRef("project"), user_id=int(user.pk)).values(
+                    "role"
+                )[:1]
+            ),
+            _assignee_count=Count("assignees", distinct=True),
+            _assigned=Exists(
+                Queue.assignees.through.objects.filter(queue=OuterRef("pk"), user_id=int(user.pk))
+            ),
+        )
+        .first()
+    )
+    if queue is None:
+        raise Http404("No such queue.")
+    row: Any = queue
+    if not is_reviewer(row._role) and row._assignee_count and not row._assigned:
+        raise Http404("No such queue.")
+    return queue, row._role
+
+
+def queues_for_project(project: Project, user: AnyUser, role: str | None) -> list[Queue]:
+    """The project's queues this user can work on (reviewers: all of them), each with
+    ``progress`` (:class:`QueueProgress`) and ``open_lease_trajectory`` (the trajectory of the
+    user's open lease in it, if any)."""
+    uid = int(user.pk) if user.is_authenticated else 0
+    queues = Queue.objects.filter(project=project).order_by("-is_active", "-created_at", "-id")
+    if not is_reviewer(role):
+        assigned = Queue.assignees.through.objects.filter(queue=OuterRef("pk"))
+        queues = queues.filter(~Exists(assigned) | Exists(assigned.filter(user_id=uid)))
+    queues = queues.annotate(
+        _progress=RawSQL(
+            QUEUE_PROGRESS_SQL.replace("i.queue_id = %s", 'i.queue_id = "labeling_queue"."id"'),
+            [user.pk],
+        ),
+        open_lease_trajectory=Subquery(
+            QueueAssignment.objects.filter(
+                item__queue=OuterRef("pk"),
+                annotator_id=user.pk,
+                status=QueueAssignment.Status.LEASED,
+                expires_at__gt=timezone.now(),
+            ).values("item__trajectory_id")[:1]
+        ),
+    )
+    result: list[Queue] = []
+    for queue in queues:
+        row: Any = queue
+        row.progress = QueueProgress(**(row._progress or {}))
+        result.append(queue)
+    return result
+
+
+def queue_progress(queue: Queue, user: AnyUser) -> QueueProgress:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(QUEUE_PROGRESS_SQL, [user.pk, queue.pk])
+        (data,) = cursor.fetchone() or (None,)
+    return QueueProgress(**(data or {}))
+
+
+@dataclass(frozen=True)
+class AnnotatorProgress:
+    username: str
+    submitted: int
+    leased: int
+    steps_labelled: int
+
+
+def queue_annotators(queue: Queue) -> list[AnnotatorProgress]:
+    """Per annotator: items submitted, open leases, and step labels on the queue's items."""
+    rows = (
+        QueueAssignment.objects.filter(item__queue=queue)
+        .values("annotator_id", "annotator__username")
+        .annotate(
+            submitted=Count("id", filter=Q(status=QueueAssignment.Status.SUBMITTED)),
+            leased=Count(
+                "id",
+                filter=Q(status=QueueAssignment.Status.LEASED, expires_at__gt=timezone.now()),
+            ),
+        )
+        .order_by("annotator__username")
+    )
+    labelled = dict(
+        StepLabel.objects.filter(
+            step__trajectory__queue_items__queue=queue,
+            annotator_id__in=[r["annotator_id"] for r in rows],
+        )
+        .values("annotator_id")
+        .annotate(n=Count("id"))
+        .values_list("annotator_id", "n")
+    )
+    return [
+        AnnotatorProgress(
+            username=r["annotator__username"],
+            submitted=r["submitted"],
+            leased=r["leased"],
+            steps_labelled=labelled.get(r["annotator_id"], 0),
+        )
+        for r in rows
+    ]
+
+
+QUEUE_ITEMS_PAGE_SIZE = 100
+
+
+def queue_items_page(
+    queue: Queue, *, after: int | None = None
+) -> tuple[list[QueueItem], int | None]:
+    """Items in queue order with ``submitted`` and ``leased`` counts and the trajectory's
+    external id, keyset-paged by (position, id)."""
+    queryset = (
+        QueueItem.objects.filter(queue=queue)
+        .select_related("trajectory")
+        .only(
+            "id", "position", "trajectory__id", "trajectory__external_id", "trajectory__step_count"
+        )
+        .annotate(
+            submitted=Count(
+                "assignments", filter=Q(assignments__status=QueueAssignment.Status.SUBMITTED)
+            ),
+            leased=Count(
+                "assignments",
+                filter=Q(
+                    assignments__status=QueueAssignment.Status.LEASED,
+                    assignments__expires_at__gt=timezone.now(),
+                ),
+            ),
+        )
+        .order_by("position", "id")
+    )
+    if after is not None:
+        queryset = queryset.filter(id__gt=after)
+    items: list[QueueItem] = list(queryset[: QUEUE_ITEMS_PAGE_SIZE + 1])
+    if len(items) > QUEUE_ITEMS_PAGE_SIZE:
+        return items[:QUEUE_ITEMS_PAGE_SIZE], items[QUEUE_ITEMS_PAGE_SIZE - 1].pk
+    return items, None

@@ -1,0 +1,472 @@
+"""Named read queries for labeling. Lookups that start from a request go through a
+``*_for_user`` helper, which raises 404 for anything outside the user's projects.
+
+The labeling surface is the page annotators live in, so what it needs about one trajectory
+and one user (role, active schema, their verdict, their lease, their progress, the queue's
+progress) comes back from a single query: :func:`labeling_state_for_user`. The steps and
+their labels are two more, whatever the trajectory's length.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db import models
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
+from django.db.models.functions import Left, Length
+from django.http import Http404
+from django.utils import timezone
+
+from labeling.models import (
+    FinalLabel,
+    LabelSchema,
+    QueueAssignment,
+    StepLabel,
+    StepLabelEvent,
+    TrajectoryLabel,
+)
+from trajectories.models import Membership, Project, Step, Trajectory
+from trajectories.selectors import STEP_PREVIEW_CHARS, membership_role, projects_for_user
+
+AnyUser = User | AbstractBaseUser | AnonymousUser
+ModelT = TypeVar("ModelT", bound=models.Model)
+
+# Steps rendered per page of the labeling surface; the next page loads as the annotator
+# scrolls (or moves past the last loaded step with the keyboard).
+STEPS_PAGE_SIZE = 200
+REVIEWER_ROLES = frozenset({Membership.Role.RESEARCHER, Membership.Role.ADMIN})
+
+
+# --- Project labeling settings ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LabelingSettings:
+    """The labeling keys of ``Project.settings``."""
+
+    # Annotators do not see other annotators' labels until they submit the trajectory.
+    blind_labeling: bool = False
+    # Annotators do not see model scores until they submit the trajectory.
+    hide_model_scores: bool = False
+    # Default overlap for new queues: how many annotators label each trajectory.
+    labels_per_step: int = 1
+
+    @classmethod
+    def of(cls, project: Project) -> LabelingSettings:
+        raw = project.settings if isinstance(project.settings, dict) else {}
+        try:
+            labels_per_step = max(1, int(raw.get("labels_per_step", 1)))
+        except (TypeError, ValueError):
+            labels_per_step = 1
+        return cls(
+            blind_labeling=bool(raw.get("blind_labeling", False)),
+            hide_model_scores=bool(raw.get("hide_model_scores", False)),
+            labels_per_step=labels_per_step,
+        )
+
+
+def is_reviewer(role: str | None) -> bool:
+    return role in REVIEWER_ROLES
+
+
+def active_schema(project: Project) -> LabelSchema | None:
+    return (
+        LabelSchema.objects.filter(project=project, is_active=True)
+        .order_by("-version", "-id")
+        .first()
+    )
+
+
+# --- The labeling surface ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Lease:
+    """The user's hold on this trajectory through a queue."""
+
+    assignment_id: int
+    status: str
+    expires_at: dt.datetime
+    item_id: int
+    queue_id: int
+    queue_name: str
+    overlap: int
+
+    @property
+    def expired(self) -> bool:
+        return self.status == QueueAssignment.Status.LEASED and self.expires_at <= timezone.now()
+
+    @property
+    def submitted(self) -> bool:
+        return self.status == QueueAssignment.Status.SUBMITTED
+
+
+@dataclass(frozen=True)
+class QueueProgress:
+    items: int = 0
+    complete: int = 0  # items labelled by as many annotators as the overlap asks
+    mine: int = 0  # items this user has submitted
+
+
+@dataclass
+class LabelingState:
+    """What the labeling surface knows about one trajectory for one user."""
+
+    trajectory: Trajectory
+    user_id: int
+    role: str | None
+    schema: LabelSchema | None
+    verdict: TrajectoryLabel | None
+    lease: Lease | None
+    labelable: int
+    labelled: int
+    labelable_to_first_error: int
+    labelled_to_first_error: int
+    queue_progress: QueueProgress | None = None
+    settings: LabelingSettings = field(default_factory=LabelingSettings)
+
+    @property
+    def project(self) -> Project:
+        return self.trajectory.project
+
+    @property
+    def reviewer(self) -> bool:
+        return is_reviewer(self.role)
+
+    @property
+    def submitted(self) -> bool:
+        return self.verdict is not None and self.verdict.status == TrajectoryLabel.Status.SUBMITTED
+
+    @property
+    def can_label(self) -> bool:
+        """Reviewers label anything in their project; annotators what a queue gave them."""
+        if self.schema is None or self.role is None:
+            return False
+        if self.reviewer:
+            return True
+        return self.lease is not None
+
+    @property
+    def blind(self) -> bool:
+        """Whether other annotators' labels are hidden from this user on this trajectory."""
+        return self.settings.blind_labeling and not self.reviewer and not self.submitted
+
+    @property
+    def show_model_scores(self) -> bool:
+        return not (self.settings.hide_model_scores and not self.reviewer and not self.submitted)
+
+    @property
+    def first_error_index(self) -> int | None:
+        if self.schema is None or self.verdict is None:
+            return None
+        return self.verdict.first_error_index
+
+    @property
+    def stops_at_first_error(self) -> bool:
+        return bool(self.schema and self.schema.first_error_mode) and (
+            self.first_error_index is not None
+        )
+
+    @property
+    def to_label(self) -> int:
+        """Steps this user is asked to label: every labelable step, or in first-error mode
+        those up to and including the first error."""
+        return self.labelable_to_first_error if self.stops_at_first_error else self.labelable
+
+    @property
+    def done(self) -> int:
+        return self.labelled_to_first_error if self.stops_at_first_error else self.labelled
+
+    @property
+    def complete(self) -> bool:
+        return self.done >= self.to_label
+
+    @property
+    def queue_id(self) -> int | None:
+        return self.lease.queue_id if self.lease else None
+
+
+def _from_json(model: type[ModelT], data: dict[str, Any] | None) -> ModelT | None:
+    """A model instance from a row that Postgres turned into JSON (``row_to_json``)."""
+    if data is None:
+        return None
+    values = {}
+    for model_field in model._meta.concrete_fields:
+        if model_field.attname in data:
+            values[model_field.attname] = model_field.to_python(data[model_field.attname])
+    instance = model(**values)
+    instance._state.adding = False
+    instance._state.db = "default"
+    return instance
+
+
+_T = '"trajectories_trajectory"'
+_ACTIVE_SCHEMA_ID = f"""(SELECT s.id FROM labeling_labelschema s
+    WHERE s.project_id = {_T}."project_id" AND s.is_active
+    ORDER BY s.version DESC, s.id DESC LIMIT 1)"""
+_SQL_ROLE = f"""SELECT m.role FROM trajectories_membership m
+    WHERE m.project_id = {_T}."project_id" AND m.user_id = %s"""
+_SQL_SCHEMA = f"""SELECT row_to_json(s) FROM labeling_labelschema s
+    WHERE s.id = {_ACTIVE_SCHEMA_ID}"""
+_SQL_VERDICT = f"""SELECT row_to_json(tl) FROM labeling_trajectorylabel tl
+    WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s"""
+_SQL_LEASE = f"""SELECT json_build_object('assignment_id', a.id, 'status', a.status,
+        'expires_at', a.expires_at, 'item_id', i.id, 'queue_id', q.id, 'queue_name', q.name,
+        'overlap', q.overlap)
+    FROM labeling_queueassignment a
+    JOIN labeling_queueitem i ON i.id = a.item_id
+    JOIN labeling_queue q ON q.id = i.queue_id
+    WHERE i.trajectory_id = {_T}."id" AND a.annotator_id = %s
+      AND a.status IN ('leased', 'submitted')
+    ORDER BY (q.id = %s::bigint) DESC NULLS LAST, (a.status = 'leased') DESC, a.leased_at DESC
+    LIMIT 1"""
+# This user's progress on the active schema; the "to first error" counts stop at the first
+# step they labelled as an error (first-error mode asks for nothing after it).
+_SQL_PROGRESS = f"""SELECT json_build_object(
+        'labelable', count(*), 'labelled', count(l.id),
+        'labelable_to_first_error', count(*) FILTER (WHERE s.index <= fe.i),
+        'labelled_to_first_error', count(l.id) FILTER (WHERE s.index <= fe.i))
+    FROM trajectories_step s
+    LEFT JOIN labeling_steplabel l
+      ON l.step_id = s.id AND l.annotator_id = %s AND l.schema_id = {_ACTIVE_SCHEMA_ID}
+    LEFT JOIN (SELECT tl.first_error_index AS i FROM labeling_trajectorylabel tl
+               WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s) fe ON true
+    WHERE s.trajectory_id = {_T}."id" AND s.labelable"""
+QUEUE_PROGRESS_SQL = """SELECT json_build_object(
+        'items', count(*),
+        'complete', count(*) FILTER (WHERE done.n >= q.overlap),
+        'mine', count(*) FILTER (WHERE done.mine))
+    FROM labeling_queueitem i
+    JOIN labeling_queue q ON q.id = i.queue_id
+    LEFT JOIN LATERAL (
+        SELECT count(*) AS n, bool_or(a.annotator_id = %s) AS mine
+        FROM labeling_queueassignment a WHERE a.item_id = i.id AND a.status = 'submitted'
+    ) done ON true
+    WHERE i.queue_id = %s"""
+
+
+def labeling_state_for_user(
+    user: AnyUser, trajectory_pk: int, *, queue_id: int | None = None
+) -> LabelingState:
+    """The labeling state of one trajectory for ``user``, in one query; 404 for a
+    trajectory outside the user's projects. ``queue_id`` (queue mode) picks the lease in
+    that queue and adds the queue's progress."""
+    if not user.is_authenticated:
+        raise Http404("No such trajectory.")
+    uid = int(user.pk)
+    queryset = (
+        Trajectory.objects.select_related("project")
+        .filter(pk=trajectory_pk, project__in=projects_for_user(user))
+        .annotate(
+            _role=RawSQL(_SQL_ROLE, [uid]),
+            _schema=RawSQL(_SQL_SCHEMA, []),
+            _verdict=RawSQL(_SQL_VERDICT, [uid]),
+            _lease=RawSQL(_SQL_LEASE, [uid, queue_id]),
+            _progress=RawSQL(_SQL_PROGRESS, [uid, uid]),
+        )
+    )
+    if queue_id is not None:
+        queryset = queryset.annotate(
+            _queue_progress=RawSQL(
+                f'SELECT CASE WHEN q.project_id = {_T}."project_id" THEN ({QUEUE_PROGRESS_SQL})'
+                " END FROM labeling_queue q WHERE q.id = %s",
+                [uid, queue_id, queue_id],
+            )
+        )
+    trajectory = queryset.first()
+    if trajectory is None:
+        raise Http404("No such trajectory.")
+    return _state_from_row(trajectory, uid)
+
+
+def _state_from_row(trajectory: Trajectory, user_id: int) -> LabelingState:
+    row: Any = trajectory
+    lease = None
+    if row._lease:
+        data = dict(row._lease)
+        data["expires_at"] = dt.datetime.fromisoformat(data["expires_at"])
+        lease = Lease(**data)
+    progress = row._progress or {}
+    queue_progress = getattr(row, "_queue_progress", None)
+    return LabelingState(
+        trajectory=trajectory,
+        user_id=user_id,
+        role=row._role,
+        schema=_from_json(LabelSchema, row._schema),
+        verdict=_from_json(TrajectoryLabel, row._verdict),
+        lease=lease,
+        labelable=progress.get("labelable", 0),
+        labelled=progress.get("labelled", 0),
+        labelable_to_first_error=progress.get("labelable_to_first_error", 0),
+        labelled_to_first_error=progress.get("labelled_to_first_error", 0),
+        queue_progress=QueueProgress(**queue_progress) if queue_progress else None,
+        settings=LabelingSettings.of(trajectory.project),
+    )
+
+
+def visible_labels(state: LabelingState) -> QuerySet[StepLabel]:
+    """The step labels this user may see on this trajectory: all of them, or in blind mode
+    before they submit, only their own."""
+    labels = StepLabel.objects.select_related("annotator", "schema").order_by("annotator__username")
+    if state.blind:
+        labels = labels.filter(annotator_id=state.user_id)
+    return labels
+
+
+def step_rows(
+    state: LabelingState,
+    *,
+    start: int = 0,
+    size: int = STEPS_PAGE_SIZE,
+    step_ids: list[int] | None = None,
+) -> tuple[list[Step], int | None]:
+    """One page of the trajectory's steps from index ``start`` (or the given steps), with
+    their visible labels, in two queries. Each step carries ``my_label`` (this user's label
+    on the active schema), ``other_labels``, ``final_value`` (the adjudicated value, for
+    those allowed to see it) and ``after_first_error``. Returns the steps and the index the
+    next page starts at (``None`` on the last page)."""
+    schema_id = state.schema.pk if state.schema else None
+    queryset = (
+        Step.objects.filter(trajectory_id=state.trajectory.pk)
+        .defer("content", "metadata")
+        .annotate(
+            content_preview=Left("content", STEP_PREVIEW_CHARS),
+            content_length=Length("content"),
+        )
+        .prefetch_related(Prefetch("labels", queryset=visible_labels(state)))
+        .order_by("index")
+    )
+    if not state.blind and schema_id is not None:
+        queryset = queryset.annotate(
+            final_value=Subquery(
+                FinalLabel.objects.filter(step=OuterRef("pk"), schema_id=schema_id).values("value")[
+                    :1
+                ]
+            )
+        )
+    steps: list[Step]
+    if step_ids is not None:
+        steps = list(queryset.filter(pk__in=step_ids))
+        next_start = None
+    else:
+        steps = list(queryset.filter(index__gte=start)[: size + 1])
+        next_start = steps[size].index if len(steps) > size else None
+        steps = steps[:size]
+    first_error = state.first_error_index
+    stops = state.schema is not None and state.schema.first_error_mode
+    for step in steps:
+        row: Any = step
+        mine = [
+            label
+            for label in step.labels.all()
+            if label.annotator_id == state.user_id and label.schema_id == schema_id
+        ]
+        row.my_label = mine[0] if mine else None
+        row.other_labels = [label for label in step.labels.all() if label not in mine]
+        row.after_first_error = bool(stops and first_error is not None and step.index > first_error)
+        if not hasattr(row, "final_value"):
+            row.final_value = None
+    return steps, next_start
+
+
+# --- History ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    at: dt.datetime
+    annotator: str
+    action: str  # created, changed, undone, submitted, removed
+    value_name: str
+    color: str
+    tags: list[str]
+    rationale: str
+    correction: str
+
+
+def step_label_history(state: LabelingState, step: Step) -> list[HistoryEntry]:
+    """Every recorded change to the labels on ``step``, oldest first; in blind mode, only
+    this user's own."""
+    events = StepLabelEvent.objects.filter(step_id=step.pk).order_by("pgh_id")
+    if state.blind:
+        events = events.filter(annotator_id=state.user_id)
+    rows = list(
+        events.select_related("schema").values(
+            "pgh_created_at",
+            "pgh_label",
+            "pgh_context",
+            "annotator__username",
+            "schema_id",
+            "value",
+            "tags",
+            "rationale",
+            "correction",
+        )
+    )
+    schemas = LabelSchema.objects.in_bulk({r["schema_id"] for r in rows})
+    entries = []
+    for r in rows:
+        context = r["pgh_context"] or {}
+        action = {"insert": "created", "update": "changed", "delete": "removed"}[r["pgh_label"]]
+        if context.get("undo_of"):
+            action = "undone"
+        elif context.get("action") == "submit":
+            action = "submitted"
+        schema = schemas.get(r["schema_id"])
+        entry = schema.entry_for(r["value"]) if schema else None
+        entries.append(
+            HistoryEntry(
+                at=r["pgh_created_at"],
+                annotator=r["annotator__username"] or "?",
+                action=action,
+                value_name=entry["name"] if entry else str(r["value"]),
+                color=entry["color"] if entry else "#6b7280",
+                tags=list(r["tags"] or []),
+                rationale=r["rationale"] or "",
+                correction=r["correction"] or "",
+            )
+        )
+    return entries
+
+
+# --- Who sees labels and comparisons ---------------------------------------------------
+
+
+def labels_visible_to(user: AnyUser) -> QuerySet[StepLabel]:
+    """Step labels in the user's projects that the user may see: all of them for
+    reviewers; for annotators their own, plus others' where the project is not blind or
+    they have submitted the trajectory."""
+    if not user.is_authenticated:
+        return StepLabel.objects.none()
+    reviewer_projects = Membership.objects.filter(user_id=user.pk, role__in=REVIEWER_ROLES).values(
+        "project_id"
+    )
+    member_projects = Membership.objects.filter(user_id=user.pk).values("project_id")
+    submitted = TrajectoryLabel.objects.filter(
+        trajectory_id=OuterRef("step__trajectory_id"),
+        annotator_id=user.pk,
+        status=TrajectoryLabel.Status.SUBMITTED,
+    )
+    blind_project = Project.objects.filter(
+        pk=OuterRef("step__trajectory__project_id"), settings__blind_labeling=True
+    )
+    return StepLabel.objects.filter(step__trajectory__project__in=member_projects).filter(
+        Q(step__trajectory__project__in=reviewer_projects)
+        | Q(annotator_id=user.pk)
+        | ~Exists(blind_project)
+        | Exists(submitted)
+    )
+
+
+def can_compare(user: AnyUser, project: Project) -> bool:
+    """Researchers and admins; annotators too unless the project labels blind or hides
+    model scores from them (the compare pages show both)."""
+    role = membership_role(user, project)
+    if is_reviewer(role):
+        return True
+    settings = LabelingSettings.of(project)
+    return role is not None and not (settings.blind_labeling or settings.hide_model_scores)

@@ -1,0 +1,66 @@
+"""Writes for labeling, by topic: step labels, undo from history, trajectory verdicts and
+final (adjudicated) labels (``labels.py``), schemas, project labeling settings and
+guidelines (``schemas.py``), queues and their leases (``queues.py``), and what they share
+(``common.py``). The names below are the app's service interface; callers import them
+from here.
+
+Every function here is a ``<thing>_<verb>`` service with keyword-only arguments that runs
+in one transaction. A request that breaks a rule raises :class:`LabelingError` with an
+HTTP status and a sentence for the annotator, before anything is written.
+"""
+
+from labeling.services.common import (
+    MAX_CORRECTION_CHARS,
+    MAX_RATIONALE_CHARS,
+    MAX_TIME_SPENT_MS,
+    LabelingError,
+    LeaseLost,
+    NotAllowed,
+    StaleSchema,
+)
+from labeling.services.labels import (
+    StepLabelResult,
+    final_label_set,
+    step_label_set,
+    step_label_undo,
+    trajectory_submit,
+)
+from labeling.services.queues import (
+    queue_assignment_release,
+    queue_create,
+    queue_item_take,
+    queue_order_set,
+    queue_set_active,
+    queue_uncertainty_refresh,
+    queues_uncertainty_refresh,
+)
+from labeling.services.schemas import (
+    label_schema_save,
+    labeling_settings_set,
+    project_guidelines_set,
+)
+
+__all__ = [
+    "MAX_CORRECTION_CHARS",
+    "MAX_RATIONALE_CHARS",
+    "MAX_TIME_SPENT_MS",
+    "LabelingError",
+    "LeaseLost",
+    "NotAllowed",
+    "StaleSchema",
+    "StepLabelResult",
+    "final_label_set",
+    "label_schema_save",
+    "labeling_settings_set",
+    "project_guidelines_set",
+    "queue_assignment_release",
+    "queue_create",
+    "queue_item_take",
+    "queue_order_set",
+    "queue_set_active",
+    "queue_uncertainty_refresh",
+    "queues_uncertainty_refresh",
+    "step_label_set",
+    "step_label_undo",
+    "trajectory_submit",
+]

@@ -1,0 +1,272 @@
+"""Labeling queues: made from a selection of trajectories, their order (as created, or
+most uncertain first under the latest trained head) and leases taken with
+``FOR UPDATE SKIP LOCKED``."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.contrib.auth.models import AbstractBaseUser, User
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, Min, OuterRef
+from django.utils import timezone
+
+from labeling.models import (
+    Queue,
+    QueueAssignment,
+    QueueItem,
+)
+from labeling.services.common import (
+    LabelingError,
+    active_count,
+)
+from scoring.models import Scorer
+from scoring.selectors import latest_trained_head, steps_most_uncertain
+from trajectories.models import Project
+from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+
+
+def queue_create(
+    *,
+    project: Project,
+    name: str,
+    created_by: User | None,
+    filters: TrajectoryFilters,
+    overlap: int = 1,
+    lease_seconds: int = 30 * 60,
+    assignees: list[User] | None = None,
+    description: str = "",
+    limit: int | None = None,
+    order: str = Queue.Order.POSITION,
+) -> Queue:
+    """A queue over the project's trajectories that match ``filters`` (oldest first, at
+    most ``limit``), inserted in one statement whatever the selection's size; leased in
+    ``order`` (for "most uncertain first", ranked by the latest trained head now)."""
+    if Queue.objects.filter(project=project, name=name).exists():
+        raise LabelingError(f"A queue named {name!r} exists already.")
+    if order not in Queue.Order.values:
+        raise LabelingError(f"Unknown queue order {order!r}.")
+    with transaction.atomic():
+        queue = Queue.objects.create(
+            project=project,
+            name=name,
+            description=description,
+            overlap=overlap,
+            lease_seconds=lease_seconds,
+            order=order,
+            created_by=created_by,
+            selection={
+                key: value for key, value in vars(filters).items() if value not in ("", None)
+            }
+            | ({"limit": limit} if limit else {}),
+        )
+        if assignees:
+            queue.assignees.set(assignees)
+        selection = trajectories_filtered(project, filters).order_by("id").values("id")
+        if limit:
+            selection = selection[:limit]
+        sql, params = selection.query.sql_with_params()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO labeling_queueitem (queue_id, trajectory_id, position, created_at)"
+                f" SELECT %s, sel.id, row_number() OVER (ORDER BY sel.id), %s FROM ({sql}) sel",
+                [queue.pk, timezone.now(), *params],
+            )
+        if order == Queue.Order.UNCERTAIN:
+            queue_uncertainty_refresh(queue=queue)
+    return queue
+
+
+def queue_order_set(*, queue: Queue, order: str) -> Queue:
+    if order not in Queue.Order.values:
+        raise LabelingError(f"Unknown queue order {order!r}.")
+    with transaction.atomic():
+        queue.order = order
+        queue.save(update_fields=["order"])
+        if order == Queue.Order.UNCERTAIN:
+            queue_uncertainty_refresh(queue=queue)
+    return queue
+
+
+def queue_uncertainty_refresh(*, queue: Queue, scorer: Scorer | None = None) -> int:
+    """Rank the queue's items for "most uncertain first": each trajectory by its most
+    uncertain unlabelled step (``scoring.selectors.steps_most_uncertain``: score nearest
+    0.5 under ``scorer``, by default the project's latest trained head); trajectories
+    with no such step go last. Returns how many items got a rank.
+
+    Leasing then reads the stored rank through an index, whatever the queue's size; a
+    trained head's scoring run ranks the project's uncertain queues again when it ends."""
+    scorer = scorer or latest_trained_head(queue.project)
+    if scorer is None:
+        QueueItem.objects.filter(queue=queue).update(uncertainty=None)
+        return 0
+    uncertain = (
+        steps_most_uncertain(queue.project, scorer)
+        .filter(
+            Exists(QueueItem.objects.filter(queue=queue, trajectory_id=OuterRef("trajectory_id")))
+        )
+        .order_by()
+        .values("trajectory_id")
+        .annotate(least=Min("uncertainty"))
+    )
+    sql, params = uncertain.query.sql_with_params()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE labeling_queueitem SET uncertainty = NULL"
+            " WHERE queue_id = %s AND uncertainty IS NOT NULL",
+            [queue.pk],
+        )
+        cursor.execute(
+            "UPDATE labeling_queueitem i SET uncertainty = u.least"
+            f" FROM ({sql}) u WHERE i.queue_id = %s AND i.trajectory_id = u.trajectory_id",
+            [*params, queue.pk],
+        )
+        return cursor.rowcount
+
+
+def queues_uncertainty_refresh(*, project: Project) -> int:
+    """Rank every active "most uncertain first" queue of ``project`` again (after a new
+    trained head scored its steps). Returns how many queues were ranked."""
+    queues = list(
+        Queue.objects.filter(project=project, order=Queue.Order.UNCERTAIN, is_active=True)
+    )
+    for queue in queues:
+        queue_uncertainty_refresh(queue=queue)
+    return len(queues)
+
+
+def queue_item_take(*, queue: Queue, annotator: User | AbstractBaseUser) -> QueueAssignment | None:
+    """Lease the next item of ``queue`` to ``annotator`` (``None`` when nothing is left for
+    them). Their open lease comes back first; an expired one is resumed while the item has
+    room. Otherwise the first item they have never held, with fewer than ``overlap``
+    submitted or live leases, is locked with ``FOR UPDATE SKIP LOCKED`` (two annotators
+    asking at once get different items instead of waiting on each other), recounted under
+    the lock and leased.
+
+    Each attempt runs in a savepoint: an item found full is let go at once, so a taker
+    never holds one item's lock while waiting for another's (no deadlock between takers).
+    """
+    if not queue.is_active:
+        raise LabelingError("This queue is closed.")
+    now = timezone.now()
+    lease_for = dt.timedelta(seconds=queue.lease_seconds)
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # One taker per annotator and queue at a time (two tabs pressing n at once).
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [queue.pk, annotator.pk])
+        mine = (
+            QueueAssignment.objects.filter(
+                item__queue=queue, annotator_id=annotator.pk, status=QueueAssignment.Status.LEASED
+            )
+            .order_by("-leased_at")
+            .first()
+        )
+        if mine is not None:
+            if mine.expires_at > now:
+                return mine
+            try:
+                with transaction.atomic():
+                    QueueItem.objects.select_for_update().get(pk=mine.item_id)
+                    if active_count(mine.item_id, exclude=mine.pk) >= queue.overlap:
+                        raise _ItemFull(mine.item_id)
+                    mine.leased_at, mine.expires_at = now, now + lease_for
+                    mine.save(update_fields=["leased_at", "expires_at"])
+                    return mine
+            except _ItemFull:
+                mine.status = QueueAssignment.Status.EXPIRED
+                mine.save(update_fields=["status"])
+        tried: list[int] = []
+        while True:
+            try:
+                with transaction.atomic():
+                    item_id = _next_free_item(queue, annotator.pk, exclude=tried, now=now)
+                    if item_id is None:
+                        # The candidates may only be locked by other takers for a moment:
+                        # wait for one rather than say "nothing left" while there is room.
+                        item_id = _next_free_item(
+                            queue, annotator.pk, exclude=tried, now=now, skip_locked=False
+                        )
+                    if item_id is None:
+                        return None
+                    # The item is locked now; count again with a fresh snapshot.
+                    if active_count(item_id) >= queue.overlap:
+                        raise _ItemFull(item_id)
+                    try:
+                        with transaction.atomic():
+                            return QueueAssignment.objects.create(
+                                item_id=item_id,
+                                annotator_id=annotator.pk,
+                                leased_at=now,
+                                expires_at=now + lease_for,
+                            )
+                    except IntegrityError:  # held before (released or expired): never twice
+                        raise _ItemFull(item_id) from None
+            except _ItemFull as full:
+                tried.append(full.item_id)
+
+
+class _ItemFull(Exception):
+    def __init__(self, item_id: int) -> None:
+        super().__init__(item_id)
+        self.item_id = item_id
+
+
+# Each order follows one of the queue item indexes.
+_ITEM_ORDER: dict[str, str] = {
+    Queue.Order.POSITION: "i.position, i.id",
+    Queue.Order.UNCERTAIN: "i.uncertainty NULLS LAST, i.position, i.id",
+}
+
+
+def _next_free_item(
+    queue: Queue,
+    annotator_id: int,
+    *,
+    exclude: list[int],
+    now: dt.datetime,
+    skip_locked: bool = True,
+) -> int | None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"""
+            SELECT i.id FROM labeling_queueitem i
+            WHERE i.queue_id = %s AND NOT (i.id = ANY(%s))
+              AND NOT EXISTS (SELECT 1 FROM labeling_queueassignment a
+                              WHERE a.item_id = i.id AND a.annotator_id = %s)
+              AND (SELECT count(*) FROM labeling_queueassignment a
+                   WHERE a.item_id = i.id
+                     AND (a.status = 'submitted' OR (a.status = 'leased' AND a.expires_at > %s))
+                  ) < %s
+            ORDER BY {_ITEM_ORDER[queue.order]}
+            LIMIT 1
+            FOR UPDATE OF i {"SKIP LOCKED" if skip_locked else ""}
+            """,
+            [queue.pk, exclude, annotator_id, now, queue.overlap],
+        )
+        row = cursor.fetchone()
+    return int(row[0]) if row else None
+
+
+def queue_assignment_release(*, queue: Queue, annotator: User | AbstractBaseUser) -> int | None:
+    """Skip: give back the annotator's open lease in ``queue`` (it will not come back to
+    them). Their labels so far are kept. Returns the trajectory id released, if any."""
+    with transaction.atomic():
+        mine = (
+            QueueAssignment.objects.select_for_update()
+            .select_related("item")
+            .filter(
+                item__queue=queue, annotator_id=annotator.pk, status=QueueAssignment.Status.LEASED
+            )
+            .first()
+        )
+        if mine is None:
+            return None
+        mine.status = QueueAssignment.Status.RELEASED
+        mine.save(update_fields=["status"])
+        return mine.item.trajectory_id
+
+
+def queue_set_active(*, queue: Queue, active: bool) -> Queue:
+    queue.is_active = active
+    queue.save(update_fields=["is_active"])
+    return queue
