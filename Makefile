@@ -53,9 +53,9 @@ test: services browser
 	$(PYTEST)
 
 # The inner loop: the tests that need no database, broker, worker or browser (the
-# Django-free modules and unit tests), in one process.
+# Django-free modules and unit tests).
 test-fast: install
-	$(PY) -m pytest --fast -q
+	$(PYTEST) --fast -q
 
 # The tests whose point is the servers (workers, the broker, the deployed stack,
 # PostgreSQL-specific behaviour) against PostgreSQL and Redis on 127.0.0.1, what
