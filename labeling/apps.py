@@ -6,6 +6,7 @@ class LabelingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the trajectory filters on labels with trajectories_filtered, and the
-        # default label schema with project_create.
-        from labeling import filters, projects  # noqa: F401
+        # Registers the trajectory filters on labels with trajectories_filtered, the
+        # default label schema with project_create, and the imported labels' writer with
+        # the import writer.
+        from labeling import filters, imported, projects  # noqa: F401

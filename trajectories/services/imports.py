@@ -19,7 +19,6 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
 from django.utils import timezone
 
-from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
 from stepscope.queueing import broker_require
 from trajectories import pgcopy, prepare
 from trajectories.formats import parser_for
@@ -203,7 +202,7 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
             if ImportBatch.objects.filter(pk=batch.pk, status__in=finished).exists():
                 raise _AlreadyFinished
             with (
-                _ChunkWriter(batch, _default_schema(batch.project), counts) as writer,
+                _ChunkWriter(batch, counts) as writer,
                 prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks,
             ):
                 for chunk in chunks:
@@ -253,19 +252,32 @@ class _Rollback(Exception):
     pass
 
 
-def _default_schema(project: Project) -> LabelSchema:
-    schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
-    if schema is None:
-        schema = LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
-    return schema
+# Where the step labels that come with imported records go. Labels are labeling's: it
+# registers its writer from LabelingConfig.ready() (labeling/imported.py). The writer is
+# made once per import, for its project, and called with one row per label: trajectory
+# ids, step indexes, annotator user ids and values, after the steps are written.
+LabelRows = Callable[[list[int], list[int], list[int], list[int]], None]
+LabelWriter = Callable[[Project], LabelRows]
+_LABEL_WRITERS: list[LabelWriter] = []  # labeling's, once it registers
+
+
+def imported_labels_writer_register(writer: LabelWriter) -> LabelWriter:
+    _LABEL_WRITERS[:] = [writer]
+    return writer
+
+
+def _labels_refused(
+    trajectories: list[int], indexes: list[int], annotators: list[int], values: list[int]
+) -> None:
+    raise RuntimeError("records carry step labels, and no app registered a label writer")
 
 
 class _ChunkWriter:
     """Writes chunks of prepared trajectories: new ones with COPY, repeats counted."""
 
-    def __init__(self, batch: ImportBatch, schema: LabelSchema, counts: _Counts) -> None:
+    def __init__(self, batch: ImportBatch, counts: _Counts) -> None:
         self.project_id = batch.project_id
-        self.schema_id = schema.pk
+        self.labels_write = _LABEL_WRITERS[0](batch.project) if _LABEL_WRITERS else _labels_refused
         self.counts = counts
         self.annotators: dict[str, int] = {}
         self.now = timezone.now().isoformat()
@@ -364,7 +376,7 @@ class _ChunkWriter:
         if labels[0]:
             # With the checks back on: the labels' triggers keep each step's majority.
             self.finish()
-            self._labels_insert(*labels)
+            self.labels_write(*labels)
         elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
             self._steps_close()
             self._trajectories_flush()
@@ -413,29 +425,6 @@ class _ChunkWriter:
     def _trajectories_flush(self) -> None:
         _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", self.pending_rows)
         self.pending_rows, self.pending_digests = [], set()
-
-    def _labels_insert(
-        self, trajectories: list[int], indexes: list[int], annotators: list[int], values: list[int]
-    ) -> None:
-        """The labels that came with the records, on the steps just written: steps get
-        their ids from the column's default, so each label finds its step by trajectory
-        and index (the unique index on the two)."""
-        if not trajectories:
-            return
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"INSERT INTO labeling_steplabel ({LABEL_COLUMNS})"
-                " SELECT s.id, l.annotator_id, %s, l.value, '[]', '', %s, false, %s, %s"
-                " FROM unnest(%s::bigint[], %s::int[], %s::int[], %s::int[])"
-                " AS l(trajectory_id, index, annotator_id, value)"
-                " JOIN trajectories_step s"
-                " ON s.trajectory_id = l.trajectory_id AND s.index = l.index",
-                [
-                    self.schema_id, StepLabel.Status.SUBMITTED.value, self.now, self.now,
-                    trajectories, indexes, annotators, values,
-                ],
-            )  # fmt: skip
-            assert cursor.rowcount == len(trajectories), "a label's step was not written"
 
     def _checks_off(self) -> None:
         """Foreign-key checks off for the rows written from here (see
@@ -509,10 +498,6 @@ EXISTING_HASHES_SQL = (
 
 TRAJECTORY_COLUMNS = (
     f"id, project_id, import_batch_id, source_format, created_at, {prepare.TRAJECTORY_FIELDS}"
-)
-LABEL_COLUMNS = (
-    "step_id, annotator_id, schema_id, value, tags, rationale, status, saw_model_scores,"
-    " created_at, updated_at"
 )
 
 
