@@ -6,6 +6,7 @@ class ScoringConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the trajectory filter on credits with trajectories_filtered, and the
-        # model: label source with labeling's label sources.
-        from scoring import filters, sources  # noqa: F401
+        # Registers the trajectory filter on credits with trajectories_filtered, the
+        # model: label source with labeling's label sources, and what labeling queues'
+        # "most uncertain first" order ranks by.
+        from scoring import filters, queue_order, sources  # noqa: F401

@@ -5,10 +5,12 @@ most uncertain first under the latest trained head) and leases taken with
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Exists, Min, OuterRef
+from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from labeling.models import (
@@ -20,8 +22,6 @@ from labeling.services.common import (
     LabelingError,
     active_count,
 )
-from scoring.models import Scorer
-from scoring.selectors import latest_trained_head, steps_most_uncertain
 from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -88,21 +88,33 @@ def queue_order_set(*, queue: Queue, order: str) -> Queue:
     return queue
 
 
-def queue_uncertainty_refresh(*, queue: Queue, scorer: Scorer | None = None) -> int:
+# What "most uncertain first" ranks by: a query of a project's unlabelled steps with their
+# ``trajectory_id`` and ``uncertainty`` (lower ranks first), or None while there is nothing
+# to rank by. Scores are scoring's: it registers its query from ScoringConfig.ready()
+# (``scoring/queue_order.py``: the latest trained head's scores).
+UncertainSteps = Callable[[Project], QuerySet[Any] | None]
+_UNCERTAIN_STEPS: list[UncertainSteps] = []  # scoring's, once it registers
+
+
+def queue_uncertainty_register(source: UncertainSteps) -> UncertainSteps:
+    _UNCERTAIN_STEPS[:] = [source]
+    return source
+
+
+def queue_uncertainty_refresh(*, queue: Queue) -> int:
     """Rank the queue's items for "most uncertain first": each trajectory by its most
-    uncertain unlabelled step (``scoring.selectors.steps_most_uncertain``: score nearest
-    0.5 under ``scorer``, by default the project's latest trained head); trajectories
-    with no such step go last. Returns how many items got a rank.
+    uncertain unlabelled step (from the registered source: the score nearest 0.5 under
+    the project's latest trained head); trajectories with no such step go last. Returns
+    how many items got a rank.
 
     Leasing then reads the stored rank through an index, whatever the queue's size; a
     trained head's scoring run ranks the project's uncertain queues again when it ends."""
-    scorer = scorer or latest_trained_head(queue.project)
-    if scorer is None:
+    steps = _UNCERTAIN_STEPS[0](queue.project) if _UNCERTAIN_STEPS else None
+    if steps is None:
         QueueItem.objects.filter(queue=queue).update(uncertainty=None)
         return 0
     uncertain = (
-        steps_most_uncertain(queue.project, scorer)
-        .filter(
+        steps.filter(
             Exists(QueueItem.objects.filter(queue=queue, trajectory_id=OuterRef("trajectory_id")))
         )
         .order_by()
