@@ -210,7 +210,7 @@ class FailureRow:
     @property
     def compare_href(self) -> str:
         """Debug this rollout side by side with a success of the same task."""
-        return reverse("trajectory-compare", args=[self.trajectory_id])
+        return reverse("rollout-diff", args=[self.trajectory_id])
 
 
 def failure_list_page(

@@ -24,4 +24,6 @@ urlpatterns = [
     ),
     path("p/<slug:slug>/failures/", views.failure_overview, name="failure-overview"),
     path("p/<slug:slug>/failures/list/", views.failure_list, name="failure-list"),
+    # A rollout against another of its task.
+    path("t/<int:pk>/compare/", views.rollout_diff, name="rollout-diff"),
 ]

@@ -1,6 +1,7 @@
 """Compare model and human step labels: the compare page (confusion matrix, metrics and
 plots), the steps behind each of its numbers, agreement among the humans, the
-disagreement list and the review queue made from it, and the failure overview.
+disagreement list and the review queue made from it, and the failure overview; and a
+rollout against another of its task (the rollout diff).
 
 Every number and plot point links to the steps behind it; those lists open each step in
 the trajectory page. Outsiders get a 404 (the project lookup), annotators a 403 where the
@@ -16,7 +17,7 @@ from urllib.parse import urlencode
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -24,6 +25,7 @@ from django.views.decorators.http import require_GET, require_POST
 from evaluation import compare, disagreements, failures
 from evaluation import compare_metrics as cm
 from evaluation import compare_steps as behind
+from evaluation import rollout_diff as rollout_diff_queries
 from evaluation.charts import Chart, Datum, line_chart
 from evaluation.forms import (
     CompareForm,
@@ -35,8 +37,14 @@ from evaluation.forms import (
 from labeling import selectors
 from labeling.services import LabelingError
 from labeling.views.common import HtmxHttpRequest, current_user
-from trajectories.models import Project
-from trajectories.selectors import membership_role, project_get_for_user
+from trajectories.models import Project, Trajectory
+from trajectories.selectors import (
+    STEP_PREVIEW_CHARS,
+    can_manage_data,
+    membership_role,
+    project_get_for_user,
+    trajectory_get_for_user,
+)
 
 
 def _project(request: HtmxHttpRequest, slug: str) -> Project:
@@ -532,3 +540,36 @@ def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         pages=_pages(request, form.page_number, more),
     )
     return render(request, "evaluation/failure_list.html", context)
+
+
+# --- Rollout against rollout --------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def rollout_diff(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Debug a rollout: side by side with another rollout of the same task (by default a
+    success sharing the longest prefix), aligned step by step, divergence marked."""
+    trajectory = trajectory_get_for_user(request.user, pk)
+    other_id = request.GET.get("with", "")
+    if other_id.isdigit():
+        other: Trajectory | None = trajectory_get_for_user(request.user, int(other_id))
+        if other is not None and other.project_id != trajectory.project_id:
+            raise Http404("Compare rollouts of one project.")
+    else:
+        other = rollout_diff_queries.diff_partner(trajectory)
+    # Annotators may be labeling blind; only researchers and admins see everyone's labels.
+    show_labels = can_manage_data(request.user, trajectory.project)
+    context: dict[str, object] = {
+        "project": trajectory.project,
+        "trajectory": trajectory,
+        "other": other,
+        "rollouts": rollout_diff_queries.rollouts_of_task(trajectory),
+        "show_labels": show_labels,
+        "preview_chars": STEP_PREVIEW_CHARS,
+    }
+    if other is not None:
+        left = rollout_diff_queries.diff_steps(trajectory, with_labels=show_labels)
+        right = rollout_diff_queries.diff_steps(other, with_labels=show_labels)
+        context |= rollout_diff_queries.diff_context(left, right)
+    return render(request, "evaluation/rollout_diff.html", context)

@@ -3,7 +3,8 @@ from django.urls import path
 from labeling.views import labels, queues, review, schemas
 
 urlpatterns = [
-    # The labeling surface (the trajectory page itself is trajectories' ``trajectory-detail``).
+    # The labeling surface: the trajectory page, and its writes and partials.
+    path("t/<int:pk>/", labels.trajectory_detail, name="trajectory-detail"),
     path("steps/<int:pk>/label/", labels.step_label, name="step-label"),
     path("steps/<int:pk>/history/", labels.step_history, name="step-history"),
     path("t/<int:pk>/steps/", labels.trajectory_steps, name="trajectory-steps"),

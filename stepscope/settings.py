@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "rollouts",
     "exports",
     "evaluation",
+    "home",
     "demo",
 ]
 

@@ -41,8 +41,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scoring",),
     ("rollouts",),
     ("evaluation", "exports"),
-    # The URL roots, and the demo (make run's login, projects and background work).
-    ("top", "demo"),
+    # The URL roots, the project list and home (every app's numbers), and the demo (make
+    # run's login, projects and background work).
+    ("top", "home", "demo"),
 )
 # The stepscope modules that gather every app (the URL and API roots): the "top" unit.
 TOP_MODULES = ("stepscope.urls", "stepscope.api_urls")
@@ -60,28 +61,11 @@ MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)
 # Imports a Django-free module may never make (the probe below catches the indirect ones).
 DJANGO_PACKAGES = frozenset({"django", "rest_framework", "celery", "kombu", "pghistory"})
 
-TO_TOP = "the project home and trajectory page move to the top-level pages"
-UNCERTAINTY = "queue order by uncertainty reads the latest head"
-
 # (importing module, imported module) -> why it is still allowed.
-IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.selectors", "labeling.models"): (
-        "the project home's label counts and the trajectory and compare pages' labels: " + TO_TOP
-    ),
-    ("trajectories.services.imports", "labeling.models"): (
-        "imported step labels; the import's label writer registers from labeling"
-    ),
-    ("trajectories.views", "labeling.views.common"): TO_TOP,
-    ("labeling.services.queues", "scoring.models"): UNCERTAINTY,
-    ("labeling.services.queues", "scoring.selectors"): UNCERTAINTY,
-}
+IMPORT_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 # (module, table) -> why its SQL may still name that higher app's table.
-SQL_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("trajectories.services.imports", "labeling_steplabel"): (
-        "imported step labels; the import's label writer registers from labeling"
-    ),
-}
+SQL_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

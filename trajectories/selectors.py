@@ -11,13 +11,11 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
     Count,
-    Exists,
     F,
     Func,
     IntegerField,
     JSONField,
     OuterRef,
-    Prefetch,
     Q,
     QuerySet,
     Subquery,
@@ -25,7 +23,6 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
-from labeling.models import StepLabel
 from trajectories.models import (
     ImportBatch,
     Membership,
@@ -123,7 +120,6 @@ class ProjectStats:
     unknown_outcome: int
     steps: int
     labelable_steps: int
-    labelled_steps: int
 
 
 def project_stats(project: Project) -> ProjectStats:
@@ -133,11 +129,9 @@ def project_stats(project: Project) -> ProjectStats:
         failures=Count("id", filter=Q(success=False)),
         unknown=Count("id", filter=Q(success__isnull=True)),
     )
-    has_label = StepLabel.objects.filter(step=OuterRef("pk"))
     steps = Step.objects.filter(trajectory__project=project).aggregate(
         total=Count("id"),
         labelable=Count("id", filter=Q(labelable=True)),
-        labelled=Count("id", filter=Q(Exists(has_label))),
     )
     return ProjectStats(
         trajectories=outcomes["total"],
@@ -146,7 +140,6 @@ def project_stats(project: Project) -> ProjectStats:
         unknown_outcome=outcomes["unknown"],
         steps=steps["total"],
         labelable_steps=steps["labelable"],
-        labelled_steps=steps["labelled"],
     )
 
 
@@ -349,24 +342,6 @@ def model_names_for_project(project: Project, limit: int = 100) -> list[str]:
     )
 
 
-def steps_for_trajectory_page(trajectory: Trajectory) -> QuerySet[Step]:
-    """The steps of a trajectory in order with their labels, in two queries whatever the
-    length. Each step carries ``content_preview`` (the first ``STEP_PREVIEW_CHARS``
-    characters) and ``content_length``; the full content and step metadata (token ids,
-    logprobs) are not loaded."""
-    labels = StepLabel.objects.select_related("annotator", "schema").order_by("annotator__username")
-    return (
-        Step.objects.filter(trajectory=trajectory)
-        .defer("content", "metadata")
-        .annotate(
-            content_preview=Left("content", STEP_PREVIEW_CHARS),
-            content_length=Length("content"),
-        )
-        .prefetch_related(Prefetch("labels", queryset=labels))
-        .order_by("index")
-    )
-
-
 def import_batch_get_for_user(user: AnyUser, pk: int) -> ImportBatch:
     batch = (
         ImportBatch.objects.select_related("project", "created_by")
@@ -397,92 +372,6 @@ def role_downloads_exports(role: str | None, project: Project) -> bool:
     settings = project.settings or {}
     hidden = bool(settings.get("blind_labeling") or settings.get("hide_model_scores"))
     return role in MANAGING_ROLES or (not hidden and role is not None)
-
-
-# --- Debugging rollouts: side-by-side comparison ----------------------------------------
-
-
-@dataclass
-class CompareStep:
-    pk: int
-    index: int
-    kind: str
-    role: str
-    agent: str
-    content: str
-    content_length: int
-    tool_name: str
-    tool_args: object
-    labelable: bool
-    prefix_hash: str
-    labels: list[tuple[str, int]]  # (annotator username, value), submitted only
-
-
-def comparison_partner(trajectory: Trajectory) -> Trajectory | None:
-    """A successful rollout of the same task, preferring the one that shares the longest
-    prefix with ``trajectory`` (so the comparison starts where they part)."""
-    if not trajectory.task_key:
-        return None
-    siblings = (
-        Trajectory.objects.filter(
-            project_id=trajectory.project_id, task_key=trajectory.task_key, success=True
-        )
-        .exclude(pk=trajectory.pk)
-        .annotate(
-            shared=Count(
-                "steps",
-                filter=Q(
-                    steps__prefix_hash__in=Step.objects.filter(trajectory=trajectory).values(
-                        "prefix_hash"
-                    )
-                ),
-            )
-        )
-        .order_by("-shared", "id")
-    )
-    return siblings.select_related("project").first()
-
-
-def rollouts_of_task(trajectory: Trajectory, limit: int = 50) -> QuerySet[Trajectory]:
-    return (
-        Trajectory.objects.filter(project_id=trajectory.project_id, task_key=trajectory.task_key)
-        .exclude(pk=trajectory.pk)
-        .only("id", "external_id", "success", "outcome_reward", "step_count", "model_name")
-        .order_by("-success", "id")[:limit]
-    )
-
-
-def compare_steps(trajectory: Trajectory, *, with_labels: bool) -> list[CompareStep]:
-    """The steps of one side, with text cut to the preview length, in two queries."""
-    steps = list(
-        Step.objects.filter(trajectory=trajectory)
-        .annotate(preview=Left("content", STEP_PREVIEW_CHARS), length=Length("content"))
-        .values_list(
-            "pk", "index", "kind", "role", "agent", "preview", "length", "tool_name",
-            "tool_args", "labelable", "prefix_hash",
-        )
-        .order_by("index")
-    )  # fmt: skip
-    labels: dict[int, list[tuple[str, int]]] = {}
-    if with_labels:
-        rows = (
-            StepLabel.objects.filter(step__trajectory=trajectory, status="submitted")
-            .order_by("annotator__username")
-            .values_list("step_id", "annotator__username", "value")
-        )
-        for step_id, username, value in rows:
-            labels.setdefault(step_id, []).append((username, value))
-    return [CompareStep(*row, labels=labels.get(row[0], [])) for row in steps]
-
-
-def first_errors(steps: list[CompareStep]) -> dict[str, int]:
-    """Per label source (annotator), the index of the first step it labelled bad."""
-    found: dict[str, int] = {}
-    for step in steps:
-        for username, value in step.labels:
-            if value < 0 and username not in found:
-                found[username] = step.index
-    return found
 
 
 # --- A task's rollouts as a prefix tree ---------------------------------------------------

@@ -1,4 +1,4 @@
-"""Browse pages: projects, a project's home, the trajectory list, a trajectory's steps.
+"""Browse pages: the trajectory list, a step's full text, imports, a task's prefix tree.
 
 Every view fetches through a ``*_for_user`` selector, so anything outside the user's
 projects is a 404. HTMX requests get a template partial instead of the whole page.
@@ -11,39 +11,17 @@ from typing import cast
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 from django_htmx.middleware import HtmxDetails
 
-from labeling.views.common import labeling_surface
-from trajectories import alignment, prefix_tree, selectors, services
+from trajectories import prefix_tree, selectors, services
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
-from trajectories.models import Trajectory
 
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
-
-
-@login_required
-@require_GET
-def project_list(request: HtmxHttpRequest) -> HttpResponse:
-    projects = selectors.project_list_for_user(request.user)
-    return render(request, "trajectories/project_list.html", {"projects": projects})
-
-
-@login_required
-@require_GET
-def project_home(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = selectors.project_get_for_user(request.user, slug)
-    context = {
-        "project": project,
-        "role": selectors.membership_role(request.user, project),
-        "stats": selectors.project_stats(project),
-        "import_batches": selectors.import_batches_recent(project),
-    }
-    return render(request, "trajectories/project_home.html", context)
 
 
 @login_required
@@ -59,15 +37,6 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return render(request, "trajectories/trajectory_list.html#more-rows", context)
     context["model_names"] = selectors.model_names_for_project(project)
     return render(request, "trajectories/trajectory_list.html", context)
-
-
-@login_required
-@require_GET
-def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    # The trajectory page is the labeling surface: its context (steps with labels, the
-    # user's schema, progress, lease and verdict) comes from labeling, in constant queries.
-    context = labeling_surface(request, pk)
-    return render(request, "trajectories/trajectory_detail.html", context)
 
 
 @login_required
@@ -120,60 +89,6 @@ def import_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "trajectories/import_detail.html#import-status", context)
     return render(request, "trajectories/import_detail.html", context)
-
-
-@login_required
-@require_GET
-def trajectory_compare(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Debug a rollout: side by side with another rollout of the same task (by default a
-    success sharing the longest prefix), aligned step by step, divergence marked."""
-    trajectory = selectors.trajectory_get_for_user(request.user, pk)
-    other_id = request.GET.get("with", "")
-    if other_id.isdigit():
-        other: Trajectory | None = selectors.trajectory_get_for_user(request.user, int(other_id))
-        if other is not None and other.project_id != trajectory.project_id:
-            raise Http404("Compare rollouts of one project.")
-    else:
-        other = selectors.comparison_partner(trajectory)
-    # Annotators may be labeling blind; only researchers and admins see everyone's labels.
-    show_labels = selectors.can_manage_data(request.user, trajectory.project)
-    context: dict[str, object] = {
-        "project": trajectory.project,
-        "trajectory": trajectory,
-        "other": other,
-        "rollouts": selectors.rollouts_of_task(trajectory),
-        "show_labels": show_labels,
-        "preview_chars": selectors.STEP_PREVIEW_CHARS,
-    }
-    if other is not None:
-        left = selectors.compare_steps(trajectory, with_labels=show_labels)
-        right = selectors.compare_steps(other, with_labels=show_labels)
-        result = alignment.align(_align_input(left), _align_input(right))
-        left_errors = selectors.first_errors(left)
-        right_errors = selectors.first_errors(right)
-        context["alignment"] = result
-        context["shared_rows"] = list(zip(left, right, strict=False))[: result.shared_prefix]
-        context["rows"] = [
-            (
-                row.kind,
-                None if row.left is None else left[row.left],
-                None if row.right is None else right[row.right],
-            )
-            for row in result.rows
-            if row.kind != "shared"
-        ]
-        context["first_errors"] = [
-            (source, left_errors.get(source), right_errors.get(source))
-            for source in sorted(set(left_errors) | set(right_errors))
-        ]
-    return render(request, "trajectories/compare.html", context)
-
-
-def _align_input(steps: list[selectors.CompareStep]) -> list[alignment.AlignStep]:
-    return [
-        alignment.AlignStep(s.index, s.prefix_hash, s.role, s.content, s.tool_name, s.tool_args)
-        for s in steps
-    ]
 
 
 @login_required

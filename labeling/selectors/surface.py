@@ -470,3 +470,9 @@ def can_compare(user: AnyUser, project: Project) -> bool:
         return True
     settings = LabelingSettings.of(project)
     return role is not None and not (settings.blind_labeling or settings.hide_model_scores)
+
+
+def labelled_step_count(project: Project) -> int:
+    """How many of the project's steps carry at least one label (any status)."""
+    has_label = StepLabel.objects.filter(step=OuterRef("pk"))
+    return Step.objects.filter(Exists(has_label), trajectory__project=project).count()

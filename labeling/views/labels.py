@@ -1,5 +1,6 @@
-"""The labeling surface's writes and partials: set a step label, undo, edit tags and
-rationale, show a step's history, load the next page of steps, submit the trajectory.
+"""The labeling surface: the trajectory page itself, and its writes and partials: set a
+step label, undo, edit tags and rationale, show a step's history, load the next page of
+steps, submit the trajectory.
 
 Each write answers HTMX with only what changed: the step row and the progress counter
 (out of band). A plain form post (no JavaScript) is redirected back to the step.
@@ -19,6 +20,7 @@ from labeling.selectors import LabelingState
 from labeling.views.common import (
     HtmxHttpRequest,
     form_message,
+    labeling_surface,
     queue_param,
     refuse,
     surface_context,
@@ -137,14 +139,22 @@ def step_history(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 
 @login_required
 @require_GET
+def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The trajectory page: steps with labels, the user's schema, progress, lease and
+    verdict, in constant queries; 404 outside the user's projects."""
+    return render(request, "labeling/trajectory_detail.html", labeling_surface(request, pk))
+
+
+@login_required
+@require_GET
 def trajectory_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """The next page of step rows, for a long trajectory loaded as the annotator scrolls."""
     state = selectors.labeling_state_for_user(request.user, pk, queue_id=queue_param(request))
     start = request.GET.get("start", "0")
     context = surface_context(state, start=int(start) if start.isdigit() else 0)
     if request.htmx:
-        return render(request, "trajectories/trajectory_detail.html#steps-page", context)
-    return render(request, "trajectories/trajectory_detail.html", context)
+        return render(request, "labeling/trajectory_detail.html#steps-page", context)
+    return render(request, "labeling/trajectory_detail.html", context)
 
 
 @login_required

@@ -203,7 +203,7 @@ def test_failure_overview_groups_first_errors(
     listed = client.get(tagged).content.decode()
     a2 = Step.objects.get(trajectory__external_id="A", index=2)
     assert f"#step-{a2.pk}" in listed and ">B<" not in listed
-    assert reverse("trajectory-compare", args=[a2.trajectory_id]) in listed
+    assert reverse("rollout-diff", args=[a2.trajectory_id]) in listed
     (untagged,) = [
         link
         for link in links(html, "grouping=tag")

@@ -61,7 +61,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,
-    "trajectory-compare": _GET_ONLY,
+    "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
     "import-detail": _GET_ONLY,
     "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},

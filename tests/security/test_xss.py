@@ -165,7 +165,7 @@ SHOWN = {
     "trajectory-list",
     "task-tree",
     "trajectory-detail",
-    "trajectory-compare",
+    "rollout-diff",
     "step-content",
     "step-label",
     "step-history",
