@@ -90,7 +90,7 @@ from django.contrib.auth.models import User
 from labeling.sources import label_source_parse
 from scoring.models import Scorer
 from scoring.services import scoring_run_start
-from trajectories.batches import ExportOptions, Neutral
+from exports.writers import ExportOptions, Neutral
 from trajectories.models import Project
 from exports.services import ExportRequest, export_start
 

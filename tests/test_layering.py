@@ -41,9 +41,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scoring",),
     ("rollouts",),
     ("evaluation", "exports"),
-    # The URL roots, the project list and home (every app's numbers), and the demo (make
-    # run's login, projects and background work).
-    ("top", "home", "demo"),
+    # The project list and home (every app's numbers), and the demo (make run's login,
+    # projects and background work).
+    ("home", "demo"),
+    # The URL roots.
+    ("top",),
 )
 # The stepscope modules that gather every app (the URL and API roots): the "top" unit.
 TOP_MODULES = ("stepscope.urls", "stepscope.api_urls")
@@ -53,7 +55,7 @@ NOT_LAYERED = frozenset({"tests", "bench"})
 DJANGO_FREE_PACKAGES = (
     "metrics",
     "trajectories/formats",
-    "trajectories/batches",
+    "exports/writers",
     "scoring/prm",
     "rollouts/generation",
 )
@@ -314,7 +316,7 @@ def test_module_list_covers_the_computation() -> None:
     for name in ("trajectories.formats", "trajectories.hashing", "scoring.attribution"):
         assert name in modules
     assert "metrics.agreement" in modules
-    assert "trajectories.batches.columnar" in modules
+    assert "exports.writers.columnar" in modules
 
 
 def test_django_free_modules_import_only_django_free_code() -> None:

@@ -1,7 +1,7 @@
 """Turning a file's parsed trajectories into what the import writes (no Django): hashes,
 step rows as COPY text, and the trajectory's own fields, in chunks of bounded size.
 
-A large file is prepared in a helper process (``python -m trajectories.helper``) that
+A large file is prepared in a helper process (``python -m trajectories.prepare_process``) that
 streams the chunks back over a pipe: parsing, hashing and encoding are most of an
 import's work in Python, and in a process of their own they run beside the importing
 process and PostgreSQL instead of taking turns with them for one interpreter lock. A
@@ -190,7 +190,7 @@ def file_chunks(
         "bytes": CHUNK_BYTES,
     }
     helper = subprocess.Popen(
-        [sys.executable, "-m", "trajectories.helper", json.dumps(spec)],
+        [sys.executable, "-m", "trajectories.prepare_process", json.dumps(spec)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         cwd=Path(__file__).resolve().parent.parent,

@@ -3,10 +3,10 @@ of a chunk of trajectories at a time through the row builders.
 
 - ``rl`` as Parquet: the step rows come out of PostgreSQL in one ``COPY ... TO STDOUT
   (FORMAT csv)`` in the export's order, with the reward already mapped and non-finite
-  floats nulled, and are parsed into Arrow tables (:mod:`trajectories.batches.columnar`);
+  floats nulled, and are parsed into Arrow tables (:mod:`exports.writers.columnar`);
   the verl prompts are built from each task's leading steps, a chunk at a time, after.
 - ``trl-stepwise`` as JSON: PostgreSQL builds each trajectory's record, window functions
-  finding where it ends (:mod:`trajectories.batches.encoded`). Trajectories with tool
+  finding where it ends (:mod:`exports.writers.encoded`). Trajectories with tool
   calls among their labelable steps take the row builders, whose text for a tool call
   (``step_text``) SQL does not reproduce.
 
@@ -24,17 +24,17 @@ from django.db import connection
 
 from exports.services.reading import HEADS_SQL, ordered_ids, trajectories_from_rows
 from exports.services.requests import ExportRequest
+from exports.writers import ExportResult, ExportTrajectory, TaskGroup, task_groups
+from exports.writers.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
+from exports.writers.encoded import EncodedTrajectory, write_trl_stepwise_encoded
+from exports.writers.export import export_format
+from exports.writers.labels import Neutral
+from exports.writers.splits import parse_split_spec
 from labeling.sources import label_source_sql
 from scoring.selectors import scorer_id_for
-from trajectories.batches import ExportResult, ExportTrajectory, TaskGroup, task_groups
-from trajectories.batches.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
-from trajectories.batches.encoded import EncodedTrajectory, write_trl_stepwise_encoded
-from trajectories.batches.export import export_format
-from trajectories.batches.labels import Neutral
-from trajectories.batches.splits import parse_split_spec
 from trajectories.models import Project
 
-# The group key as trajectories.batches.inputs.task_group_key computes it (the task key,
+# The group key as exports.writers.inputs.task_group_key computes it (the task key,
 # or for a trajectory without one a hash of its task text).
 GROUP_KEY_SQL = (
     "CASE WHEN t.task_key <> '' THEN t.task_key"

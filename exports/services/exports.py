@@ -1,5 +1,5 @@
 """Exports: a selection of trajectories, labelled by a chosen label source, written as
-training records by the Django-free writers in :mod:`trajectories.batches`, and export
+training records by the Django-free writers in :mod:`exports.writers`, and export
 jobs (the page and the API) that do it on a worker.
 
 The trajectories are read in one consistent snapshot (:mod:`exports.services.reading`),
@@ -30,16 +30,16 @@ from exports.services.requests import (
     request_from_job,
     request_json,
 )
-from scoring.selectors import scorer_id_for
-from stepscope.queueing import broker_require
-from trajectories import selectors
-from trajectories.batches import (
+from exports.writers import (
     ExportResult,
     build_manifest,
     parse_split_spec,
     write_export,
     write_manifest,
 )
+from scoring.selectors import scorer_id_for
+from stepscope.queueing import broker_require
+from trajectories import selectors
 from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 

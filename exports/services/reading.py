@@ -19,13 +19,13 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import MD5
 
 from exports.services.requests import ExportRequest, request_filters
-from labeling.sources import label_source_sql
-from scoring.selectors import scorer_id_for
-from trajectories import selectors
-from trajectories.batches import (
+from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
+from labeling.sources import label_source_sql
+from scoring.selectors import scorer_id_for
+from trajectories import selectors
 from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 

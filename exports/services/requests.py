@@ -8,15 +8,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from exports.models import ExportJob, Selection
+from exports.writers import (
+    ExportOptions,
+    parse_split_spec,
+)
+from exports.writers.export import export_format
 from labeling.sources import LabelSource, label_source_parse, label_source_sql
 from scoring.models import AttributionRun
 from scoring.selectors import scorer_id_for
 from trajectories import selectors
-from trajectories.batches import (
-    ExportOptions,
-    parse_split_spec,
-)
-from trajectories.batches.export import export_format
 from trajectories.models import Project
 
 

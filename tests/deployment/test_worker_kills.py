@@ -18,11 +18,11 @@ from django.db.models import Count
 
 from exports.models import ExportJob
 from exports.services import ExportRequest, export_start
+from exports.writers import ExportOptions, Neutral
 from labeling.sources import label_source_parse
 from tests.scoring.conftest import Workers
 from tests.waiting import wait_until
 from trajectories import synthetic
-from trajectories.batches import ExportOptions, Neutral
 from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.services import import_upload_start
 

@@ -24,14 +24,14 @@ from exports.services import (
     export_trajectories,
     export_write,
 )
+from exports.writers import parse_split_spec, write_export
+from exports.writers.columnar import STEP_CSV, csv_tables
 from labeling.models import LabelSchema, StepLabel
 from scoring import services as scoring
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.conftest import REALDATA
 from tests.exports.progress_stubs import CancelledProgress
 from trajectories import synthetic
-from trajectories.batches import parse_split_spec, write_export
-from trajectories.batches.columnar import STEP_CSV, csv_tables
 from trajectories.models import Project, Step, Trajectory
 from trajectories.services import project_create, trajectory_import
 from trajectories.services.progress import ProgressWriter
@@ -41,7 +41,7 @@ PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
 
 
 def row_by_row(project: Project, request: ExportRequest, out_dir: Path) -> dict[str, Any]:
-    """The export through the row builders (trajectories.batches.write_export), with the
+    """The export through the row builders (exports.writers.write_export), with the
     manifest export_write builds around it."""
     with transaction.atomic():
         result = write_export(
@@ -218,7 +218,7 @@ def test_progress_counts_every_trajectory_once(
     mixed: tuple[Project, AttributionRun], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Small CSV pieces, so that trajectories run across tables."""
-    from trajectories.batches import columnar
+    from exports.writers import columnar
 
     monkeypatch.setattr(columnar, "BLOCK_BYTES", 2000)
     project, _ = mixed

@@ -39,7 +39,7 @@ def helpers() -> list[psutil.Process]:
     return [
         child
         for child in psutil.Process().children()
-        if "trajectories.helper" in " ".join(child.cmdline())
+        if "trajectories.prepare_process" in " ".join(child.cmdline())
     ]
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from exports.services import export_request_build, export_write
-from trajectories.batches import FORMATS
+from exports.writers import FORMATS
 from trajectories.models import Project
 
 

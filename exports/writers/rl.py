@@ -17,9 +17,9 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from trajectories.batches.inputs import ExportOptions, ExportTrajectory, TaskGroup
-from trajectories.batches.labels import map_label
-from trajectories.batches.text import chat_messages, step_text
+from exports.writers.inputs import ExportOptions, ExportTrajectory, TaskGroup
+from exports.writers.labels import map_label
+from exports.writers.text import chat_messages, step_text
 
 Record = dict[str, Any]
 

@@ -1,4 +1,4 @@
-"""The export record builders (trajectories/batches), on hand-made trajectories with
+"""The export record builders (exports/writers), on hand-made trajectories with
 hand-checked records, and re-imports of what they write through the importers."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from trajectories.batches import (
+from exports.writers import (
     ExportOptions,
     ExportStep,
     ExportTrajectory,
@@ -25,9 +25,9 @@ from trajectories.batches import (
     task_groups,
     write_export,
 )
-from trajectories.batches.export import check_export, export_format
-from trajectories.batches.records import to_parsed
-from trajectories.batches.text import chat_messages, prompt_text, step_text
+from exports.writers.export import check_export, export_format
+from exports.writers.records import to_parsed
+from exports.writers.text import chat_messages, prompt_text, step_text
 from trajectories.formats import parser_for
 from trajectories.formats.base import ParsedStep, ParsedTrajectory, RecordError
 from trajectories.hashing import prefix_hashes
@@ -372,7 +372,7 @@ def test_trl_stepwise_ends_before_an_unlabelled_step() -> None:
         trajectory(3, [step("x", None), step("y", 1)]),
     ]
     tally: Counter[str] = Counter()
-    from trajectories.batches.export import build_records
+    from exports.writers.export import build_records
 
     rows = [record for _, _, record in build_records("trl-stepwise", items, options(), tally=tally)]
     assert rows == [{"prompt": TASK, "completions": ["a"], "labels": [True]}]
@@ -464,7 +464,7 @@ def test_processbench_record_and_what_it_skips() -> None:
         trajectory(4, [step("a", 1), step("b", 1)], success=True, model_name="qwen"),
     ]  # fmt: skip
     tally: Counter[str] = Counter()
-    from trajectories.batches.export import build_records
+    from exports.writers.export import build_records
 
     rows = [record for _, _, record in build_records("processbench", items, options(), tally=tally)]
     assert rows == [
@@ -520,7 +520,7 @@ def test_dpo_pairs_siblings_at_branch_points_and_corrections() -> None:
     root = f"{TASK}\n\n"
     after_first = f"{TASK}\n\n3 * 4 = 12.\n\n"
     tally: Counter[str] = Counter()
-    from trajectories.batches.export import build_records
+    from exports.writers.export import build_records
 
     rows = [r for _, _, r in build_records("dpo", branching_rollouts(), options(), tally=tally)]
     assert rows == [

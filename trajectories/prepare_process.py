@@ -1,4 +1,4 @@
-"""The helper process that prepares a large import: ``python -m trajectories.helper
+"""The helper process that prepares a large import: ``python -m trajectories.prepare_process
 SPEC``, started by :func:`trajectories.prepare.file_chunks` (no Django).
 
 It loads the compiled modules first where they may be used (:mod:`trajectories.compiled`),

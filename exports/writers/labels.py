@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trajectories.batches.inputs import ExportStep
+    from exports.writers.inputs import ExportStep
 
 LABEL_VALUES = (-1, 0, 1)
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from trajectories.batches.export import ExportResult
-from trajectories.batches.writers import WrittenFile, write_json_file
+from exports.writers.export import ExportResult
+from exports.writers.output import WrittenFile, write_json_file
 
 MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"

@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.trajectories.test_batches import options, step, trajectory
-from trajectories.batches import (
+from exports.writers import (
     FORMATS,
     ExportTrajectory,
     SplitSpecError,
     build_manifest,
+    output,
     parse_split_spec,
     records,
     schemas,
@@ -31,9 +31,9 @@ from trajectories.batches import (
     write_export,
     write_manifest,
     write_records,
-    writers,
 )
-from trajectories.batches.writers import ParquetRecordWriter, sha256_of
+from exports.writers.output import ParquetRecordWriter, sha256_of
+from tests.exports.test_writers import options, step, trajectory
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,7 +208,7 @@ def test_parquet_export_twice_gives_the_same_bytes(tmp_path: Path, format_name: 
 PARQUET_SCRIPT = """
 import sys
 from pathlib import Path
-from trajectories.batches import schemas, write_records
+from exports.writers import schemas, write_records
 rows = [{"prompt": f"p{i} é", "completions": [f"s{i}", "t"], "labels": [True, i % 2 == 0]}
         for i in range(25)]
 print(write_records(Path(sys.argv[1]), rows, "parquet", schema=schemas.TRL_STEPWISE,
@@ -233,7 +233,7 @@ def test_parquet_bytes_match_across_processes(tmp_path: Path) -> None:
 def test_parquet_row_groups_close_on_text_size_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(writers, "ROW_GROUP_BYTES", 1000)
+    monkeypatch.setattr(output, "ROW_GROUP_BYTES", 1000)
     rows = [{"prompt": "p" * 400, "chosen": "c", "rejected": "r"} for _ in range(10)]
     written = write_records(tmp_path / "long.parquet", rows, "parquet", schema=schemas.DPO)
     metadata = pq.ParquetFile(written.path).metadata
@@ -249,7 +249,7 @@ def test_rows_given_as_tables_cut_into_the_same_row_groups_and_bytes(
     """write_table (the columnar rl export) against write, one dict at a time, on the
     same rows handed over in tables of random sizes: same row groups, same bytes."""
     if group_bytes is not None:
-        monkeypatch.setattr(writers, "ROW_GROUP_BYTES", group_bytes)
+        monkeypatch.setattr(output, "ROW_GROUP_BYTES", group_bytes)
     rng = random.Random(row_group_size)
     rows = [
         {

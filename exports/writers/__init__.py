@@ -10,13 +10,13 @@ deterministically and atomically, and builds the manifest.
 - ``text``: how steps read as text and as chat messages
 - ``records``, ``pairs``, ``rl``: the record builders
 - ``splits``: split specs and the task-to-split hash
-- ``writers``, ``schemas``: JSON Lines / JSON / gzip / Parquet writers
+- ``output``, ``schemas``: JSON Lines / JSON / gzip / Parquet writers
 - ``export``: the formats and ``write_export``; ``manifest``: the manifest
 
 docs/formats.md ("Exports") describes every format with an example record.
 """
 
-from trajectories.batches.export import (
+from exports.writers.export import (
     DEFAULT_SPLIT,
     FORMATS,
     ExportedFile,
@@ -28,8 +28,8 @@ from trajectories.batches.export import (
     task_groups,
     write_export,
 )
-from trajectories.batches.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
-from trajectories.batches.labels import (
+from exports.writers.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
+from exports.writers.labels import (
     Neutral,
     first_error_position,
     label_to_bool,
@@ -37,9 +37,9 @@ from trajectories.batches.labels import (
     mapped_bool,
     parse_neutral,
 )
-from trajectories.batches.manifest import build_manifest, write_manifest
-from trajectories.batches.splits import SplitSpec, SplitSpecError, parse_split_spec, split_for
-from trajectories.batches.writers import WrittenFile, write_records
+from exports.writers.manifest import build_manifest, write_manifest
+from exports.writers.output import WrittenFile, write_records
+from exports.writers.splits import SplitSpec, SplitSpecError, parse_split_spec, split_for
 
 __all__ = [
     "DEFAULT_SPLIT",

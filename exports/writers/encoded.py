@@ -4,7 +4,7 @@ For a large ``trl-stepwise`` export as JSON, PostgreSQL can build each record's 
 text itself (its ``to_json`` escapes strings exactly as ``json.dumps`` with
 ``ensure_ascii=False`` does, and the Django side writes the compact separators), so no
 step becomes a Python object. What comes here per trajectory is the record, or None
-where :func:`trajectories.batches.records.trl_stepwise_records` gives none, with what
+where :func:`exports.writers.records.trl_stepwise_records` gives none, with what
 the manifest counts; :func:`write_trl_stepwise_encoded` writes the same files and
 manifest figures as ``write_export`` does from the same trajectories (a test holds the
 two to it).
@@ -17,18 +17,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trajectories.batches.columnar import PlannedGroup, count_groups
-from trajectories.batches.export import (
+from exports.writers.columnar import PlannedGroup, count_groups
+from exports.writers.export import (
     ExportFiles,
     ExportResult,
     check_export,
     export_format,
     label_key,
 )
-from trajectories.batches.inputs import ExportOptions
-from trajectories.batches.labels import LABEL_VALUES, map_label
-from trajectories.batches.splits import SplitSpec
-from trajectories.batches.writers import Container, JsonRecordWriter
+from exports.writers.inputs import ExportOptions
+from exports.writers.labels import LABEL_VALUES, map_label
+from exports.writers.output import Container, JsonRecordWriter
+from exports.writers.splits import SplitSpec
 
 # Trajectories per progress report.
 PROGRESS_EVERY = 1000

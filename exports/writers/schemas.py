@@ -1,6 +1,6 @@
 """Parquet schemas, one per output that can be written as Parquet (no Django).
 
-Column order is the builders' key order; writers.ParquetRecordWriter checks each record
+Column order is the builders' key order; output.ParquetRecordWriter checks each record
 against it. Every field is nullable as Arrow fields are by default; the builders decide
 what may be null (docs/formats.md, "Exports").
 """

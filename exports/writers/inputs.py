@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from trajectories.batches.labels import Neutral, parse_neutral
+from exports.writers.labels import Neutral, parse_neutral
 
 PairValue = Literal["label", "score", "credit"]
 SftMode = Literal["success", "before_first_error"]

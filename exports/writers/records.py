@@ -12,14 +12,14 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from trajectories.batches.inputs import ExportOptions, ExportTrajectory, TaskGroup
-from trajectories.batches.labels import (
+from exports.writers.inputs import ExportOptions, ExportTrajectory, TaskGroup
+from exports.writers.labels import (
     first_error_position,
     label_to_bool,
     map_label,
     mapped_bool,
 )
-from trajectories.batches.text import chat_messages, prompt_text, step_text
+from exports.writers.text import chat_messages, prompt_text, step_text
 from trajectories.formats import stepscope
 from trajectories.formats.base import ParsedLabel, ParsedStep, ParsedTrajectory
 

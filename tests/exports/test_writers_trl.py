@@ -25,9 +25,9 @@ from transformers import (
     PreTrainedTokenizerFast,
 )
 
-from tests.trajectories.test_batches import options
-from tests.trajectories.test_batches_files import corpus
-from trajectories.batches import write_export
+from exports.writers import write_export
+from tests.exports.test_writers import options
+from tests.exports.test_writers_files import corpus
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:You are importing from 'trl.experimental'"),

@@ -25,9 +25,9 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trajectories.batches.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
-from trajectories.batches.labels import map_label
-from trajectories.batches.text import prompt_text, step_text
+from exports.writers.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
+from exports.writers.labels import map_label
+from exports.writers.text import prompt_text, step_text
 
 Record = dict[str, Any]
 

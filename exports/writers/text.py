@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from trajectories.batches.inputs import ExportStep
+from exports.writers.inputs import ExportStep
 
 PARAGRAPH = "\n\n"
 CHAT_ROLES = ("system", "developer", "user", "assistant", "tool")

@@ -1,14 +1,14 @@
 """The ``rl`` step rows built column by column (no Django).
 
 An ``rl`` export is one row per step, and most of its columns are database columns as
-they are. Building a Python dict per step (:func:`trajectories.batches.rl.rl_step_rows`)
+they are. Building a Python dict per step (:func:`exports.writers.rl.rl_step_rows`)
 made the export several times slower than reading the same columns with ``COPY``; here
 PostgreSQL hands the rows over as CSV, pyarrow parses them into columns, and Python
 touches only what SQL cannot do as Python does: the text of tool-call steps
-(:func:`trajectories.batches.text.step_text`) and the counts of the manifest, taken over
+(:func:`exports.writers.text.step_text`) and the counts of the manifest, taken over
 whole columns.
 
-The files are the same bytes as :func:`trajectories.batches.export.write_export` writes
+The files are the same bytes as :func:`exports.writers.export.write_export` writes
 from the same trajectories (a test holds the two paths to it): the same rows, cut into
 the same row groups by :meth:`ParquetRecordWriter.write_table`. The rows must arrive with
 the columns of :data:`STEP_CSV`, in the export's order, the reward mapped and the
@@ -30,23 +30,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
-from trajectories.batches import schemas
-from trajectories.batches.export import (
+from exports.writers import schemas
+from exports.writers.export import (
     ExportFiles,
     ExportResult,
     check_export,
     export_format,
     label_key,
 )
-from trajectories.batches.inputs import ExportOptions, ExportStep, TaskGroup
-from trajectories.batches.labels import LABEL_VALUES, Neutral, map_label
-from trajectories.batches.rl import verl_prompt_records
-from trajectories.batches.splits import SplitSpec
-from trajectories.batches.text import step_text
-from trajectories.batches.writers import (
+from exports.writers.inputs import ExportOptions, ExportStep, TaskGroup
+from exports.writers.labels import LABEL_VALUES, Neutral, map_label
+from exports.writers.output import (
     DEFAULT_ROW_GROUP_SIZE,
     ParquetRecordWriter,
 )
+from exports.writers.rl import verl_prompt_records
+from exports.writers.splits import SplitSpec
+from exports.writers.text import step_text
 
 STEP_CSV = pa.schema(
     [

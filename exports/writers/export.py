@@ -19,21 +19,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from trajectories.batches import schemas
-from trajectories.batches.inputs import ExportOptions, ExportTrajectory, TaskGroup
-from trajectories.batches.labels import Neutral, map_label
-from trajectories.batches.pairs import dpo_records
-from trajectories.batches.records import (
-    kto_records,
-    prm800k_records,
-    processbench_records,
-    sft_records,
-    stepscope_records,
-    trl_stepwise_records,
-)
-from trajectories.batches.rl import rl_step_rows, verl_prompt_records
-from trajectories.batches.splits import SplitSpec, split_for
-from trajectories.batches.writers import (
+from exports.writers import schemas
+from exports.writers.inputs import ExportOptions, ExportTrajectory, TaskGroup
+from exports.writers.labels import Neutral, map_label
+from exports.writers.output import (
     CONTAINERS,
     DEFAULT_ROW_GROUP_SIZE,
     EXTENSIONS,
@@ -42,6 +31,17 @@ from trajectories.batches.writers import (
     ParquetRecordWriter,
     open_writer,
 )
+from exports.writers.pairs import dpo_records
+from exports.writers.records import (
+    kto_records,
+    prm800k_records,
+    processbench_records,
+    sft_records,
+    stepscope_records,
+    trl_stepwise_records,
+)
+from exports.writers.rl import rl_step_rows, verl_prompt_records
+from exports.writers.splits import SplitSpec, split_for
 
 Record = dict[str, Any]
 Builder = Callable[[TaskGroup, ExportOptions, Counter[str]], Iterator[Record]]
