@@ -190,8 +190,10 @@ def main() -> None:
             f"{steps:,} steps in {batch.created_count:,} trajectories"
             f" ({args.rollouts} rollouts a task), imported in {import_s:.1f} s (setup)"
         )
-        print(f"{'method':<15} {'whole run':>10} {'read':>7} {'maths':>7} {'write':>7}"
-              f" {'maths alone':>12} {'steps/s (whole)':>16}")  # fmt: skip
+        print(
+            f"{'method':<15} {'whole run':>10} {'read':>7} {'maths':>7} {'write':>7}"
+            f" {'maths alone':>12} {'steps/s (whole)':>16}"
+        )
         for method, uses_scorer, params in METHODS:
             run, whole = run_whole(project, method, scorer if uses_scorer else None, params)
             alone = maths_alone(run, args.repeat)

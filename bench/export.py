@@ -197,8 +197,12 @@ def setup(project: Project, steps: int, per_trajectory: int, seed: int) -> tuple
     if run.status != "done":
         raise RuntimeError(f"the attribution run ended {run.status}: {run.error}")
     with connection.cursor() as cursor:
-        for table in ("trajectories_trajectory", "trajectories_step", "labeling_steplabel",
-                      "scoring_stepcredit"):  # fmt: skip
+        for table in (
+            "trajectories_trajectory",
+            "trajectories_step",
+            "labeling_steplabel",
+            "scoring_stepcredit",
+        ):
             cursor.execute(f"ANALYZE {table}")
     return batch.step_count, run.pk
 
@@ -229,8 +233,9 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=1, help="measurements of each side; the fastest counts"
     )
-    parser.add_argument("--child", nargs=4, metavar=("KIND", "SLUG", "FORMAT", "RUN"),
-                        help=argparse.SUPPRESS)  # fmt: skip
+    parser.add_argument(
+        "--child", nargs=4, metavar=("KIND", "SLUG", "FORMAT", "RUN"), help=argparse.SUPPRESS
+    )
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -250,8 +255,10 @@ def main() -> None:
         steps, run_id = setup(project, args.steps, args.steps_per_trajectory, seed)
         print(f"{steps:,} labelled steps, credited, in {time.perf_counter() - start:.1f} s (setup)")
         print("peak RSS: the measuring child's VmHWM (in brackets: before it began, Django alone)")
-        print(f"{'export':<14} {'seconds':>8} {'steps/s':>10} {'peak RSS':>20}"
-              f" {'COPY s':>7} {'COPY steps/s':>13} {'COPY RSS':>20} {'ratio':>6}")  # fmt: skip
+        print(
+            f"{'export':<14} {'seconds':>8} {'steps/s':>10} {'peak RSS':>20}"
+            f" {'COPY s':>7} {'COPY steps/s':>13} {'COPY RSS':>20} {'ratio':>6}"
+        )
         for format_name in EXPORTS:
             runs, baselines = [], []
             # Alternating, so a busy spell on the machine falls on both sides.

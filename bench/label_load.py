@@ -107,9 +107,14 @@ def make_trajectory(project: Project, number: int, steps: int) -> None:
         for n in range(steps)
     ]
     trajectory = Trajectory.objects.create(
-        project=project, external_id=f"bench-{number}", source_format="stepscope", task=task,
-        task_key=task, step_count=steps, content_hash=f"{project.slug}-{number}",
-    )  # fmt: skip
+        project=project,
+        external_id=f"bench-{number}",
+        source_format="stepscope",
+        task=task,
+        task_key=task,
+        step_count=steps,
+        content_hash=f"{project.slug}-{number}",
+    )
     Step.objects.bulk_create(
         Step(
             trajectory=trajectory,
@@ -129,11 +134,24 @@ def start_server(port: int, workers: int, threads: int) -> subprocess.Popen[byte
     log.parent.mkdir(exist_ok=True)
     server = subprocess.Popen(
         [
-            sys.executable, "-m", "gunicorn", "stepscope.wsgi", "--bind", f"127.0.0.1:{port}",
-            "--workers", str(workers), "--threads", str(threads), "--log-level", "warning",
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "stepscope.wsgi",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            str(workers),
+            "--threads",
+            str(threads),
+            "--log-level",
+            "warning",
         ],
-        cwd=ROOT, env=os.environ.copy(), stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        cwd=ROOT,
+        env=os.environ.copy(),
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -179,9 +197,13 @@ def main() -> None:
         Membership.objects.create(user=user, project=project, role=Membership.Role.ANNOTATOR)
         users.append(user)
     queue = queue_create(
-        project=project, name="load", created_by=None, filters=TrajectoryFilters(),
-        overlap=args.annotators, lease_seconds=3600,
-    )  # fmt: skip
+        project=project,
+        name="load",
+        created_by=None,
+        filters=TrajectoryFilters(),
+        overlap=args.annotators,
+        lease_seconds=3600,
+    )
 
     server = None
     if args.url:

@@ -63,9 +63,11 @@ def main() -> None:
     parser.add_argument("--model", help="a causal LM directory instead of the demo policy")
     parser.add_argument("--train-minutes", type=float, default=5.0)
     parser.add_argument(
-        "--cpu-threads", type=int, default=demo_policy.PARAMETERS["cpu_threads"],
+        "--cpu-threads",
+        type=int,
+        default=demo_policy.PARAMETERS["cpu_threads"],
         help="torch threads while generating on CPU (0: torch's own setting)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
 
     model_dir = Path(args.model) if args.model else demo_policy_dir()
@@ -98,10 +100,16 @@ def main() -> None:
     finally:
         drop_project(project)
     report.update(
-        device=args.device, dtype=args.dtype, tasks=args.tasks, k=args.k,
-        batch_size=args.batch_size, chunk=args.chunk, model=str(model_dir),
-        cpu_threads=args.cpu_threads, torch_threads=torch.get_num_threads(),
-    )  # fmt: skip
+        device=args.device,
+        dtype=args.dtype,
+        tasks=args.tasks,
+        k=args.k,
+        batch_size=args.batch_size,
+        chunk=args.chunk,
+        model=str(model_dir),
+        cpu_threads=args.cpu_threads,
+        torch_threads=torch.get_num_threads(),
+    )
     if args.device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
         report["peak_gpu_memory_mb"] = round(torch.cuda.max_memory_allocated() / 2**20, 1)
@@ -162,9 +170,13 @@ def one_round(project: Project, policy: Policy, generator: Generator, k: int) ->
     tasks.run_chunk.apply_async = lambda args, **_: queued.append(args[0])
     try:
         job = RolloutJob.objects.create(
-            project=project, policy=policy, mode=RolloutJob.Mode.ALL, k=k,
-            selection={}, answer_check="numeric",
-        )  # fmt: skip
+            project=project,
+            policy=policy,
+            mode=RolloutJob.Mode.ALL,
+            k=k,
+            selection={},
+            answer_check="numeric",
+        )
         start = time.perf_counter()
         services.rollout_job_plan(job_id=job.pk)
         whole_s = time.perf_counter() - start
@@ -186,10 +198,14 @@ def one_round(project: Project, policy: Policy, generator: Generator, k: int) ->
     job.refresh_from_db()
     assert job.status == RolloutJob.Status.DONE, job.error
     return {
-        "continuations": job.done, "branches": job.branches.count(), "solved": job.successes,
-        "whole_tokens": job.tokens, "bare_tokens": bare_tokens,
-        "whole_s": whole_s, "bare_s": bare_s,
-    }  # fmt: skip
+        "continuations": job.done,
+        "branches": job.branches.count(),
+        "solved": job.successes,
+        "whole_tokens": job.tokens,
+        "bare_tokens": bare_tokens,
+        "whole_s": whole_s,
+        "bare_s": bare_s,
+    }
 
 
 def bare_loop(generator: Generator, batches: list[Any]) -> tuple[float, int]:

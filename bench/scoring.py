@@ -185,9 +185,13 @@ def one_round(project: Project, scorer: Scorer, model: adapters.StepScorer) -> d
     run.refresh_from_db()
     assert run.status == ScoringRun.Status.DONE, run.error
     return {
-        "steps": run.done, "tokens": tokens, "padded": padded, "batches": count,
-        "whole_s": whole_s, "bare_s": bare_s,
-    }  # fmt: skip
+        "steps": run.done,
+        "tokens": tokens,
+        "padded": padded,
+        "batches": count,
+        "whole_s": whole_s,
+        "bare_s": bare_s,
+    }
 
 
 def prepared_batches(

@@ -72,11 +72,20 @@ def diff_steps(trajectory: Trajectory, *, with_labels: bool) -> list[DiffStep]:
         Step.objects.filter(trajectory=trajectory)
         .annotate(preview=Left("content", STEP_PREVIEW_CHARS), length=Length("content"))
         .values_list(
-            "pk", "index", "kind", "role", "agent", "preview", "length", "tool_name",
-            "tool_args", "labelable", "prefix_hash",
+            "pk",
+            "index",
+            "kind",
+            "role",
+            "agent",
+            "preview",
+            "length",
+            "tool_name",
+            "tool_args",
+            "labelable",
+            "prefix_hash",
         )
         .order_by("index")
-    )  # fmt: skip
+    )
     labels: dict[int, list[tuple[str, int]]] = {}
     if with_labels:
         rows = (

@@ -248,11 +248,21 @@ def _charts(
     outcome = result.outcome
     if outcome is not None:
         for key, title, curve, filter_name, x_label in (
-            ("by_length", "Mean step score by trajectory length", outcome.by_length, "length",
-             "trajectory length (steps)"),
-            ("by_position", "Mean step score by step position", outcome.by_position, "position",
-             "step position"),
-        ):  # fmt: skip
+            (
+                "by_length",
+                "Mean step score by trajectory length",
+                outcome.by_length,
+                "length",
+                "trajectory length (steps)",
+            ),
+            (
+                "by_position",
+                "Mean step score by step position",
+                outcome.by_position,
+                "position",
+                "step position",
+            ),
+        ):
             if curve:
                 charts[key] = _curve_chart(title, curve, filter_name, x_label, steps)
     return charts

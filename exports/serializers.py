@@ -12,10 +12,27 @@ class ExportJobSerializer(serializers.ModelSerializer[ExportJob]):
     class Meta:
         model = ExportJob
         fields = [
-            "id", "project", "format", "container", "compress", "label_source", "neutral",
-            "selection_name", "selection", "split", "seed", "status", "done", "total",
-            "files", "row_count", "error", "manifest", "created_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "format",
+            "container",
+            "compress",
+            "label_source",
+            "neutral",
+            "selection_name",
+            "selection",
+            "split",
+            "seed",
+            "status",
+            "done",
+            "total",
+            "files",
+            "row_count",
+            "error",
+            "manifest",
+            "created_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 

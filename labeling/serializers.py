@@ -19,10 +19,23 @@ class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
     class Meta:
         model = StepLabel
         fields = [
-            "id", "step", "step_index", "trajectory", "annotator", "schema", "schema_version",
-            "value", "tags", "rationale", "correction", "status", "saw_model_scores",
-            "time_spent_ms", "created_at", "updated_at",
-        ]  # fmt: skip
+            "id",
+            "step",
+            "step_index",
+            "trajectory",
+            "annotator",
+            "schema",
+            "schema_version",
+            "value",
+            "tags",
+            "rationale",
+            "correction",
+            "status",
+            "saw_model_scores",
+            "time_spent_ms",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = fields
 
 

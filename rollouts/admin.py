@@ -17,9 +17,15 @@ class PolicyForm(forms.ModelForm):
     class Meta:
         model = Policy
         fields = [
-            "project", "name", "model_ref", "revision", "parameters", "trust_remote_code",
-            "queue", "created_by",
-        ]  # fmt: skip
+            "project",
+            "name",
+            "model_ref",
+            "revision",
+            "parameters",
+            "trust_remote_code",
+            "queue",
+            "created_by",
+        ]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}

@@ -38,9 +38,11 @@ def _managed_project(request: Request, slug: str) -> Project:
 
 
 class PolicyViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
     viewsets.GenericViewSet,
-):  # fmt: skip
+):
     """``?project=SLUG`` lists the policies that project may use. A policy for every
     project (no ``project``) and ``trust_remote_code`` need a staff account."""
 
@@ -82,8 +84,11 @@ class PolicyViewSet(
 
 
 class RolloutJobViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
-):  # fmt: skip
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    JobViewSet,
+):
     """``POST`` starts a job; poll its detail for progress, first errors found and
     critical steps. ``?project=SLUG`` narrows the list."""
 

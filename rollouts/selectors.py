@@ -127,12 +127,16 @@ def step_rollouts(step: Step) -> StepRollouts:
     )
     continuations = [
         StepContinuation(
-            trajectory_id=c.trajectory_id, sample=c.sample, success=c.success,
-            finish_reason=c.finish_reason, new_tokens=c.new_tokens,
-            last_step=last_steps.get(c.trajectory_id, "")[:300], replaced=c.branch.replaced,
+            trajectory_id=c.trajectory_id,
+            sample=c.sample,
+            success=c.success,
+            finish_reason=c.finish_reason,
+            new_tokens=c.new_tokens,
+            last_step=last_steps.get(c.trajectory_id, "")[:300],
+            replaced=c.branch.replaced,
         )
         for c in shown
-    ]  # fmt: skip
+    ]
     # A job not planned yet has no branches: its selection names the step.
     on_this_step = Q(branches__step=step) | Q(selection__step_ids__contains=[step.pk])
     active = list(RolloutJob.objects.filter(on_this_step, status__in=RolloutJob.ACTIVE).distinct())

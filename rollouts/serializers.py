@@ -19,9 +19,16 @@ class PolicySerializer(serializers.ModelSerializer[Policy]):
     class Meta:
         model = Policy
         fields = [
-            "id", "project", "name", "model_ref", "revision", "parameters",
-            "trust_remote_code", "queue", "created_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "name",
+            "model_ref",
+            "revision",
+            "parameters",
+            "trust_remote_code",
+            "queue",
+            "created_at",
+        ]
         read_only_fields = ["id", "created_at"]
         # The service checks uniqueness with a message; the constraints are conditional.
         validators: list[Any] = []
@@ -51,12 +58,33 @@ class RolloutJobSerializer(serializers.ModelSerializer[RolloutJob]):
     class Meta:
         model = RolloutJob
         fields = [
-            "id", "project", "policy", "policy_name", "mode", "k", "answer_check", "selection",
-            "options", "max_continuations", "max_tokens", "status", "total", "done",
-            "successes", "tokens", "truncated", "chunks_total", "chunks_done",
-            "continuations_per_second", "tokens_per_second", "result", "error", "created_at",
-            "started_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "policy",
+            "policy_name",
+            "mode",
+            "k",
+            "answer_check",
+            "selection",
+            "options",
+            "max_continuations",
+            "max_tokens",
+            "status",
+            "total",
+            "done",
+            "successes",
+            "tokens",
+            "truncated",
+            "chunks_total",
+            "chunks_done",
+            "continuations_per_second",
+            "tokens_per_second",
+            "result",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 

@@ -16,9 +16,16 @@ class ScorerForm(forms.ModelForm):
     class Meta:
         model = Scorer
         fields = [
-            "project", "name", "kind", "model_ref", "revision", "parameters",
-            "trust_remote_code", "queue", "created_by",
-        ]  # fmt: skip
+            "project",
+            "name",
+            "kind",
+            "model_ref",
+            "revision",
+            "parameters",
+            "trust_remote_code",
+            "queue",
+            "created_by",
+        ]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}

@@ -53,9 +53,11 @@ def _managed_project(request: Request, slug: str) -> Project:
 
 
 class ScorerViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
     viewsets.GenericViewSet,
-):  # fmt: skip
+):
     """``?project=SLUG`` lists the scorers that project may use. A scorer for every project
     (no ``project``) and ``trust_remote_code`` need a staff account."""
 
@@ -121,8 +123,11 @@ class ScorerViewSet(
 
 
 class ScoringRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
-):  # fmt: skip
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    JobViewSet,
+):
     """``?project=SLUG`` narrows the list. Poll a run's detail for progress."""
 
     serializer_class = ScoringRunSerializer
@@ -167,8 +172,11 @@ class ScoringRunViewSet(
 
 
 class AttributionRunViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin, JobViewSet,
-):  # fmt: skip
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    JobViewSet,
+):
     """Credit attribution runs. ``?project=SLUG`` and ``?method=NAME`` narrow the list;
     poll a run's detail for progress; ``credits/`` pages through its step credits.
     Starting and cancelling need the researcher or admin role; annotators may read."""

@@ -53,21 +53,30 @@ class AttributionRunForm(forms.Form):
         queryset=Scorer.objects.none(), required=False, empty_label="(no scorer)"
     )
     labels = forms.CharField(
-        required=False, max_length=200, label="Label rewards",
+        required=False,
+        max_length=200,
+        label="Label rewards",
         widget=forms.TextInput(attrs={"placeholder": "e.g. human:majority", "size": 16}),
-    )  # fmt: skip
+    )
     gamma = forms.FloatField(
-        required=False, min_value=0, max_value=1,
+        required=False,
+        min_value=0,
+        max_value=1,
         widget=forms.NumberInput(attrs={"step": "any", "placeholder": "1.0", "size": 5}),
-    )  # fmt: skip
+    )
     lam = forms.FloatField(
-        required=False, min_value=0, max_value=1, label="λ",
+        required=False,
+        min_value=0,
+        max_value=1,
+        label="λ",
         widget=forms.NumberInput(attrs={"step": "any", "placeholder": "0.95", "size": 5}),
-    )  # fmt: skip
+    )
     extra = forms.CharField(
-        required=False, max_length=500, label="Other parameters",
+        required=False,
+        max_length=500,
+        label="Other parameters",
         widget=forms.TextInput(attrs={"placeholder": "how=min baseline=rloo", "size": 18}),
-    )  # fmt: skip
+    )
 
     def __init__(self, *args: Any, scorers: list[Scorer], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -232,9 +232,12 @@ class StepTable:
 
     def subset(self, mask: NDArray[np.bool_]) -> StepTable:
         return StepTable(
-            self.trajectory[mask], self.step[mask], self.score[mask], self.reward[mask],
+            self.trajectory[mask],
+            self.step[mask],
+            self.score[mask],
+            self.reward[mask],
             self.node[mask],
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)
@@ -402,9 +405,13 @@ class McValues:
 
 
 def mc_values(
-    steps: StepTable, table: TrajectoryTable, *, prior: tuple[float, float] = (1.0, 1.0),
-    level: float = 0.95, posterior: bool = False,
-) -> McValues:  # fmt: skip
+    steps: StepTable,
+    table: TrajectoryTable,
+    *,
+    prior: tuple[float, float] = (1.0, 1.0),
+    level: float = 0.95,
+    posterior: bool = False,
+) -> McValues:
     """Monte Carlo values of every step's prefix, all tasks in one
     :func:`montecarlo.mc_prefix` call.
 
@@ -461,9 +468,12 @@ def _mc_prefix(
     params: dict[str, Any], steps: StepTable, table: TrajectoryTable, _rewards: str
 ) -> Credits:
     mc = mc_values(
-        steps, table, prior=(params["prior_a"], params["prior_b"]), level=params["level"],
+        steps,
+        table,
+        prior=(params["prior_a"], params["prior_b"]),
+        level=params["level"],
         posterior=params["posterior"],
-    )  # fmt: skip
+    )
     report = {
         "trajectories": int(mc.offsets.size - 1),
         "tasks": mc.groups,
@@ -498,9 +508,12 @@ def _group_relative(
 
 
 def first_error_prm(
-    values: FloatArray, offsets: IntArray, *, threshold: float | None = None,
+    values: FloatArray,
+    offsets: IntArray,
+    *,
+    threshold: float | None = None,
     drop: float | None = None,
-) -> IntArray:  # fmt: skip
+) -> IntArray:
     """Per trajectory, the first step whose PRM value is under ``threshold`` (0.5 by
     default) or fell by more than ``drop``; -1 where none is."""
     return attribution.first_error(
@@ -509,17 +522,24 @@ def first_error_prm(
 
 
 def first_error_mc(
-    values: FloatArray, offsets: IntArray, root: FloatArray, *, threshold: float | None = None,
+    values: FloatArray,
+    offsets: IntArray,
+    root: FloatArray,
+    *,
+    threshold: float | None = None,
     drop: float | None = None,
-) -> IntArray:  # fmt: skip
+) -> IntArray:
     """Per trajectory, the first step whose MC value collapsed: no rollout through it
     succeeded (or under ``threshold``), or it fell by more than ``drop`` from the step
     before (the task's mean outcome before the first step). -1 for tasks that never
     succeed, where there is no collapse to find."""
     found = attribution.first_error(
-        values, offsets, threshold=MC_COLLAPSED if threshold is None else threshold, drop=drop,
+        values,
+        offsets,
+        threshold=MC_COLLAPSED if threshold is None else threshold,
+        drop=drop,
         initial=root,
-    )  # fmt: skip
+    )
     return np.where(root > MC_COLLAPSED, found, -1)
 
 

@@ -251,9 +251,12 @@ class StepCredit(models.Model):
     # raw SQL delete is never shown. The unique constraint's index leads with the step, so
     # the step needs no index of its own; the run's serves deletes and listings by run.
     step = models.ForeignKey(
-        Step, on_delete=models.CASCADE, related_name="credits", db_index=False,
+        Step,
+        on_delete=models.CASCADE,
+        related_name="credits",
+        db_index=False,
         db_constraint=False,
-    )  # fmt: skip
+    )
     run = models.ForeignKey(
         AttributionRun, on_delete=models.CASCADE, related_name="credits", db_constraint=False
     )

@@ -351,10 +351,14 @@ def trajectory_evidence(
         cursor.execute(
             _EVIDENCE_SQL,
             {
-                "t": trajectory.pk, "p": trajectory.project_id, "show": show_scores,
-                "want": run_id, "blind": blind, "me": user_id,
+                "t": trajectory.pk,
+                "p": trajectory.project_id,
+                "show": show_scores,
+                "want": run_id,
+                "blind": blind,
+                "me": user_id,
             },
-        )  # fmt: skip
+        )
         row = cursor.fetchone()
     data: dict[str, Any] = row[0] if row else {}
     if isinstance(data, str):

@@ -21,9 +21,18 @@ class ScorerSerializer(serializers.ModelSerializer[Scorer]):
     class Meta:
         model = Scorer
         fields = [
-            "id", "project", "name", "kind", "model_ref", "revision", "parameters",
-            "trust_remote_code", "queue", "metrics", "created_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "name",
+            "kind",
+            "model_ref",
+            "revision",
+            "parameters",
+            "trust_remote_code",
+            "queue",
+            "metrics",
+            "created_at",
+        ]
         read_only_fields = ["id", "metrics", "created_at"]
         # The service checks uniqueness with a message; the constraints are conditional.
         validators: list[Any] = []
@@ -42,10 +51,26 @@ class ScoringRunSerializer(serializers.ModelSerializer[ScoringRun]):
     class Meta:
         model = ScoringRun
         fields = [
-            "id", "project", "scorer", "scorer_name", "kind", "status", "selection",
-            "parameters", "total", "done", "chunks_total", "chunks_done", "truncated",
-            "steps_per_second", "metrics", "error", "created_at", "started_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "scorer",
+            "scorer_name",
+            "kind",
+            "status",
+            "selection",
+            "parameters",
+            "total",
+            "done",
+            "chunks_total",
+            "chunks_done",
+            "truncated",
+            "steps_per_second",
+            "metrics",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 
@@ -83,11 +108,27 @@ class AttributionRunSerializer(serializers.ModelSerializer[AttributionRun]):
     class Meta:
         model = AttributionRun
         fields = [
-            "id", "project", "method", "parameters", "scorer", "scorer_name", "scorer_revision",
-            "label_source", "selection", "status", "total", "done", "chunks_total",
-            "chunks_done", "steps_per_second", "metrics", "error", "created_at", "started_at",
+            "id",
+            "project",
+            "method",
+            "parameters",
+            "scorer",
+            "scorer_name",
+            "scorer_revision",
+            "label_source",
+            "selection",
+            "status",
+            "total",
+            "done",
+            "chunks_total",
+            "chunks_done",
+            "steps_per_second",
+            "metrics",
+            "error",
+            "created_at",
+            "started_at",
             "finished_at",
-        ]  # fmt: skip
+        ]
         read_only_fields = fields
 
 

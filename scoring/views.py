@@ -221,9 +221,10 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if part == "columns":
         low, high = _index(request.GET.get("from", "")), _index(request.GET.get("to", ""))
         context["column_steps"] = [
-            s for s in evidence.steps
+            s
+            for s in evidence.steps
             if (low is None or s.index >= low) and (high is None or s.index < high)
-        ]  # fmt: skip
+        ]
         return render(request, f"{template}#columns", context)
     if part == "step":
         step_id = _index(request.GET.get("step", ""))

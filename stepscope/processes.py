@@ -60,13 +60,24 @@ def worker() -> None:
     log_file = data_dir() / "celery-worker.log"
     subprocess.run(
         [
-            sys.executable, "-m", "celery", "-A", "stepscope", "worker",
-            "-Q", "default,gpu", "--concurrency", "2", "--detach",
-            f"--pidfile={pid_file}", f"--logfile={log_file}", "--loglevel=INFO",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "stepscope",
+            "worker",
+            "-Q",
+            "default,gpu",
+            "--concurrency",
+            "2",
+            "--detach",
+            f"--pidfile={pid_file}",
+            f"--logfile={log_file}",
+            "--loglevel=INFO",
         ],
         check=True,
         cwd=BASE_DIR,
-    )  # fmt: skip
+    )
     print(f"celery worker: started, log in {log_file}")
 
 

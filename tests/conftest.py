@@ -151,13 +151,30 @@ def celery_worker(
     with log.open("wb") as log_file:
         worker = subprocess.Popen(
             [
-                sys.executable, "-m", "celery", "-A", "stepscope", "worker",
-                "-Q", "default,gpu", "--concurrency", "1", "--pool", "prefork",
-                "-n", f"test-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-                "--loglevel", "INFO",
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "stepscope",
+                "worker",
+                "-Q",
+                "default,gpu",
+                "--concurrency",
+                "1",
+                "--pool",
+                "prefork",
+                "-n",
+                f"test-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
             ],
-            cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 60
         while not app.control.ping(timeout=0.5):

@@ -111,11 +111,19 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
         steps = pgcopy.step_rows(record.steps, hashes).encode()
         fields = pgcopy.row(
             (
-                record.external_id, record.task_key, record.task, record.ground_truth,
-                record.model_name, record.outcome_reward, record.success,
-                pgcopy.Json(record.metadata), len(record.steps), digest, record.branch_index,
+                record.external_id,
+                record.task_key,
+                record.task,
+                record.ground_truth,
+                record.model_name,
+                record.outcome_reward,
+                record.success,
+                pgcopy.Json(record.metadata),
+                len(record.steps),
+                digest,
+                record.branch_index,
             )
-        )  # fmt: skip
+        )
         source = ""
         if record.raw is not None:
             source = pgcopy.row((record.location[:100], pgcopy.Json(record.raw)))

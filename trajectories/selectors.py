@@ -424,11 +424,17 @@ def task_rollouts(project: Project, task_key: str) -> TaskRollouts:
         Step.objects.filter(trajectory_id__in=list(by_trajectory))
         .annotate(preview=Left("content", TREE_PREVIEW_CHARS))
         .values_list(
-            "trajectory_id", "pk", "index", "role", "kind", "tool_name", "preview",
+            "trajectory_id",
+            "pk",
+            "index",
+            "role",
+            "kind",
+            "tool_name",
+            "preview",
             "prefix_hash",
         )
         .order_by("trajectory_id", "index")
-    )  # fmt: skip
+    )
     for trajectory_id, pk, index, role, kind, tool_name, preview, prefix_hash in rows:
         by_trajectory[trajectory_id].append(
             (prefix_hash, TreeStep(pk, index, role, kind, tool_name, preview))

@@ -22,20 +22,43 @@ class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):
     class Meta:
         model = Trajectory
         fields = [
-            "id", "project", "external_id", "source_format", "task_key", "task",
-            "ground_truth", "model_name", "outcome_reward", "success", "metadata",
-            "step_count", "content_hash", "import_batch", "parent", "branch_index",
+            "id",
+            "project",
+            "external_id",
+            "source_format",
+            "task_key",
+            "task",
+            "ground_truth",
+            "model_name",
+            "outcome_reward",
+            "success",
+            "metadata",
+            "step_count",
+            "content_hash",
+            "import_batch",
+            "parent",
+            "branch_index",
             "created_at",
-        ]  # fmt: skip
+        ]
 
 
 class StepSerializer(serializers.ModelSerializer[Step]):
     class Meta:
         model = Step
         fields = [
-            "id", "trajectory", "index", "kind", "role", "agent", "content", "tool_name",
-            "tool_args", "metadata", "labelable", "prefix_hash",
-        ]  # fmt: skip
+            "id",
+            "trajectory",
+            "index",
+            "kind",
+            "role",
+            "agent",
+            "content",
+            "tool_name",
+            "tool_args",
+            "metadata",
+            "labelable",
+            "prefix_hash",
+        ]
 
 
 class ImportBatchSerializer(serializers.ModelSerializer[ImportBatch]):
@@ -44,10 +67,21 @@ class ImportBatchSerializer(serializers.ModelSerializer[ImportBatch]):
     class Meta:
         model = ImportBatch
         fields = [
-            "id", "project", "file_name", "source_format", "status", "skip_invalid",
-            "processed_count", "created_count", "unchanged_count", "rejected_count",
-            "step_count", "errors", "created_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "project",
+            "file_name",
+            "source_format",
+            "status",
+            "skip_invalid",
+            "processed_count",
+            "created_count",
+            "unchanged_count",
+            "rejected_count",
+            "step_count",
+            "errors",
+            "created_at",
+            "finished_at",
+        ]
         read_only_fields = fields
 
 

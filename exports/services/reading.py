@@ -198,24 +198,56 @@ def trajectories_from_rows(
     annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
     for row in rows:
         (
-            trajectory_id, index, kind, role, agent, content, tool_name, tool_args,
-            step_metadata, labelable, prefix_hash, label, score, credit, correction,
+            trajectory_id,
+            index,
+            kind,
+            role,
+            agent,
+            content,
+            tool_name,
+            tool_args,
+            step_metadata,
+            labelable,
+            prefix_hash,
+            label,
+            score,
+            credit,
+            correction,
             by_annotator,
-        ) = row  # fmt: skip
+        ) = row
         steps[trajectory_id].append(
             ExportStep(
-                index=index, kind=kind, role=role, content=content, labelable=labelable,
-                prefix_hash=prefix_hash, agent=agent, tool_name=tool_name,
+                index=index,
+                kind=kind,
+                role=role,
+                content=content,
+                labelable=labelable,
+                prefix_hash=prefix_hash,
+                agent=agent,
+                tool_name=tool_name,
                 tool_args=None if tool_args is None else _json(tool_args),
-                metadata=_json(step_metadata) or {}, label=label, score=score, credit=credit,
+                metadata=_json(step_metadata) or {},
+                label=label,
+                score=score,
+                credit=credit,
                 correction=correction or None,
             )
-        )  # fmt: skip
+        )
         if lossless:
             annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
     for trajectory_id in ids:
-        (_, external_id, task, task_key, ground_truth, model_name, outcome_reward, success,
-         metadata, source_format) = heads[trajectory_id]  # fmt: skip
+        (
+            _,
+            external_id,
+            task,
+            task_key,
+            ground_truth,
+            model_name,
+            outcome_reward,
+            success,
+            metadata,
+            source_format,
+        ) = heads[trajectory_id]
         per_annotator = annotators[trajectory_id]
         yield ExportTrajectory(
             id=trajectory_id,

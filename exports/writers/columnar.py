@@ -174,9 +174,14 @@ def write_rl_parquet(
     export = export_format("rl")
     check_export(export, options, "parquet", False)
     files = ExportFiles(
-        export, options, out_dir, "parquet", splits=splits, seed=seed,
+        export,
+        options,
+        out_dir,
+        "parquet",
+        splits=splits,
+        seed=seed,
         row_group_size=row_group_size,
-    )  # fmt: skip
+    )
     result = files.result
     count_groups(result, groups)
     with files:

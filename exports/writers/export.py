@@ -292,9 +292,15 @@ def write_export(
     chosen: Container = container or export.containers[0]
     check_export(export, options, chosen, compress)
     files = ExportFiles(
-        export, options, out_dir, chosen, compress=compress, splits=splits, seed=seed,
+        export,
+        options,
+        out_dir,
+        chosen,
+        compress=compress,
+        splits=splits,
+        seed=seed,
         row_group_size=row_group_size,
-    )  # fmt: skip
+    )
     result = files.result
     with files:
         groups = task_groups(

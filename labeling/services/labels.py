@@ -108,9 +108,19 @@ def step_label_set(
             sets, params = _label_assignments(tags, rationale, correction, time_spent_ms)
             sets.append("value = EXCLUDED.value")
             row_values: list[Any] = [
-                step.pk, annotator_id, schema.pk, value, Jsonb(tags or []), rationale or "",
-                correction or "", status, state.show_model_scores, time_spent_ms, now, now,
-            ]  # fmt: skip
+                step.pk,
+                annotator_id,
+                schema.pk,
+                value,
+                Jsonb(tags or []),
+                rationale or "",
+                correction or "",
+                status,
+                state.show_model_scores,
+                time_spent_ms,
+                now,
+                now,
+            ]
             # ON CONFLICT makes a retried or doubled post an update of the one row; xmax is
             # 0 only on a row this statement inserted.
             cursor.execute(
@@ -171,10 +181,18 @@ def _verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: 
             " finish_reason = CASE WHEN %s THEN 'found_error' ELSE tl.finish_reason END,"
             " updated_at = EXCLUDED.updated_at",
             [
-                state.trajectory.pk, state.user_id, state.trajectory.pk, state.user_id,
-                schema.pk, schema.error_value, found_error, now, now, found_error,
+                state.trajectory.pk,
+                state.user_id,
+                state.trajectory.pk,
+                state.user_id,
+                schema.pk,
+                schema.error_value,
+                found_error,
+                now,
+                now,
+                found_error,
             ],
-        )  # fmt: skip
+        )
 
 
 def step_label_undo(*, state: LabelingState) -> int:
@@ -199,10 +217,16 @@ def step_label_undo(*, state: LabelingState) -> int:
             )
             .order_by("pgh_id")
             .values(
-                "pgh_id", "pgh_label", "pgh_context", "step_id", "value", "tags", "rationale",
+                "pgh_id",
+                "pgh_label",
+                "pgh_context",
+                "step_id",
+                "value",
+                "tags",
+                "rationale",
                 "correction",
             )
-        )  # fmt: skip
+        )
         undone = {(e["pgh_context"] or {}).get("undo_of") for e in events}
         candidates = [
             e

@@ -107,10 +107,13 @@ def chunk_branches(chunk: RolloutChunk) -> list[ChunkBranch]:
         row = rows[branch_id]
         out.append(
             ChunkBranch(
-                row, parents[row.trajectory_id], first, samples,
+                row,
+                parents[row.trajectory_id],
+                first,
+                samples,
                 alternative=row.alternative if row.replaced and row.alternative else None,
             )
-        )  # fmt: skip
+        )
     return out
 
 
@@ -135,11 +138,15 @@ def chunk_requests(job: RolloutJob, branches: list[ChunkBranch]) -> list[generat
     and branch so a chunk run again samples the same continuations."""
     return [
         generation.Request(
-            key=b.row.pk, task=b.parent.task, steps=prefix_steps(b), samples=b.samples,
-            first_sample=b.first_sample, seed=_seed(job, b.row),
+            key=b.row.pk,
+            task=b.parent.task,
+            steps=prefix_steps(b),
+            samples=b.samples,
+            first_sample=b.first_sample,
+            seed=_seed(job, b.row),
         )
         for b in branches
-    ]  # fmt: skip
+    ]
 
 
 def _generate(job: RolloutJob, chunk: RolloutChunk) -> _Generated:
@@ -177,16 +184,25 @@ def _generate(job: RolloutJob, chunk: RolloutChunk) -> _Generated:
             ),
         )
         rollout = {
-            "job": job.pk, "policy": job.policy.name, "sample": result.sample,
-            "finish_reason": result.finish_reason, "new_tokens": result.new_tokens,
-            "prompt_tokens": result.prompt_tokens, "dropped_tokens": result.dropped_tokens,
+            "job": job.pk,
+            "policy": job.policy.name,
+            "sample": result.sample,
+            "finish_reason": result.finish_reason,
+            "new_tokens": result.new_tokens,
+            "prompt_tokens": result.prompt_tokens,
+            "dropped_tokens": result.dropped_tokens,
             "answer_check": job.answer_check,
-        }  # fmt: skip
+        }
         record = continuations.continuation_record(
-            parent=branch.parent, from_step=branch.row.step_index, generated=generated,
-            finished=result.finished, success=success, model=job.policy.name, rollout=rollout,
+            parent=branch.parent,
+            from_step=branch.row.step_index,
+            generated=generated,
+            finished=result.finished,
+            success=success,
+            model=job.policy.name,
+            rollout=rollout,
             replacement=branch.alternative if branch.row.replaced else None,
-        )  # fmt: skip
+        )
         out.records.append(record)
         out.outcomes.setdefault(branch.row.pk, []).append(
             (result.sample, success, result.finish_reason, result.new_tokens, record["id"])
@@ -209,12 +225,16 @@ def _sample_alternative(
         generation.PrefixStep(s.content, s.role, s.kind) for s in branch.parent.steps[:index]
     )
     request = generation.Request(
-        key=branch.row.pk, task=branch.parent.task, steps=before,
-        samples=ALTERNATIVE_SAMPLES, seed=_seed(job, branch.row, salt=1),
-    )  # fmt: skip
+        key=branch.row.pk,
+        task=branch.parent.task,
+        steps=before,
+        samples=ALTERNATIVE_SAMPLES,
+        seed=_seed(job, branch.row, salt=1),
+    )
     original = branch.parent.steps[index].content.strip()
-    candidates = [r.steps[0] for r in generator.generate([request], should_stop=should_stop)
-                  if r.steps]  # fmt: skip
+    candidates = [
+        r.steps[0] for r in generator.generate([request], should_stop=should_stop) if r.steps
+    ]
     different = [c for c in candidates if c.strip() != original]
     chosen = (different or candidates or [""])[0]
     return chosen.replace("\x00", "")
@@ -248,10 +268,14 @@ def _chunk_finish(chunk: RolloutChunk, generated: _Generated) -> None:
             for sample, success, finish, new_tokens, external_id in outcomes:
                 links.append(
                     Continuation(
-                        trajectory_id=trajectory_ids[external_id], branch=branch, sample=sample,
-                        success=success, finish_reason=finish, new_tokens=new_tokens,
+                        trajectory_id=trajectory_ids[external_id],
+                        branch=branch,
+                        sample=sample,
+                        success=success,
+                        finish_reason=finish,
+                        new_tokens=new_tokens,
                     )
-                )  # fmt: skip
+                )
             branch.done += len(outcomes)
             branch.successes += sum(1 for _, success, *_ in outcomes if success)
             if branch_id in generated.alternatives:
@@ -280,8 +304,18 @@ def _chunk_finish(chunk: RolloutChunk, generated: _Generated) -> None:
         job.tokens += generated.tokens
         job.truncated += generated.truncated
         job.chunks_done += 1
-        job.save(update_fields=["done", "successes", "tokens", "truncated", "chunks_done",
-                                "total", "chunks_total", "result"])  # fmt: skip
+        job.save(
+            update_fields=[
+                "done",
+                "successes",
+                "tokens",
+                "truncated",
+                "chunks_done",
+                "total",
+                "chunks_total",
+                "result",
+            ]
+        )
         chunks_enqueue(new_chunks, job.policy.queue)
         if job_finish_if_complete(job):
             return
@@ -371,11 +405,16 @@ def mc_upsert(*, job: RolloutJob, branches: list[RolloutBranch]) -> int:
         steps = cursor.fetchall()
     rows = [
         StepMC(
-            step_id=step_id, policy_id=job.policy_id, job=job, k=by_hash[h].k,
-            successes=by_hash[h].successes, soft=by_hash[h].soft, hard=by_hash[h].hard,
+            step_id=step_id,
+            policy_id=job.policy_id,
+            job=job,
+            k=by_hash[h].k,
+            successes=by_hash[h].successes,
+            soft=by_hash[h].soft,
+            hard=by_hash[h].hard,
         )
         for step_id, h in steps
-    ]  # fmt: skip
+    ]
     StepMC.objects.bulk_create(
         rows,
         batch_size=2000,
@@ -424,10 +463,14 @@ def _searches_advance(job: RolloutJob, probes: list[RolloutBranch]) -> list[int]
             step_id = Step.objects.get(trajectory_id=found.trajectory_id, index=step_index).pk
             next_branches.append(
                 RolloutBranch(
-                    job=job, trajectory_id=found.trajectory_id, step_id=step_id,
-                    step_index=step_index, k=job.k, search=found,
+                    job=job,
+                    trajectory_id=found.trajectory_id,
+                    step_id=step_id,
+                    step_index=step_index,
+                    k=job.k,
+                    search=found,
                 )
-            )  # fmt: skip
+            )
         found.save()
     if not next_branches:
         return []

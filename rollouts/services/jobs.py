@@ -112,10 +112,17 @@ def rollout_job_start(
     broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         job = RolloutJob.objects.create(
-            project=project, policy=policy, mode=mode, k=k, answer_check=str(check),
-            selection=selection, options=options, max_continuations=max_continuations,
-            max_tokens=max_tokens, created_by=user,
-        )  # fmt: skip
+            project=project,
+            policy=policy,
+            mode=mode,
+            k=k,
+            answer_check=str(check),
+            selection=selection,
+            options=options,
+            max_continuations=max_continuations,
+            max_tokens=max_tokens,
+            created_by=user,
+        )
         transaction.on_commit(lambda: tasks.plan_job.delay(job.pk))
     return job
 
@@ -274,10 +281,14 @@ def _plan_searches(job: RolloutJob, check: answers.AnswerCheck) -> _Plan:
         assert probe is not None
         plan.branches.append(
             RolloutBranch(
-                job=job, trajectory_id=trajectory_id, step_id=dict(steps)[probe],
-                step_index=probe, k=job.k, search=found,
+                job=job,
+                trajectory_id=trajectory_id,
+                step_id=dict(steps)[probe],
+                step_index=probe,
+                k=job.k,
+                search=found,
             )
-        )  # fmt: skip
+        )
     return plan
 
 
@@ -309,11 +320,17 @@ def _plan_critical(job: RolloutJob, check: answers.AnswerCheck) -> _Plan:
             alternative, source = "", ""
         plan.branches.append(
             RolloutBranch(
-                job=job, trajectory_id=trajectory_id, step_id=step_id, step_index=index,
-                k=job.k, replaced=True, alternative=alternative, alternative_source=source,
+                job=job,
+                trajectory_id=trajectory_id,
+                step_id=step_id,
+                step_index=index,
+                k=job.k,
+                replaced=True,
+                alternative=alternative,
+                alternative_source=source,
                 baseline_success=parent_outcome(parents[trajectory_id], stored_success, check),
             )
-        )  # fmt: skip
+        )
     return plan
 
 

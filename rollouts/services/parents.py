@@ -22,10 +22,17 @@ def parents_load(trajectory_ids: Iterable[int]) -> dict[int, Parent]:
         Step.objects.filter(trajectory_id__in=ids)
         .order_by("trajectory_id", "index")
         .values_list(
-            "trajectory_id", "kind", "role", "content", "labelable", "agent", "tool_name",
-            "tool_args", "metadata",
+            "trajectory_id",
+            "kind",
+            "role",
+            "content",
+            "labelable",
+            "agent",
+            "tool_name",
+            "tool_args",
+            "metadata",
         )
-    )  # fmt: skip
+    )
     for trajectory_id, *fields in step_rows.iterator(chunk_size=5000):
         kind, role, content, labelable, agent, tool_name, tool_args, metadata = fields
         steps[trajectory_id].append(

@@ -139,9 +139,12 @@ def attribution_run_start(
         raise AttributionError(str(error)) from None
     spec = methods.METHODS[method]
     label_source = _checked_inputs(
-        project=project, spec=spec, parameters=normalised, scorer=scorer,
+        project=project,
+        spec=spec,
+        parameters=normalised,
+        scorer=scorer,
         label_source=label_source,
-    )  # fmt: skip
+    )
     selection: dict[str, Any] = {}
     if method == AttributionRun.Method.TOKEN_SALIENCY:
         if step is None:
@@ -544,10 +547,12 @@ def _model_chunk(run: AttributionRun, chunk: AttributionChunk) -> None:
             over_agents = _players_are_agents(params["players"], agents[trajectory.key], trajectory)
             jobs.append(
                 coalitions.shapley_job(
-                    trajectory, permutations=params["permutations"], seed=params["seed"],
+                    trajectory,
+                    permutations=params["permutations"],
+                    seed=params["seed"],
                     agents=agents[trajectory.key] if over_agents else None,
                 )
-            )  # fmt: skip
+            )
     results = coalitions.run_jobs(scorer, jobs, how=params["how"], empty=params["empty"])
     rows = [
         StepCredit(step_id=c.key, run_id=run.pk, value=c.value, detail=c.detail)

@@ -135,9 +135,12 @@ def scoring_run_start(
     broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         run = ScoringRun.objects.create(
-            project=project, scorer=scorer, kind=ScoringRun.Kind.SCORE, selection=selection,
+            project=project,
+            scorer=scorer,
+            kind=ScoringRun.Kind.SCORE,
+            selection=selection,
             created_by=user,
-        )  # fmt: skip
+        )
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
 
@@ -393,10 +396,14 @@ def scores_import(
         with transaction.atomic():
             scorer = _scorer_for_import(project, scorer_name, user)
             run = ScoringRun.objects.create(
-                project=project, scorer=scorer, kind=ScoringRun.Kind.IMPORT,
-                status=ScoringRun.Status.RUNNING, selection={"file": path.name},
-                created_by=user, started_at=timezone.now(),
-            )  # fmt: skip
+                project=project,
+                scorer=scorer,
+                kind=ScoringRun.Kind.IMPORT,
+                status=ScoringRun.Status.RUNNING,
+                selection={"file": path.name},
+                created_by=user,
+                started_at=timezone.now(),
+            )
             for batch in _batched(_score_lines(path, problems), IMPORT_BATCH):
                 results = _resolve_steps(project, batch, problems)
                 if problems and not skip_invalid:

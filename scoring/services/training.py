@@ -52,12 +52,16 @@ def scorer_train_start(
             project=project,
             kind=ScoringRun.Kind.TRAIN,
             parameters={
-                "name": name, "encoder": encoder, "parameters": parameters,
-                "neutral": neutral, "holdout": holdout, "queue": queue,
+                "name": name,
+                "encoder": encoder,
+                "parameters": parameters,
+                "neutral": neutral,
+                "holdout": holdout,
+                "queue": queue,
                 "score_after": score_after,
             },
             created_by=user,
-        )  # fmt: skip
+        )
         transaction.on_commit(lambda: tasks.train_head.apply_async(args=[run.pk], queue=queue))
     return run
 
@@ -154,13 +158,20 @@ def scorer_train_run(*, run_id: int) -> ScoringRun:
             return run
         revision = _next_revision(run.project, settings["name"])
         scorer = Scorer.objects.create(
-            project=run.project, name=settings["name"], kind=Scorer.Kind.TRAINED_HEAD,
-            model_ref=settings["encoder"], revision=revision,
-            parameters=settings["parameters"], queue=settings["queue"],
-            artifact={"head": result.head.to_dict(), "metrics": result.metrics,
-                      "training_run": run.pk},
+            project=run.project,
+            name=settings["name"],
+            kind=Scorer.Kind.TRAINED_HEAD,
+            model_ref=settings["encoder"],
+            revision=revision,
+            parameters=settings["parameters"],
+            queue=settings["queue"],
+            artifact={
+                "head": result.head.to_dict(),
+                "metrics": result.metrics,
+                "training_run": run.pk,
+            },
             created_by=run.created_by,
-        )  # fmt: skip
+        )
         steps = result.metrics["train_steps"] + result.metrics["heldout_steps"]
         run.scorer = scorer
         run.metrics = result.metrics

@@ -31,10 +31,17 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 # What the test process may carry that must not reach the stack's processes.
 _PRIVATE = (
-    "DATABASE_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "STEPSCOPE_DATABASE_NAME",
-    "STEPSCOPE_TESTING", "STEPSCOPE_DATA_DIR", "DJANGO_ALLOW_ASYNC_UNSAFE",
-    "STEPSCOPE_BROKER_KEY_PREFIX", "STEPSCOPE_MEDIA_ROOT", "STEPSCOPE_MODELS_DIR",
-)  # fmt: skip
+    "DATABASE_URL",
+    "CELERY_BROKER_URL",
+    "CELERY_RESULT_BACKEND",
+    "STEPSCOPE_DATABASE_NAME",
+    "STEPSCOPE_TESTING",
+    "STEPSCOPE_DATA_DIR",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+    "STEPSCOPE_BROKER_KEY_PREFIX",
+    "STEPSCOPE_MEDIA_ROOT",
+    "STEPSCOPE_MODELS_DIR",
+)
 
 
 def free_port() -> int:
@@ -105,9 +112,13 @@ class Stack:
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
             return subprocess.Popen(
-                args, cwd=REPO_ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                args,
+                cwd=REPO_ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
 
     def log(self, name: str) -> str:
         return (self.logs / f"{name}.log").read_text(errors="replace")[-4000:]
@@ -117,11 +128,22 @@ class Stack:
         self.web = self._spawn(
             "web",
             [
-                PYTHON, "-m", "gunicorn", "stepscope.wsgi:application",
-                "--bind", f"127.0.0.1:{self.port}", "--workers", str(self.web_workers),
-                "--threads", "4", "--timeout", "60", "--graceful-timeout", "5",
+                PYTHON,
+                "-m",
+                "gunicorn",
+                "stepscope.wsgi:application",
+                "--bind",
+                f"127.0.0.1:{self.port}",
+                "--workers",
+                str(self.web_workers),
+                "--threads",
+                "4",
+                "--timeout",
+                "60",
+                "--graceful-timeout",
+                "5",
             ],
-        )  # fmt: skip
+        )
         if not wait_until(lambda: self.get_status("/healthz") == 200, timeout=60):
             raise RuntimeError(f"gunicorn did not start:\n{self.log('web')}")
 
@@ -130,11 +152,24 @@ class Stack:
         worker = self._spawn(
             f"worker-{queue}",
             [
-                PYTHON, "-m", "celery", "-A", "stepscope", "worker", "-Q", queue,
-                "--concurrency", "1", "-n", f"{queue}-{self.port}@%h",
-                "--without-gossip", "--without-mingle", "--loglevel", "INFO",
+                PYTHON,
+                "-m",
+                "celery",
+                "-A",
+                "stepscope",
+                "worker",
+                "-Q",
+                queue,
+                "--concurrency",
+                "1",
+                "-n",
+                f"{queue}-{self.port}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--loglevel",
+                "INFO",
             ],
-        )  # fmt: skip
+        )
         self.workers[queue] = worker
         return worker
 
@@ -173,10 +208,23 @@ class Stack:
         # Output to a file, not a pipe: the new server inherits it and never closes it.
         with (self.logs / "postgres-restart.log").open("ab") as log:
             subprocess.run(
-                [str(postgres.parent / "pg_ctl"), "-D", str(pgdata), "-m", "fast", "-w",
-                 "-l", str(pgdata / "log"), "restart"],
-                check=True, stdout=log, stderr=subprocess.STDOUT, timeout=60, user=user,
-            )  # fmt: skip
+                [
+                    str(postgres.parent / "pg_ctl"),
+                    "-D",
+                    str(pgdata),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-l",
+                    str(pgdata / "log"),
+                    "restart",
+                ],
+                check=True,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=60,
+                user=user,
+            )
 
     def redis_stop(self) -> None:
         from stepscope import embedded

@@ -143,9 +143,12 @@ def test_a_second_delivery_of_a_finished_import_changes_nothing(
     path = tmp_path / "a.jsonl"
     path.write_text(json.dumps(next(synthetic.rollouts(tasks=1, seed=9))) + "\n")
     batch = ImportBatch.objects.create(
-        project=project, file_name="a.jsonl", source_format="stepscope",
-        status=ImportBatch.Status.RUNNING, stored_path=str(path),
-    )  # fmt: skip
+        project=project,
+        file_name="a.jsonl",
+        source_format="stepscope",
+        status=ImportBatch.Status.RUNNING,
+        stored_path=str(path),
+    )
     stale = ImportBatch.objects.get(pk=batch.pk)
     ImportBatch.objects.filter(pk=batch.pk).update(status=ImportBatch.Status.DONE, created_count=7)
 

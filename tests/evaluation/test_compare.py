@@ -346,9 +346,16 @@ def test_between_humans(project: Project) -> None:
 def test_command_prints_one_json_object_last(hand_worked: Project) -> None:
     out = io.StringIO()
     call_command(
-        "compare", "--project", "demo", "--scorer", "prm", "--labels", "human:ann", "--json",
+        "compare",
+        "--project",
+        "demo",
+        "--scorer",
+        "prm",
+        "--labels",
+        "human:ann",
+        "--json",
         stdout=out,
-    )  # fmt: skip
+    )
     data = json.loads(out.getvalue().strip().splitlines()[-1])
     assert data["steps"] == 9
     assert data["kappa"] == pytest.approx(12 / 39)

@@ -269,9 +269,14 @@ def odd_text_records() -> list[dict[str, Any]]:
     newlines), non-ASCII and astral characters, non-labelable steps first and in the
     middle, and a trajectory with no labelable step at all."""
     texts = [
-        'she said "7"', "back\\slash \\n not a newline", "tab\there\nnew line\r\n",
-        "bell \x07 and \x1f unit", "café ∑ 数学 🧮", "\u2028 line separator", "plain",
-    ]  # fmt: skip
+        'she said "7"',
+        "back\\slash \\n not a newline",
+        "tab\there\nnew line\r\n",
+        "bell \x07 and \x1f unit",
+        "café ∑ 数学 🧮",
+        "\u2028 line separator",
+        "plain",
+    ]
     records = []
     for number in range(6):
         steps: list[dict[str, Any]] = [{"role": "user", "content": f"question {number}"}]
@@ -280,13 +285,20 @@ def odd_text_records() -> list[dict[str, Any]]:
             if index == 2:
                 steps.append({"role": "tool", "kind": "observation", "content": "seen"})
         records.append(
-            {"id": f"odd-{number}", "task": f"Task {number} with \"quotes\"",
-             "task_key": "" if number % 2 else f"odd-{number // 2}", "steps": steps}
-        )  # fmt: skip
+            {
+                "id": f"odd-{number}",
+                "task": f'Task {number} with "quotes"',
+                "task_key": "" if number % 2 else f"odd-{number // 2}",
+                "steps": steps,
+            }
+        )
     records.append(
-        {"id": "no-labelable", "task": "nothing to label",
-         "steps": [{"role": "user", "content": "only a question"}]}
-    )  # fmt: skip
+        {
+            "id": "no-labelable",
+            "task": "nothing to label",
+            "steps": [{"role": "user", "content": "only a question"}],
+        }
+    )
     return records
 
 

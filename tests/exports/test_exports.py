@@ -46,10 +46,17 @@ def snapshot(project: Project) -> list[Any]:
         Step.objects.filter(trajectory__project=project)
         .order_by("trajectory_id", "index")
         .values_list(
-            "trajectory_id", "index", "kind", "role", "agent", "content", "tool_name",
-            "tool_args", "labelable",
+            "trajectory_id",
+            "index",
+            "kind",
+            "role",
+            "agent",
+            "content",
+            "tool_name",
+            "tool_args",
+            "labelable",
         )
-    ):  # fmt: skip
+    ):
         steps.setdefault(row[0], []).append(row[1:])
     labels: dict[int, list[Any]] = {}
     for trajectory_id, index, username, value in StepLabel.objects.filter(
@@ -58,11 +65,17 @@ def snapshot(project: Project) -> list[Any]:
         labels.setdefault(trajectory_id, []).append((index, username, value))
     return sorted(
         (
-            t.external_id, t.task, t.task_key, t.outcome_reward, t.success, t.metadata,
-            steps.get(t.pk, []), sorted(labels.get(t.pk, [])),
+            t.external_id,
+            t.task,
+            t.task_key,
+            t.outcome_reward,
+            t.success,
+            t.metadata,
+            steps.get(t.pk, []),
+            sorted(labels.get(t.pk, [])),
         )
         for t in Trajectory.objects.filter(project=project)
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.django_db
@@ -73,9 +86,17 @@ def test_stepscope_export_round_trips_the_real_files(tmp_path: Path, path: Path,
     source = project_create(slug="source", name="source")
     trajectory_import(project=source, source_format=fmt, path=path)
     summary = export(
-        "--project", "source", "--format", "stepscope", "--labels", f"import:{fmt}",
-        "--neutral", "keep", "--out", str(tmp_path / "out"),
-    )  # fmt: skip
+        "--project",
+        "source",
+        "--format",
+        "stepscope",
+        "--labels",
+        f"import:{fmt}",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert summary["trajectories"] == Trajectory.objects.filter(project=source).count()
 
     copy = project_create(slug="copy", name="copy")
@@ -90,8 +111,20 @@ def test_stepscope_export_round_trips_the_real_files(tmp_path: Path, path: Path,
 def test_exports_are_deterministic_and_splits_never_share_a_task(tmp_path: Path) -> None:
     project = project_create(slug="pb", name="pb")
     trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
-    args = ["--project", "pb", "--format", "trl-stepwise", "--labels", "import:processbench",
-            "--neutral", "drop", "--split", "train=0.8,test=0.2", "--seed", "7"]  # fmt: skip
+    args = [
+        "--project",
+        "pb",
+        "--format",
+        "trl-stepwise",
+        "--labels",
+        "import:processbench",
+        "--neutral",
+        "drop",
+        "--split",
+        "train=0.8,test=0.2",
+        "--seed",
+        "7",
+    ]
     first = export(*args, "--out", str(tmp_path / "a"))
     second = export(*args, "--out", str(tmp_path / "b"))
     assert first["files"] == second["files"]
@@ -117,8 +150,18 @@ def test_exports_are_deterministic_and_splits_never_share_a_task(tmp_path: Path)
 def test_trl_labels_follow_the_first_error(tmp_path: Path) -> None:
     project = project_create(slug="pb", name="pb")
     trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
-    export("--project", "pb", "--format", "trl-stepwise", "--labels", "import:processbench",
-           "--neutral", "drop", "--out", str(tmp_path))  # fmt: skip
+    export(
+        "--project",
+        "pb",
+        "--format",
+        "trl-stepwise",
+        "--labels",
+        "import:processbench",
+        "--neutral",
+        "drop",
+        "--out",
+        str(tmp_path),
+    )
     records = {
         json.loads(line)["prompt"]: json.loads(line)
         for line in (tmp_path / "trl-stepwise.jsonl").read_text().splitlines()
@@ -137,9 +180,19 @@ def test_saved_selection_narrows_the_export(tmp_path: Path) -> None:
     trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
     Selection.objects.create(project=project, name="failures", definition={"outcome": "failure"})
     summary = export(
-        "--project", "pb", "--format", "kto", "--labels", "import:processbench",
-        "--neutral", "drop", "--selection", "failures", "--out", str(tmp_path),
-    )  # fmt: skip
+        "--project",
+        "pb",
+        "--format",
+        "kto",
+        "--labels",
+        "import:processbench",
+        "--neutral",
+        "drop",
+        "--selection",
+        "failures",
+        "--out",
+        str(tmp_path),
+    )
     assert (
         summary["trajectories"] == Trajectory.objects.filter(project=project, success=False).count()
     )
@@ -154,13 +207,22 @@ def test_bad_parameters_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(CommandError, match="unknown label source"):
         call_command("export", *base, "--labels", "people", "--neutral", "drop")
     with pytest.raises(CommandError, match="no selection"):
-        call_command("export", *base, "--labels", "human:majority", "--neutral", "drop",
-                     "--selection", "nope")  # fmt: skip
+        call_command(
+            "export",
+            *base,
+            "--labels",
+            "human:majority",
+            "--neutral",
+            "drop",
+            "--selection",
+            "nope",
+        )
     with pytest.raises(CommandError, match="no scorer"):
         call_command("export", *base, "--labels", "model:nope", "--neutral", "drop")
     with pytest.raises(CommandError, match="split"):
-        call_command("export", *base, "--labels", "human:majority", "--neutral", "drop",
-                     "--split", "train=2")  # fmt: skip
+        call_command(
+            "export", *base, "--labels", "human:majority", "--neutral", "drop", "--split", "train=2"
+        )
     assert not (tmp_path / "x").exists() or not any((tmp_path / "x").iterdir())
 
 
@@ -174,19 +236,27 @@ def researcher(project: Project) -> User:
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
 def test_export_job_runs_on_a_worker_and_downloads_for_members_only(
-    settings: Any, tmp_path: Path, project: Project, researcher: User, outsider: User,
+    settings: Any,
+    tmp_path: Path,
+    project: Project,
+    researcher: User,
+    outsider: User,
     celery_worker: object,
-) -> None:  # fmt: skip
+) -> None:
     settings.MEDIA_ROOT = tmp_path
     trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
     api = APIClient()
     api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=researcher).key}")
     response = api.post(
         "/api/v1/exports/",
-        {"project": project.slug, "format": "rl", "labels": "import:processbench",
-         "neutral": "keep"},
+        {
+            "project": project.slug,
+            "format": "rl",
+            "labels": "import:processbench",
+            "neutral": "keep",
+        },
         format="json",
-    )  # fmt: skip
+    )
     assert response.status_code == 202, response.content
     job_id = response.json()["id"]
     running = ExportJob.objects.filter(pk=job_id, status__in=("queued", "running"))

@@ -72,9 +72,19 @@ def test_rl_rows_carry_the_chosen_runs_credits(tmp_path: Path) -> None:
     project = rollouts_project(tmp_path)
     run = finished_run(project)
     export(
-        "--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
-        "--neutral", "keep", "--credit-run", str(run.pk), "--out", str(tmp_path / "out"),
-    )  # fmt: skip
+        "--project",
+        "arith",
+        "--format",
+        "rl",
+        "--labels",
+        "import:synthetic-truth",
+        "--neutral",
+        "keep",
+        "--credit-run",
+        str(run.pk),
+        "--out",
+        str(tmp_path / "out"),
+    )
     rows = pq.read_table(tmp_path / "out" / "rl.parquet").to_pylist()
     expected = {
         (trajectory_id, index): value
@@ -103,8 +113,18 @@ def test_rl_rows_carry_the_chosen_runs_credits(tmp_path: Path) -> None:
 @pytest.mark.django_db
 def test_rl_credit_is_null_without_a_credit_run(tmp_path: Path) -> None:
     rollouts_project(tmp_path)
-    export("--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
-           "--neutral", "keep", "--out", str(tmp_path))  # fmt: skip
+    export(
+        "--project",
+        "arith",
+        "--format",
+        "rl",
+        "--labels",
+        "import:synthetic-truth",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path),
+    )
     rows = pq.read_table(tmp_path / "rl.parquet").to_pylist()
     assert {r["credit"] for r in rows} == {None}
     manifest = json.loads((tmp_path / "manifest.json").read_text())
@@ -116,8 +136,18 @@ def test_a_credit_run_must_be_a_finished_run_of_the_project(tmp_path: Path) -> N
     project = rollouts_project(tmp_path)
     other = rollouts_project(tmp_path, slug="other")
     foreign = finished_run(other)
-    base = ["--project", "arith", "--format", "rl", "--labels", "import:synthetic-truth",
-            "--neutral", "keep", "--out", str(tmp_path / "x")]  # fmt: skip
+    base = [
+        "--project",
+        "arith",
+        "--format",
+        "rl",
+        "--labels",
+        "import:synthetic-truth",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path / "x"),
+    ]
     with pytest.raises(CommandError, match=f"no attribution run {foreign.pk} in project 'arith'"):
         call_command("export", *base, "--credit-run", str(foreign.pk))
     queued = scoring.attribution_run_start(project=project, method="group-relative")
@@ -137,9 +167,13 @@ def mc_values(project: Project, policy: Policy, values: dict[int, tuple[int, int
         if step.index in values:
             k, successes = values[step.index]
             StepMC.objects.create(
-                step=step, policy=policy, k=k, successes=successes,
-                soft=successes / k, hard=successes > 0,
-            )  # fmt: skip
+                step=step,
+                policy=policy,
+                k=k,
+                successes=successes,
+                soft=successes / k,
+                hard=successes > 0,
+            )
 
 
 @pytest.mark.django_db
@@ -155,9 +189,18 @@ def test_mc_labels_export_hard_soft_and_per_policy(tmp_path: Path) -> None:
     def labels(source: str, *extra: str) -> list[bool]:
         out = tmp_path / source.replace(":", "-")
         summary = export(
-            "--project", "arith", "--format", "trl-stepwise", "--labels", source,
-            "--neutral", "drop", "--out", str(out), *extra,
-        )  # fmt: skip
+            "--project",
+            "arith",
+            "--format",
+            "trl-stepwise",
+            "--labels",
+            source,
+            "--neutral",
+            "drop",
+            "--out",
+            str(out),
+            *extra,
+        )
         assert summary["trajectories"] == 6
         lines = (out / "trl-stepwise.jsonl").read_text().splitlines()
         records = [json.loads(line) for line in lines]
@@ -192,8 +235,13 @@ def test_the_api_takes_a_credit_run_and_the_job_keeps_it(
     run = finished_run(project)
     api = APIClient()
     api.force_authenticate(researcher)
-    body = {"project": "arith", "format": "rl", "labels": "import:synthetic-truth",
-            "neutral": "keep", "credit_run": run.pk}  # fmt: skip
+    body = {
+        "project": "arith",
+        "format": "rl",
+        "labels": "import:synthetic-truth",
+        "neutral": "keep",
+        "credit_run": run.pk,
+    }
     response = api.post("/api/v1/exports/", body, format="json")
     assert response.status_code == 202, response.content
     # The worker's task body, in this process (the test transaction never commits).
@@ -217,9 +265,13 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
     run = finished_run(project)
     # (As JSON Lines: rl's Parquet is read in one COPY instead, test_exports_rl.py.)
     request = export_request_build(
-        project=project, format="rl", labels="import:synthetic-truth", neutral="keep",
-        credit_run=run.pk, container="jsonl",
-    )  # fmt: skip
+        project=project,
+        format="rl",
+        labels="import:synthetic-truth",
+        neutral="keep",
+        credit_run=run.pk,
+        container="jsonl",
+    )
     ahead = export_write(project=project, request=request, out_dir=tmp_path / "ahead")
     with transaction.atomic():
         inline = export_write(project=project, request=request, out_dir=tmp_path / "inline")
@@ -229,9 +281,11 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
     threads = threading.active_count()
     with pytest.raises(ExportCancelled):
         export_write(
-            project=project, request=request, out_dir=tmp_path / "cancelled",
+            project=project,
+            request=request,
+            out_dir=tmp_path / "cancelled",
             progress=CancelledProgress(),
-        )  # fmt: skip
+        )
     assert threading.active_count() == threads
     assert not list((tmp_path / "cancelled").iterdir())
 
@@ -242,8 +296,18 @@ def test_dpo_pairs_come_from_sibling_rollouts_read_from_the_database(tmp_path: P
     correct step other rollouts took there (+1) are siblings after the same prefix."""
     rollouts_project(tmp_path)
     out = tmp_path / "o"
-    summary = export("--project", "arith", "--format", "dpo", "--labels",
-                     "import:synthetic-truth", "--neutral", "drop", "--out", str(out))  # fmt: skip
+    summary = export(
+        "--project",
+        "arith",
+        "--format",
+        "dpo",
+        "--labels",
+        "import:synthetic-truth",
+        "--neutral",
+        "drop",
+        "--out",
+        str(out),
+    )
     pairs = [json.loads(line) for line in (out / "dpo.jsonl").read_text().splitlines()]
     assert summary["rows"] == len(pairs) > 0
     for pair in pairs:

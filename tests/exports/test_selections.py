@@ -161,8 +161,12 @@ def test_a_researcher_saves_lists_exports_and_deletes_a_selection(
     form = client.get(f"{page}?outcome=success&max_steps=5").context["form"]
     assert (form["outcome"].value(), form["max_steps"].value()) == ("success", "5")
 
-    posted = {"name": "errors-ok", "outcome": "success", "first_error": "yes",
-              "model_threshold": "0.5"}  # fmt: skip
+    posted = {
+        "name": "errors-ok",
+        "outcome": "success",
+        "first_error": "yes",
+        "model_threshold": "0.5",
+    }
     assert client.post(page, posted).status_code == 403  # no CSRF token
     assert not Selection.objects.exists()
     response = client.post(page, {**posted, "csrfmiddlewaretoken": token(client, page)})
@@ -181,9 +185,14 @@ def test_a_researcher_saves_lists_exports_and_deletes_a_selection(
     assert '<option value="errors-ok">' in client.get(exports).content.decode()
     started = client.post(
         exports,
-        {"format": "kto", "labels": "human:majority", "neutral": "drop",
-         "selection": "errors-ok", "csrfmiddlewaretoken": token(client, exports)},
-    )  # fmt: skip
+        {
+            "format": "kto",
+            "labels": "human:majority",
+            "neutral": "drop",
+            "selection": "errors-ok",
+            "csrfmiddlewaretoken": token(client, exports),
+        },
+    )
     assert started.status_code == 302, started.content.decode()[-2000:]
     job = ExportJob.objects.get()
     assert (job.selection_name, job.selection) == ("errors-ok", saved.definition)
@@ -238,10 +247,21 @@ def test_export_command_freezes_a_selection_with_the_new_filters(
     Selection.objects.create(project=project, name="disputed", definition=definition)
     out = StringIO()
     call_command(
-        "export", "--project", project.slug, "--format", "trl-stepwise", "--labels",
-        "human:majority", "--neutral", "drop", "--selection", "disputed",
-        "--out", str(tmp_path), stdout=out,
-    )  # fmt: skip
+        "export",
+        "--project",
+        project.slug,
+        "--format",
+        "trl-stepwise",
+        "--labels",
+        "human:majority",
+        "--neutral",
+        "drop",
+        "--selection",
+        "disputed",
+        "--out",
+        str(tmp_path),
+        stdout=out,
+    )
     summary = json.loads(out.getvalue().strip().splitlines()[-1])
     assert summary["trajectories"] == 1
     (record,) = [json.loads(line) for line in (tmp_path / "trl-stepwise.jsonl").open()]

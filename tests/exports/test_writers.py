@@ -233,12 +233,17 @@ def test_chat_messages_follow_openai_shapes() -> None:
                 tool_args={"x": "3*4"},
                 metadata={"tool_calls": [{"id": "c1", "name": "calc", "arguments": {"x": "3*4"}}]},
             ),
-            step("12", role="tool", kind="tool_result", tool_name="calc",
-                 metadata={"tool_call_id": "c1"}),
+            step(
+                "12",
+                role="tool",
+                kind="tool_result",
+                tool_name="calc",
+                metadata={"tool_call_id": "c1"},
+            ),
             step("So 2 + 12 = 14."),
             step("The answer is 14.", kind="answer"),
         ],
-    )  # fmt: skip
+    )
     assert chat_messages(TASK, item.steps) == [
         {"role": "system", "content": "Be brief."},
         {"role": "user", "content": TASK},
@@ -295,9 +300,16 @@ def tool_run() -> ExportTrajectory:
 def test_stepscope_record_is_the_importers_own_shape() -> None:
     [record] = built("stepscope", [tool_run()])
     assert list(record) == [
-        "id", "task", "task_key", "ground_truth", "model", "outcome",
-        "first_error_index", "metadata", "steps",
-    ]  # fmt: skip
+        "id",
+        "task",
+        "task_key",
+        "ground_truth",
+        "model",
+        "outcome",
+        "first_error_index",
+        "metadata",
+        "steps",
+    ]
     assert record["outcome"] == {"reward": 1.0, "success": True}
     assert record["steps"][1] == {
         "kind": "tool_call",
@@ -350,10 +362,17 @@ def test_stepscope_refuses_what_it_cannot_carry() -> None:
 
 def test_trl_stepwise_ends_at_the_first_error() -> None:
     items = [
-        trajectory(1, [step(TASK, role="user"), step("3 * 4 = 12.", 1),
-                       step("12 + 2 = 15.", -1), step("The answer is 15.", -1)]),
+        trajectory(
+            1,
+            [
+                step(TASK, role="user"),
+                step("3 * 4 = 12.", 1),
+                step("12 + 2 = 15.", -1),
+                step("The answer is 15.", -1),
+            ],
+        ),
         trajectory(2, [step("3 * 4 = 12.", 1), step("2 + 12 = 14.", 1)]),
-    ]  # fmt: skip
+    ]
     assert built("trl-stepwise", items) == [
         {"prompt": TASK, "completions": ["3 * 4 = 12.", "12 + 2 = 15."], "labels": [True, False]},
         {"prompt": TASK, "completions": ["3 * 4 = 12.", "2 + 12 = 14."], "labels": [True, True]},
@@ -403,11 +422,16 @@ def test_trl_stepwise_reimports(tmp_path: Path) -> None:
 def test_prm800k_record() -> None:
     item = trajectory(
         1,
-        [step(TASK, role="user"), step("3 * 4 = 12.", 1), step("Then add 2.", None),
-         step("12 + 2 = 15.", -1), step("The answer is 15.", -1)],
+        [
+            step(TASK, role="user"),
+            step("3 * 4 = 12.", 1),
+            step("Then add 2.", None),
+            step("12 + 2 = 15.", -1),
+            step("The answer is 15.", -1),
+        ],
         external_id="run-1",
         ground_truth="14",
-    )  # fmt: skip
+    )
     assert built("prm800k", [item], labeler="human:majority") == [
         {
             "labeler": "human:majority",
@@ -457,12 +481,21 @@ def test_prm800k_keeps_neutral_ratings_with_keep(tmp_path: Path) -> None:
 
 def test_processbench_record_and_what_it_skips() -> None:
     items = [
-        trajectory(1, [step(TASK, role="user"), step("3 * 4 = 12.", 1), step("12 + 2 = 15.", -1),
-                       step("The answer is 15.")], model_name="qwen", success=False),
+        trajectory(
+            1,
+            [
+                step(TASK, role="user"),
+                step("3 * 4 = 12.", 1),
+                step("12 + 2 = 15.", -1),
+                step("The answer is 15."),
+            ],
+            model_name="qwen",
+            success=False,
+        ),
         trajectory(2, [step("a", 1), step("b", None), step("c", -1)], success=False),
         trajectory(3, [step("a", 1)], success=None),
         trajectory(4, [step("a", 1), step("b", 1)], success=True, model_name="qwen"),
-    ]  # fmt: skip
+    ]
     tally: Counter[str] = Counter()
     from exports.writers.export import build_records
 
@@ -505,15 +538,38 @@ def branching_rollouts() -> list[ExportTrajectory]:
     step 1 with the right step; D goes wrong at step 0."""
     fix = "12 + 2 = 14."
     return [
-        trajectory(1, [step("3 * 4 = 12.", 1), step("12 + 2 = 15.", -1, correction=fix),
-                       step("The answer is 15.", -1)], task_key="t"),
-        trajectory(2, [step("3 * 4 = 12.", None), step("12 + 2 = 15.", -1, correction=fix),
-                       step("So it is 15.", -1)], task_key="t"),
-        trajectory(3, [step("3 * 4 = 12.", 1), step("2 + 12 = 14.", 1),
-                       step("The answer is 14.", 1)], task_key="t"),
-        trajectory(4, [step("2 + 3 = 5.", -1, correction="Multiplication first: 3 * 4 = 12."),
-                       step("5 * 4 = 20.", -1)], task_key="t"),
-    ]  # fmt: skip
+        trajectory(
+            1,
+            [
+                step("3 * 4 = 12.", 1),
+                step("12 + 2 = 15.", -1, correction=fix),
+                step("The answer is 15.", -1),
+            ],
+            task_key="t",
+        ),
+        trajectory(
+            2,
+            [
+                step("3 * 4 = 12.", None),
+                step("12 + 2 = 15.", -1, correction=fix),
+                step("So it is 15.", -1),
+            ],
+            task_key="t",
+        ),
+        trajectory(
+            3,
+            [step("3 * 4 = 12.", 1), step("2 + 12 = 14.", 1), step("The answer is 14.", 1)],
+            task_key="t",
+        ),
+        trajectory(
+            4,
+            [
+                step("2 + 3 = 5.", -1, correction="Multiplication first: 3 * 4 = 12."),
+                step("5 * 4 = 20.", -1),
+            ],
+            task_key="t",
+        ),
+    ]
 
 
 def test_dpo_pairs_siblings_at_branch_points_and_corrections() -> None:
@@ -567,9 +623,14 @@ def test_dpo_needs_the_rollouts_of_a_task_together() -> None:
 def test_kto_rows_per_labelled_step() -> None:
     item = trajectory(
         1,
-        [step(TASK, role="user"), step("3 * 4 = 12.", 1),
-         step("12", role="tool", kind="tool_result"), step("Hmm.", 0), step("12 + 2 = 15.", -1)],
-    )  # fmt: skip
+        [
+            step(TASK, role="user"),
+            step("3 * 4 = 12.", 1),
+            step("12", role="tool", kind="tool_result"),
+            step("Hmm.", 0),
+            step("12 + 2 = 15.", -1),
+        ],
+    )
     assert built("kto", [item]) == [
         {"prompt": f"{TASK}\n\n", "completion": "3 * 4 = 12.", "label": True},
         {
@@ -603,19 +664,35 @@ def test_sft_successful_trajectories() -> None:
 
 def test_sft_prefixes_before_the_first_error() -> None:
     items = [
-        trajectory(1, [step(TASK, role="user"), step("3 * 4 = 12.", 1),
-                       step("12", role="tool", kind="tool_result"),
-                       step("12 + 2 = 15.", -1), step("Done.")], success=False),
+        trajectory(
+            1,
+            [
+                step(TASK, role="user"),
+                step("3 * 4 = 12.", 1),
+                step("12", role="tool", kind="tool_result"),
+                step("12 + 2 = 15.", -1),
+                step("Done."),
+            ],
+            success=False,
+        ),
         trajectory(2, [step("2 + 3 = 5.", -1)], success=False),
         trajectory(3, [step("3 * 4 = 12.")], success=False),
         trajectory(4, [step("3 * 4 = 12."), step("2 + 12 = 14.")], success=None),
-    ]  # fmt: skip
+    ]
     assert built("sft", items, sft="before_first_error") == [
-        {"messages": [{"role": "user", "content": TASK},
-                      {"role": "assistant", "content": "3 * 4 = 12."}]},
-        {"messages": [{"role": "user", "content": TASK},
-                      {"role": "assistant", "content": "3 * 4 = 12.\n\n2 + 12 = 14."}]},
-    ]  # fmt: skip
+        {
+            "messages": [
+                {"role": "user", "content": TASK},
+                {"role": "assistant", "content": "3 * 4 = 12."},
+            ]
+        },
+        {
+            "messages": [
+                {"role": "user", "content": TASK},
+                {"role": "assistant", "content": "3 * 4 = 12.\n\n2 + 12 = 14."},
+            ]
+        },
+    ]
 
 
 # --- rl ---------------------------------------------------------------------------------------
@@ -625,13 +702,19 @@ def test_rl_rows_and_verl_prompts() -> None:
     items = [
         trajectory(
             11,
-            [step("Be exact.", role="system"), step("3 * 4 = 12.", 1, score=0.8, credit=0.25),
-             step("12 + 2 = 15.", 0, score=0.3, credit=float("nan"))],
-            task_key="t", ground_truth="14", outcome_reward=0.0, success=False,
+            [
+                step("Be exact.", role="system"),
+                step("3 * 4 = 12.", 1, score=0.8, credit=0.25),
+                step("12 + 2 = 15.", 0, score=0.3, credit=float("nan")),
+            ],
+            task_key="t",
+            ground_truth="14",
+            outcome_reward=0.0,
+            success=False,
             source_format="processbench",
         ),
         trajectory(12, [step("3 * 4 = 12.", 1)], task_key="t", ground_truth="14"),
-    ]  # fmt: skip
+    ]
     rows = built("rl", items, neutral="keep")
     assert rows[1] == {
         "trajectory_id": 11,
@@ -670,9 +753,13 @@ def test_rl_rows_and_verl_prompts() -> None:
         }
     ]
     per_trajectory = list(
-        records("rl", items, options(prompts_per="trajectory", data_source="gsm8k", ability="math"),
-                output="rl-prompts")
-    )  # fmt: skip
+        records(
+            "rl",
+            items,
+            options(prompts_per="trajectory", data_source="gsm8k", ability="math"),
+            output="rl-prompts",
+        )
+    )
     assert [p["extra_info"]["index"] for p in per_trajectory] == [0, 1]
     assert per_trajectory[1]["prompt"] == [{"role": "user", "content": TASK}]
     assert {p["data_source"] for p in per_trajectory} == {"gsm8k"}
@@ -723,29 +810,56 @@ def documented_examples() -> dict[str, list[dict[str, Any]]]:
 
 def documented_rollouts() -> list[ExportTrajectory]:
     common: dict[str, Any] = {
-        "task_key": "arith-7", "ground_truth": "14", "model_name": "qwen2.5-7b",
+        "task_key": "arith-7",
+        "ground_truth": "14",
+        "model_name": "qwen2.5-7b",
         "source_format": "stepscope",
-    }  # fmt: skip
+    }
     return [
-        trajectory(41, [step("3 * 4 = 12.", 1, credit=0.12), step("2 + 12 = 14.", 1, credit=0.2),
-                        step("The answer is 14.", 1, kind="answer", credit=0.1)],
-                   external_id="run-41", outcome_reward=1.0, success=True, first_error_index=-1,
-                   labels_by_annotator=[[("alice", 1)], [("alice", 1), ("bob", 1)], [("alice", 1)]],
-                   **common),
-        trajectory(42, [step("3 * 4 = 12.", 1, credit=0.12),
-                        step("12 + 2 = 15.", -1, credit=-0.55, correction="12 + 2 = 14."),
-                        step("The answer is 15.", None, kind="answer", credit=-0.1)],
-                   external_id="run-42", outcome_reward=0.0, success=False, first_error_index=1,
-                   labels_by_annotator=[[("alice", 1)], [("alice", -1)], []], **common),
-    ]  # fmt: skip
+        trajectory(
+            41,
+            [
+                step("3 * 4 = 12.", 1, credit=0.12),
+                step("2 + 12 = 14.", 1, credit=0.2),
+                step("The answer is 14.", 1, kind="answer", credit=0.1),
+            ],
+            external_id="run-41",
+            outcome_reward=1.0,
+            success=True,
+            first_error_index=-1,
+            labels_by_annotator=[[("alice", 1)], [("alice", 1), ("bob", 1)], [("alice", 1)]],
+            **common,
+        ),
+        trajectory(
+            42,
+            [
+                step("3 * 4 = 12.", 1, credit=0.12),
+                step("12 + 2 = 15.", -1, credit=-0.55, correction="12 + 2 = 14."),
+                step("The answer is 15.", None, kind="answer", credit=-0.1),
+            ],
+            external_id="run-42",
+            outcome_reward=0.0,
+            success=False,
+            first_error_index=1,
+            labels_by_annotator=[[("alice", 1)], [("alice", -1)], []],
+            **common,
+        ),
+    ]
 
 
 def test_docs_show_records_the_builders_make() -> None:
     examples = documented_examples()
     outputs = {
-        "stepscope", "trl-stepwise", "prm800k", "processbench", "dpo", "kto", "sft", "rl",
+        "stepscope",
+        "trl-stepwise",
+        "prm800k",
+        "processbench",
+        "dpo",
+        "kto",
+        "sft",
+        "rl",
         "rl-prompts",
-    }  # fmt: skip
+    }
     assert set(examples) == outputs
     for output, documented in examples.items():
         format_name = "rl" if output.startswith("rl") else output

@@ -122,20 +122,39 @@ def test_split_assignment_is_fixed_for_a_seed() -> None:
     # Hard-coded: the assignment depends on nothing but the key and the seed (SHA-256),
     # so it must not change between runs, machines or releases.
     assert [split_for(key, spec, 13) for key in keys] == [
-        "train", "train", "test", "test", "dev", "train", "train", "train",
-    ]  # fmt: skip
+        "train",
+        "train",
+        "test",
+        "test",
+        "dev",
+        "train",
+        "train",
+        "train",
+    ]
     assert [split_for(key, spec, 14) for key in keys] == [
-        "test", "dev", "train", "train", "test", "train", "train", "train",
-    ]  # fmt: skip
+        "test",
+        "dev",
+        "train",
+        "train",
+        "test",
+        "train",
+        "train",
+        "train",
+    ]
 
 
 def test_splits_never_share_a_task(tmp_path: Path) -> None:
     items = corpus(tasks=200)
     spec = parse_split_spec("train=0.9,test=0.1")
     result = write_export(
-        items, format_name="rl", options=options(), out_dir=tmp_path, splits=spec, seed=7,
+        items,
+        format_name="rl",
+        options=options(),
+        out_dir=tmp_path,
+        splits=spec,
+        seed=7,
         container="jsonl",
-    )  # fmt: skip
+    )
     keys: dict[str, set[str]] = {}
     for split in ("train", "test"):
         lines = (tmp_path / f"rl-{split}.jsonl").read_text(encoding="utf-8").splitlines()
@@ -151,9 +170,14 @@ def test_splits_never_share_a_task(tmp_path: Path) -> None:
         assert all(split_for(key, spec, 7) == split for key in keys[split])
 
     again = write_export(
-        items, format_name="rl", options=options(), out_dir=tmp_path / "again", splits=spec,
-        seed=7, container="jsonl",
-    )  # fmt: skip
+        items,
+        format_name="rl",
+        options=options(),
+        out_dir=tmp_path / "again",
+        splits=spec,
+        seed=7,
+        container="jsonl",
+    )
     assert [f.sha256 for f in again.files] == [f.sha256 for f in result.files]
 
 
@@ -164,9 +188,14 @@ def export_twice(tmp_path: Path, format_name: str, **arguments: Any) -> tuple[st
     shas = []
     for run in ("one", "two"):
         result = write_export(
-            corpus(), format_name=format_name, options=options(), out_dir=tmp_path / run,
-            splits=parse_split_spec("train=0.5,test=0.5"), seed=3, **arguments,
-        )  # fmt: skip
+            corpus(),
+            format_name=format_name,
+            options=options(),
+            out_dir=tmp_path / run,
+            splits=parse_split_spec("train=0.5,test=0.5"),
+            seed=3,
+            **arguments,
+        )
         shas.append(hashlib.sha256(b"".join(f.sha256.encode() for f in result.files)).hexdigest())
         assert all(f.sha256 == sha256_of(f.path) for f in result.files)
     return shas[0], shas[1], tmp_path / "one"
@@ -193,8 +222,14 @@ def test_gzip_export_is_deterministic(tmp_path: Path) -> None:
     data = (directory / "trl-stepwise-train.jsonl.gz").read_bytes()
     assert data[4:8] == b"\x00\x00\x00\x00"  # mtime 0
     assert data[3] & 0x08 == 0  # no file name in the header
-    write_export(corpus(), format_name="trl-stepwise", options=options(), out_dir=tmp_path / "p",
-                 splits=parse_split_spec("train=0.5,test=0.5"), seed=3)  # fmt: skip
+    write_export(
+        corpus(),
+        format_name="trl-stepwise",
+        options=options(),
+        out_dir=tmp_path / "p",
+        splits=parse_split_spec("train=0.5,test=0.5"),
+        seed=3,
+    )
     plain = (tmp_path / "p" / "trl-stepwise-train.jsonl").read_bytes()
     assert gzip.decompress(data) == plain
 
@@ -221,8 +256,12 @@ def test_parquet_bytes_match_across_processes(tmp_path: Path) -> None:
     for name in ("a.parquet", "b.parquet"):
         completed = subprocess.run(
             [sys.executable, "-c", PARQUET_SCRIPT, str(tmp_path / name)],
-            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=True,
-        )  # fmt: skip
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
         shas.append(completed.stdout.strip())
     assert shas[0] == shas[1] == sha256_of(tmp_path / "a.parquet")
     assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
@@ -253,15 +292,21 @@ def test_rows_given_as_tables_cut_into_the_same_row_groups_and_bytes(
     rng = random.Random(row_group_size)
     rows = [
         {
-            "trajectory_id": number // 7, "external_id": f"e{number // 7}",
-            "task_key": f"k{number // 50}", "step_index": number % 7, "role": "assistant",
-            "kind": "thought", "labelable": number % 3 > 0,
+            "trajectory_id": number // 7,
+            "external_id": f"e{number // 7}",
+            "task_key": f"k{number // 50}",
+            "step_index": number % 7,
+            "role": "assistant",
+            "kind": "thought",
+            "labelable": number % 3 > 0,
             "step_text": "é x\n" * rng.randint(0, 300),
-            "step_reward": rng.choice([None, 1.0, -1.0]), "credit": rng.random(),
-            "outcome_reward": None, "success": rng.choice([None, True, False]),
+            "step_reward": rng.choice([None, 1.0, -1.0]),
+            "credit": rng.random(),
+            "outcome_reward": None,
+            "success": rng.choice([None, True, False]),
         }
         for number in range(25_000)
-    ]  # fmt: skip
+    ]
     one_by_one = ParquetRecordWriter(
         tmp_path / "a.parquet", schemas.RL_STEPS, row_group_size=row_group_size
     )
@@ -297,23 +342,36 @@ def failing(items: list[ExportTrajectory], after: int) -> Iterator[ExportTraject
 def test_a_failed_export_leaves_no_file(tmp_path: Path, format_name: str, container: str) -> None:
     spec = parse_split_spec("train=0.5,test=0.5")
     done = write_export(
-        corpus(), format_name=format_name, options=options(), out_dir=tmp_path, splits=spec,
+        corpus(),
+        format_name=format_name,
+        options=options(),
+        out_dir=tmp_path,
+        splits=spec,
         container=container,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
     before = {path.name: sha256_of(path) for path in tmp_path.iterdir()}
     assert len(before) == len(done.files)
     with pytest.raises(RuntimeError, match="database went away"):
         write_export(
-            failing(corpus(tasks=40), 50), format_name=format_name, options=options("positive"),
-            out_dir=tmp_path, splits=spec, container=container,  # type: ignore[arg-type]
-        )  # fmt: skip
+            failing(corpus(tasks=40), 50),
+            format_name=format_name,
+            options=options("positive"),
+            out_dir=tmp_path,
+            splits=spec,
+            container=container,  # type: ignore[arg-type]
+        )
     # The earlier, complete export is untouched and no temporary file is left.
     assert {path.name: sha256_of(path) for path in tmp_path.iterdir()} == before
 
     fresh = tmp_path / "fresh"
     with pytest.raises(RuntimeError):
-        write_export(failing(corpus(), 3), format_name=format_name, options=options(),
-                     out_dir=fresh, container=container)  # type: ignore[arg-type]  # fmt: skip
+        write_export(
+            failing(corpus(), 3),
+            format_name=format_name,
+            options=options(),
+            out_dir=fresh,
+            container=container,
+        )  # type: ignore[arg-type]
     assert list(fresh.iterdir()) == []
 
 
@@ -328,11 +386,15 @@ def test_a_record_that_is_not_json_leaves_no_file(tmp_path: Path) -> None:
 
 def test_containers_are_checked_before_anything_is_written(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="stepscope cannot be written as parquet"):
-        write_export(corpus(), format_name="stepscope", options=options(), out_dir=tmp_path,
-                     container="parquet")  # fmt: skip
+        write_export(
+            corpus(),
+            format_name="stepscope",
+            options=options(),
+            out_dir=tmp_path,
+            container="parquet",
+        )
     with pytest.raises(ValueError, match="gzip applies to JSON only"):
-        write_export(corpus(), format_name="rl", options=options(), out_dir=tmp_path,
-                     compress=True)  # fmt: skip
+        write_export(corpus(), format_name="rl", options=options(), out_dir=tmp_path, compress=True)
     with pytest.raises(ValueError, match="unknown export format 'csv'"):
         write_export(corpus(), format_name="csv", options=options(), out_dir=tmp_path)
     assert not tmp_path.exists() or list(tmp_path.iterdir()) == []
@@ -343,9 +405,14 @@ def test_containers_are_checked_before_anything_is_written(tmp_path: Path) -> No
 
 def test_manifest_describes_the_export(tmp_path: Path) -> None:
     result = write_export(
-        corpus(), format_name="trl-stepwise", options=options("negative"), out_dir=tmp_path,
-        splits=parse_split_spec("train=0.5,test=0.5"), seed=3, compress=True,
-    )  # fmt: skip
+        corpus(),
+        format_name="trl-stepwise",
+        options=options("negative"),
+        out_dir=tmp_path,
+        splits=parse_split_spec("train=0.5,test=0.5"),
+        seed=3,
+        compress=True,
+    )
     manifest = build_manifest(
         result,
         selection={"name": "hard-ones", "filters": {"outcome": "failed"}},
@@ -386,15 +453,20 @@ def test_manifest_describes_the_export(tmp_path: Path) -> None:
 
     again = build_manifest(
         write_export(
-            corpus(), format_name="trl-stepwise", options=options("negative"),
-            out_dir=tmp_path / "again", splits=parse_split_spec("train=0.5,test=0.5"), seed=3,
+            corpus(),
+            format_name="trl-stepwise",
+            options=options("negative"),
+            out_dir=tmp_path / "again",
+            splits=parse_split_spec("train=0.5,test=0.5"),
+            seed=3,
             compress=True,
         ),
         selection={"name": "hard-ones", "filters": {"outcome": "failed"}},
-        label_source="human:majority", schema_revision=3,
+        label_source="human:majority",
+        schema_revision=3,
         scorer_revisions={"qwen-prm": "rev-abc"},
         attribution_revisions={"mc-1": {"method": "mc", "rollouts": 8}},
-    )  # fmt: skip
+    )
     assert write_manifest(tmp_path / "again", again).sha256 == written.sha256
 
 
@@ -406,18 +478,30 @@ L = datasets.List
 FLAT_FEATURES: dict[str, dict[str, Any]] = {
     "trl-stepwise": {"prompt": V("string"), "completions": L(V("string")), "labels": L(V("bool"))},
     "processbench": {
-        "id": V("string"), "generator": V("string"), "problem": V("string"),
-        "steps": L(V("string")), "final_answer_correct": V("bool"), "label": V("int64"),
+        "id": V("string"),
+        "generator": V("string"),
+        "problem": V("string"),
+        "steps": L(V("string")),
+        "final_answer_correct": V("bool"),
+        "label": V("int64"),
     },
     "dpo": {"prompt": V("string"), "chosen": V("string"), "rejected": V("string")},
     "kto": {"prompt": V("string"), "completion": V("string"), "label": V("bool")},
     "rl": {
-        "trajectory_id": V("int64"), "external_id": V("string"), "task_key": V("string"),
-        "step_index": V("int64"), "role": V("string"), "kind": V("string"),
-        "labelable": V("bool"), "step_text": V("string"), "step_reward": V("float64"),
-        "credit": V("float64"), "outcome_reward": V("float64"), "success": V("bool"),
+        "trajectory_id": V("int64"),
+        "external_id": V("string"),
+        "task_key": V("string"),
+        "step_index": V("int64"),
+        "role": V("string"),
+        "kind": V("string"),
+        "labelable": V("bool"),
+        "step_text": V("string"),
+        "step_reward": V("float64"),
+        "credit": V("float64"),
+        "outcome_reward": V("float64"),
+        "success": V("bool"),
     },
-}  # fmt: skip
+}
 
 
 def load(path: Path, cache: Path) -> datasets.Dataset:
@@ -442,9 +526,13 @@ def test_every_format_loads_with_datasets(
     tmp_path: Path, format_name: str, container: str, compress: bool
 ) -> None:
     result = write_export(
-        corpus(), format_name=format_name, options=options(), out_dir=tmp_path / "out",
-        container=container, compress=compress,  # type: ignore[arg-type]
-    )  # fmt: skip
+        corpus(),
+        format_name=format_name,
+        options=options(),
+        out_dir=tmp_path / "out",
+        container=container,
+        compress=compress,  # type: ignore[arg-type]
+    )
     for file in result.files:
         dataset = load(file.path, tmp_path / "hf")
         expected = list(records(format_name, corpus(), options(), output=file.output))
@@ -469,8 +557,11 @@ def check_nested(output: str, dataset: datasets.Dataset) -> None:
         else:
             assert message["role"] == message["content"] == V("string")
             assert message["tool_calls"].feature["function"]["arguments"] == V("string")
-            assert row["messages"][0] == {**dict.fromkeys(message), "role": "user",
-                                          "content": "Tâche 0: what is 2 + 3 * 4?"}  # fmt: skip
+            assert row["messages"][0] == {
+                **dict.fromkeys(message),
+                "role": "user",
+                "content": "Tâche 0: what is 2 + 3 * 4?",
+            }
     elif output == "rl-prompts":
         assert features["prompt"] == L({"role": V("string"), "content": V("string")})
         assert features["reward_model"]["ground_truth"] == V("string")

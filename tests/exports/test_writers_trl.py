@@ -72,21 +72,31 @@ def test_prm_trainer_accepts_trl_stepwise(tmp_path: Path) -> None:
         [row["prompt"] for row in rows] + [c for row in rows for c in row["completions"]]
     )
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-        intermediate_size=32, max_position_embeddings=256, pad_token_id=0,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=256,
+        pad_token_id=0,
+    )
     config.num_labels = 2
     model = BertForTokenClassification(config)
     trainer = prm.PRMTrainer(
         model=model,
         args=prm.PRMConfig(
-            output_dir=str(tmp_path / "prm"), max_steps=1, per_device_train_batch_size=4,
-            report_to="none", use_cpu=True, save_strategy="no", logging_strategy="no",
+            output_dir=str(tmp_path / "prm"),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            logging_strategy="no",
             step_separator="\n",
         ),
         train_dataset=dataset,
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
 
     prepared = trainer.train_dataset
     assert isinstance(prepared, datasets.Dataset)
@@ -116,21 +126,33 @@ def test_dpo_trainer_accepts_dpo_pairs(tmp_path: Path) -> None:
     model_dir = tmp_path / "tiny-llama"
     LlamaForCausalLM(
         LlamaConfig(
-            vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
-            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2,
-            max_position_embeddings=512, pad_token_id=0, eos_token_id=2, bos_token_id=None,
+            vocab_size=len(tokenizer),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=512,
+            pad_token_id=0,
+            eos_token_id=2,
+            bos_token_id=None,
         )
-    ).save_pretrained(model_dir)  # fmt: skip
+    ).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)
     trainer = DPOTrainer(
         model=str(model_dir),
         args=DPOConfig(
-            output_dir=str(tmp_path / "dpo"), max_steps=1, per_device_train_batch_size=4,
-            report_to="none", use_cpu=True, save_strategy="no", logging_strategy="no",
+            output_dir=str(tmp_path / "dpo"),
+            max_steps=1,
+            per_device_train_batch_size=4,
+            report_to="none",
+            use_cpu=True,
+            save_strategy="no",
+            logging_strategy="no",
         ),
         train_dataset=dataset,
         processing_class=tokenizer,
-    )  # fmt: skip
+    )
 
     prepared = trainer.train_dataset
     assert isinstance(prepared, datasets.Dataset)

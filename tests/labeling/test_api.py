@@ -35,8 +35,11 @@ def test_post_is_an_idempotent_upsert_of_your_own_label(
     assert created.status_code == 201, created.json()
     body = created.json()
     assert (body["value"], body["annotator"], body["tags"], body["step_index"]) == (
-        -1, "owner", ["logic error"], 2,
-    )  # fmt: skip
+        -1,
+        "owner",
+        ["logic error"],
+        2,
+    )
     again = post(client, step=step.pk, value=-1, schema=schema.pk)
     assert again.status_code == 200
     assert again.json()["id"] == body["id"]
@@ -79,9 +82,13 @@ def test_annotator_posts_within_a_lease_only(
 
 
 def test_list_filters_and_visibility(
-    project: Project, owner: User, annotator: User, annotator2: User, trajectory: Trajectory,
+    project: Project,
+    owner: User,
+    annotator: User,
+    annotator2: User,
+    trajectory: Trajectory,
     queue: Queue,
-) -> None:  # fmt: skip
+) -> None:
     step_label_set(state=state(owner, trajectory), step=step_at(trajectory, 0), value=1)
     step_label_set(state=leased_state(annotator, queue), step=step_at(trajectory, 1), value=-1)
     step_label_set(state=leased_state(annotator2, queue), step=step_at(trajectory, 1), value=0)
@@ -95,8 +102,10 @@ def test_list_filters_and_visibility(
     assert len(by_step["results"]) == 2
     per_trajectory = owner_client.get(reverse("trajectory-labels", args=[trajectory.pk])).json()
     assert [(r["step_index"], r["annotator"]) for r in per_trajectory] == [
-        (0, "owner"), (1, "annotator"), (1, "annotator2"),
-    ]  # fmt: skip
+        (0, "owner"),
+        (1, "annotator"),
+        (1, "annotator2"),
+    ]
 
     # Blind mode: an annotator sees only their own until they submit.
     project.settings = {"blind_labeling": True}

@@ -156,8 +156,10 @@ def test_annotator_labels_a_trajectory_with_the_keyboard_only(page: Any, live_se
     assert all(label.time_spent_ms is not None for label in labels.values())
     verdict = TrajectoryLabel.objects.get(annotator=annotator, trajectory=trajectory)
     assert (verdict.status, verdict.finish_reason, verdict.first_error_index) == (
-        "submitted", "found_error", 4,
-    )  # fmt: skip
+        "submitted",
+        "found_error",
+        4,
+    )
 
     # "n": the queue has nothing more for this annotator.
     press("n")

@@ -32,9 +32,12 @@ STEPS = [
 
 def head(project: Project, revision: str) -> Scorer:
     return Scorer.objects.create(
-        project=project, name="head", kind=Scorer.Kind.TRAINED_HEAD, revision=revision,
+        project=project,
+        name="head",
+        kind=Scorer.Kind.TRAINED_HEAD,
+        revision=revision,
         artifact={"head": {"weights": [0.0]}},
-    )  # fmt: skip
+    )
 
 
 def scored(project: Project, scorer: Scorer, scores: list[list[float]]) -> list[Trajectory]:
@@ -65,9 +68,12 @@ def test_the_least_certain_trajectory_is_leased_first(project: Project) -> None:
     )
     users = [UserFactory.create(username=f"a{n}") for n in range(5)]
     queue = queue_create(
-        project=project, name="uncertain", created_by=None, filters=TrajectoryFilters(),
+        project=project,
+        name="uncertain",
+        created_by=None,
+        filters=TrajectoryFilters(),
         order=Queue.Order.UNCERTAIN,
-    )  # fmt: skip
+    )
     expected = [unsure.pk, middling.pk, sure.pk, unscored.pk, None]
     assert leased_in_turn(queue, users) == expected
     plain = queue_create(
@@ -81,9 +87,12 @@ def test_labelled_steps_and_newer_heads_change_the_ranking(project: Project) -> 
     old = head(project, "1")
     first, second = scored(project, old, [[0.45, 0.9], [0.35, 0.9]])
     queue = queue_create(
-        project=project, name="q", created_by=None, filters=TrajectoryFilters(),
+        project=project,
+        name="q",
+        created_by=None,
+        filters=TrajectoryFilters(),
         order=Queue.Order.UNCERTAIN,
-    )  # fmt: skip
+    )
     ranks = dict(queue.items.values_list("trajectory_id", "uncertainty"))
     assert ranks == pytest.approx({first.pk: 0.05, second.pk: 0.15})
     # Once its uncertain step is labelled, the first trajectory is sure of the rest.
@@ -137,9 +146,12 @@ def test_concurrent_annotators_get_different_items_in_uncertain_order() -> None:
     scorer = head(project, "1")
     trajectories = scored(project, scorer, [[0.5 + n / 20, 0.99] for n in range(8)])
     queue = queue_create(
-        project=project, name="q", created_by=None, filters=TrajectoryFilters(),
+        project=project,
+        name="q",
+        created_by=None,
+        filters=TrajectoryFilters(),
         order=Queue.Order.UNCERTAIN,
-    )  # fmt: skip
+    )
     users = members(project, 4)
     taken = at_once(*(take(queue, user) for user in users))
     # Four different items, and the four most uncertain ones.

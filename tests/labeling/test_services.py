@@ -91,9 +91,11 @@ def test_stale_schema_version_is_refused(
     )
     with pytest.raises(StaleSchema) as error:
         step_label_set(
-            state=state(owner, trajectory), step=step_at(trajectory, 0), value=1,
+            state=state(owner, trajectory),
+            step=step_at(trajectory, 0),
+            value=1,
             schema_id=page_state.schema.pk if page_state.schema else None,
-        )  # fmt: skip
+        )
     assert error.value.status == 409
     assert "now uses v2" in error.value.message
 
@@ -101,9 +103,13 @@ def test_stale_schema_version_is_refused(
 def test_schema_edit_of_colours_stays_the_same_version(schema: LabelSchema) -> None:
     values = [dict(v, color="#123456") for v in schema.values]
     saved = label_schema_save(
-        schema=schema, kind=schema.kind, values=values, error_tags=schema.error_tags,
-        ask_rationale=True, first_error_mode=True,
-    )  # fmt: skip
+        schema=schema,
+        kind=schema.kind,
+        values=values,
+        error_tags=schema.error_tags,
+        ask_rationale=True,
+        first_error_mode=True,
+    )
     assert saved.pk == schema.pk and saved.version == 1 and saved.first_error_mode
 
 
@@ -112,11 +118,16 @@ def test_schema_edit_of_values_makes_a_new_version_and_old_labels_keep_theirs(
 ) -> None:
     step_label_set(state=state(owner, trajectory), step=step_at(trajectory, 0), value=0)
     saved = label_schema_save(
-        schema=schema, kind=LabelSchema.Kind.BINARY,
-        values=[{"value": -1, "name": "wrong", "key": "1", "color": "#ff0000"},
-                {"value": 1, "name": "right", "key": "2", "color": "#00ff00"}],
-        error_tags=[], ask_rationale=False, first_error_mode=False,
-    )  # fmt: skip
+        schema=schema,
+        kind=LabelSchema.Kind.BINARY,
+        values=[
+            {"value": -1, "name": "wrong", "key": "1", "color": "#ff0000"},
+            {"value": 1, "name": "right", "key": "2", "color": "#00ff00"},
+        ],
+        error_tags=[],
+        ask_rationale=False,
+        first_error_mode=False,
+    )
     assert saved.version == 2 and saved.pk != schema.pk
     schema.refresh_from_db()
     assert not schema.is_active
@@ -129,9 +140,12 @@ def test_undo_walks_back_through_history(owner: User, trajectory: Trajectory) ->
     step_label_set(state=state(owner, trajectory), step=first, value=1)
     step_label_set(state=state(owner, trajectory), step=first, value=-1, tags=None)
     step_label_set(
-        state=state(owner, trajectory), step=first, value=None, tags=["logic error"],
+        state=state(owner, trajectory),
+        step=first,
+        value=None,
+        tags=["logic error"],
         rationale="x is 3, not 4",
-    )  # fmt: skip
+    )
     step_label_set(state=state(owner, trajectory), step=second, value=0)
 
     def current() -> dict[int, tuple[int, list[str], str]]:
@@ -190,8 +204,10 @@ def test_submit_needs_every_step_unless_giving_up(owner: User, trajectory: Traje
         state=state(owner, trajectory), flagged=True, comment="The question is ambiguous."
     )
     assert (verdict.status, verdict.finish_reason, verdict.flagged) == (
-        "submitted", "bad_problem", True,
-    )  # fmt: skip
+        "submitted",
+        "bad_problem",
+        True,
+    )
 
 
 def test_submit_is_not_an_undoable_change(owner: User, trajectory: Trajectory) -> None:

@@ -91,9 +91,14 @@ def test_editor_sets_tags_rationale_and_correction(
     assert "<html" not in html and "data-editor-form" in html
     assert 'name="rationale"' in html and "autofocus" in html
     response = post_label(
-        client, step.pk, value="-1", tags=["logic error"], tags_sent="1",
-        rationale="4 * 3 is 12, not 11", correction="Hence x = 3.",
-    )  # fmt: skip
+        client,
+        step.pk,
+        value="-1",
+        tags=["logic error"],
+        tags_sent="1",
+        rationale="4 * 3 is 12, not 11",
+        correction="Hence x = 3.",
+    )
     assert response.status_code == 200
     assert "4 * 3 is 12, not 11" in response.content.decode()
     # Unticking every tag clears them; other fields stay.
@@ -117,9 +122,13 @@ def test_editor_sets_tags_rationale_and_correction(
     ],
 )
 def test_bad_input_gets_a_message_in_the_page_and_changes_nothing(
-    client: Client, owner: User, trajectory: Trajectory, data: dict[str, Any], status: int,
+    client: Client,
+    owner: User,
+    trajectory: Trajectory,
+    data: dict[str, Any],
+    status: int,
     message: str,
-) -> None:  # fmt: skip
+) -> None:
     client.force_login(owner)
     response = post_label(client, step_at(trajectory, 0).pk, **data)
     assert response.status_code == status
@@ -241,9 +250,14 @@ def blind(project: Project) -> Project:
 
 
 def test_blind_mode_hides_other_labels_until_submit(
-    client: Client, blind: Project, queue: Queue, annotator: User, annotator2: User,
-    trajectory: Trajectory, researcher: User,
-) -> None:  # fmt: skip
+    client: Client,
+    blind: Project,
+    queue: Queue,
+    annotator: User,
+    annotator2: User,
+    trajectory: Trajectory,
+    researcher: User,
+) -> None:
     step_label_set(state=leased_state(annotator, queue), step=step_at(trajectory, 0), value=-1)
     second = leased_state(annotator2, queue)
     assert second.blind and not second.show_model_scores
@@ -335,9 +349,13 @@ def test_queue_flow_next_label_submit_next(
 
 
 def test_queue_assignees_limit_who_sees_it(
-    client: Client, project: Project, owner: User, annotator: User, annotator2: User,
+    client: Client,
+    project: Project,
+    owner: User,
+    annotator: User,
+    annotator2: User,
     trajectory: Trajectory,
-) -> None:  # fmt: skip
+) -> None:
     client.force_login(owner)
     client.post(
         reverse("queue-create", args=[project.slug]),
@@ -376,9 +394,14 @@ def test_closed_queue_hands_out_nothing(
 
 
 def test_reviewer_sees_disagreements_and_sets_final_labels(
-    client: Client, queue: Queue, annotator: User, annotator2: User, researcher: User,
-    trajectory: Trajectory, schema: LabelSchema,
-) -> None:  # fmt: skip
+    client: Client,
+    queue: Queue,
+    annotator: User,
+    annotator2: User,
+    researcher: User,
+    trajectory: Trajectory,
+    schema: LabelSchema,
+) -> None:
     for user, values in [(annotator, [1, 1, -1, 1, 1]), (annotator2, [1, 0, -1, 1, 1])]:
         for index, value in enumerate(values):
             step_label_set(
@@ -423,9 +446,12 @@ def test_annotators_cannot_review(client: Client, annotator: User, trajectory: T
 
 def schema_post(schema: LabelSchema, **changes: Any) -> dict[str, Any]:
     data: dict[str, Any] = {
-        "form": "schema", "kind": schema.kind, "error_tags": "\n".join(schema.error_tags),
-        "values-TOTAL_FORMS": len(schema.values), "values-INITIAL_FORMS": len(schema.values),
-    }  # fmt: skip
+        "form": "schema",
+        "kind": schema.kind,
+        "error_tags": "\n".join(schema.error_tags),
+        "values-TOTAL_FORMS": len(schema.values),
+        "values-INITIAL_FORMS": len(schema.values),
+    }
     for i, entry in enumerate(schema.values):
         for key in ("value", "name", "key", "color"):
             data[f"values-{i}-{key}"] = entry[key]

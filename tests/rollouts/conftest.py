@@ -19,8 +19,12 @@ from trajectories.models import Project, Trajectory
 
 # Small enough that a random model's continuations stay short and fast.
 TINY_PARAMETERS = {
-    "max_new_tokens": 6, "batch_size": 8, "max_length": 256, "step_join": "\n", "cpu_threads": 1,
-}  # fmt: skip
+    "max_new_tokens": 6,
+    "batch_size": 8,
+    "max_length": 256,
+    "step_join": "\n",
+    "cpu_threads": 1,
+}
 
 
 @pytest.fixture(scope="session")
@@ -68,10 +72,15 @@ class ScriptedGenerator:
                 steps = tuple(s.strip() for s in text.split("\n") if s.strip())
                 out.append(
                     Continuation(
-                        key=request.key, sample=sample, text=text, steps=steps,
-                        finish_reason=EOS, new_tokens=len(text.split()), prompt_tokens=10,
+                        key=request.key,
+                        sample=sample,
+                        text=text,
+                        steps=steps,
+                        finish_reason=EOS,
+                        new_tokens=len(text.split()),
+                        prompt_tokens=10,
                     )
-                )  # fmt: skip
+                )
         return out
 
 

@@ -40,8 +40,16 @@ def test_drills_and_loss_weights_aim_at_the_results() -> None:
     assert weighted["T"] == 0.0  # the task carries no loss
     # "= 15": the result's digits weigh 3; "Step 1", "12 + 3" and "answer is 15" weigh 1.
     digits = [(t, w) for t, w in zip(tokens, weights, strict=True) if t.isdigit()]
-    assert digits == [("1", 1.0), ("1", 1.0), ("2", 1.0), ("3", 1.0), ("1", 3.0), ("5", 3.0),
-                      ("1", 1.0), ("5", 1.0)]  # fmt: skip
+    assert digits == [
+        ("1", 1.0),
+        ("1", 1.0),
+        ("2", 1.0),
+        ("3", 1.0),
+        ("1", 3.0),
+        ("5", 3.0),
+        ("1", 1.0),
+        ("5", 1.0),
+    ]
     assert "1" in tokens and "12" not in tokens  # digits stay single tokens
 
 

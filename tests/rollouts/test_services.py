@@ -208,8 +208,10 @@ def test_binary_search_finds_a_planted_first_error_with_the_expected_rollouts(
     assert len(fake.requests) == len(probes)
     succeeded = RolloutSearch.objects.get(job=job, trajectory=fine)
     assert (succeeded.status, succeeded.first_error_index, succeeded.rollouts) == (
-        RolloutSearch.Status.NO_ERROR, -1, 0,
-    )  # fmt: skip
+        RolloutSearch.Status.NO_ERROR,
+        -1,
+        0,
+    )
     assert job.done == job.total == 12
     assert job.result["searches"]["found"] == 1
     assert job.result["search_rollouts"] == 12
@@ -225,9 +227,12 @@ def test_critical_step_check_replaces_the_step_with_a_correction(
     slipped = failed.steps.get(index=2)
     schema = LabelSchema.objects.get(project=project)
     StepLabel.objects.create(
-        step=slipped, annotator=UserFactory.create(), schema=schema, value=-1,
+        step=slipped,
+        annotator=UserFactory.create(),
+        schema=schema,
+        value=-1,
         correction="3 + 1 = 4",
-    )  # fmt: skip
+    )
     fake = scripted(continue_correctly)
     job = run_job(
         start(project, make_policy(), k=4, mode=RolloutJob.Mode.CRITICAL, step_ids=[slipped.pk])
@@ -235,8 +240,10 @@ def test_critical_step_check_replaces_the_step_with_a_correction(
     assert job.status == RolloutJob.Status.DONE, job.error
     branch = job.branches.get()
     assert (branch.replaced, branch.alternative, branch.alternative_source) == (
-        True, "3 + 1 = 4", "annotator",
-    )  # fmt: skip
+        True,
+        "3 + 1 = 4",
+        "annotator",
+    )
     assert fake.requests[0].steps[-1].content == "3 + 1 = 4"
     assert branch.baseline_success is False and branch.successes == 4
     assert branch.critical is True
@@ -298,9 +305,13 @@ def test_a_token_budget_stops_the_job_after_the_chunk_that_spends_it(
     arithmetic(project, slip=None)
     scripted(continue_correctly)
     job = start(
-        project, make_policy(), k=2, mode=RolloutJob.Mode.ALL, max_tokens=5,
+        project,
+        make_policy(),
+        k=2,
+        mode=RolloutJob.Mode.ALL,
+        max_tokens=5,
         chunk_continuations=2,
-    )  # fmt: skip
+    )
     job = run_job(job)
     assert job.status == RolloutJob.Status.STOPPED
     assert job.chunks_done == 1 < job.chunks_total
@@ -431,9 +442,13 @@ def test_an_export_takes_mc_labels(
     scripted(continue_correctly)
     run_job(start(project, make_policy(), k=2, trajectory_ids=[trajectory.pk], mode="all"))
     request = export_request_build(
-        project=project, format="trl-stepwise", labels="mc", neutral="drop",
-        selection="", options={"stop_at_first_error": False},
-    )  # fmt: skip
+        project=project,
+        format="trl-stepwise",
+        labels="mc",
+        neutral="drop",
+        selection="",
+        options={"stop_at_first_error": False},
+    )
     manifest = export_write(project=project, request=request, out_dir=tmp_path)
     assert manifest["label_source"] == "mc:"
     rows = [json.loads(line) for line in (tmp_path / "trl-stepwise.jsonl").read_text().splitlines()]
@@ -488,9 +503,10 @@ def test_a_real_tiny_model_continues_exactly_the_stored_prefix(
     from rollouts.generation.prompts import render_prompt
 
     trajectory = trajectory_with_steps(
-        project, ["1 + 1 = 2", "2 + 1 =  3\n(checked)", "3 + 1 = 4", "The answer is 4."],
+        project,
+        ["1 + 1 = 2", "2 + 1 =  3\n(checked)", "3 + 1 = 4", "The answer is 4."],
         ground_truth="4",
-    )  # fmt: skip
+    )
     step = trajectory.steps.get(index=2)
     policy = make_policy(parameters={"temperature": 0.0, "max_new_tokens": 12})
     job = run_job(start(project, policy, k=2, step_ids=[step.pk]))

@@ -94,15 +94,24 @@ def test_owner_starts_and_cancels_through_the_api(
     rest = api(owner)
     response = rest.post(
         "/api/v1/rollouts/",
-        {"project": project.slug, "policy": "tiny", "k": 4, "steps": "first-error-search",
-         "max_continuations": 40, "answer_check": "numeric:0.01"},
+        {
+            "project": project.slug,
+            "policy": "tiny",
+            "k": 4,
+            "steps": "first-error-search",
+            "max_continuations": 40,
+            "answer_check": "numeric:0.01",
+        },
         format="json",
-    )  # fmt: skip
+    )
     assert response.status_code == 201, response.content
     body = response.json()
     assert (body["status"], body["mode"], body["k"], body["policy_name"]) == (
-        "queued", "first-error-search", 4, "tiny",
-    )  # fmt: skip
+        "queued",
+        "first-error-search",
+        4,
+        "tiny",
+    )
     assert body["answer_check"] == "numeric:0.01" and body["max_continuations"] == 40
     detail = rest.get(f"/api/v1/rollouts/{body['id']}/").json()
     assert detail["searches"] == []
@@ -110,10 +119,16 @@ def test_owner_starts_and_cancels_through_the_api(
     assert cancelled["status"] == "cancelled"
     steps = rest.post(
         "/api/v1/rollouts/",
-        {"project": project.slug, "policy": "tiny", "k": 2, "steps": [step.pk], "critical": True,
-         "alternatives": {str(step.pk): "1 + 1 = 3"}},
+        {
+            "project": project.slug,
+            "policy": "tiny",
+            "k": 2,
+            "steps": [step.pk],
+            "critical": True,
+            "alternatives": {str(step.pk): "1 + 1 = 3"},
+        },
         format="json",
-    )  # fmt: skip
+    )
     assert steps.status_code == 201, steps.content
     created = RolloutJob.objects.get(pk=steps.json()["id"])
     assert created.mode == RolloutJob.Mode.CRITICAL
@@ -127,16 +142,23 @@ def test_policies_through_the_api(owner: User, project: Project) -> None:
     rest = api(owner)
     response = rest.post(
         "/api/v1/policies/",
-        {"project": project.slug, "name": "mine", "model_ref": "/models/lm",
-         "parameters": {"temperature": 0.7, "stop": ["\n\n"]}},
+        {
+            "project": project.slug,
+            "name": "mine",
+            "model_ref": "/models/lm",
+            "parameters": {"temperature": 0.7, "stop": ["\n\n"]},
+        },
         format="json",
-    )  # fmt: skip
+    )
     assert response.status_code == 201, response.content
-    assert rest.post(
-        "/api/v1/policies/",
-        {"project": project.slug, "name": "bad", "model_ref": "x", "parameters": {"tmp": 1}},
-        format="json",
-    ).status_code == 400  # fmt: skip
+    assert (
+        rest.post(
+            "/api/v1/policies/",
+            {"project": project.slug, "name": "bad", "model_ref": "x", "parameters": {"tmp": 1}},
+            format="json",
+        ).status_code
+        == 400
+    )
     # A policy for every project needs staff.
     glob = rest.post("/api/v1/policies/", {"name": "g", "model_ref": "x"}, format="json")
     assert glob.status_code == 403
@@ -154,9 +176,14 @@ def test_annotator_sees_the_panel_but_cannot_start(
     assert b"Rollouts from step 0" in panel.content and b"<form" not in panel.content
     start = client.post(f"/steps/{step.pk}/rollouts/start/", {"policy": policy.pk, "k": 2})
     assert start.status_code == 403
-    assert api(annotator).post(
-        "/api/v1/rollouts/", {"project": project.slug, "policy": "tiny", "k": 2}, format="json"
-    ).status_code == 403  # fmt: skip
+    assert (
+        api(annotator)
+        .post(
+            "/api/v1/rollouts/", {"project": project.slug, "policy": "tiny", "k": 2}, format="json"
+        )
+        .status_code
+        == 403
+    )
     assert not RolloutJob.objects.exists()
 
 

@@ -30,17 +30,25 @@ def last_json_line(output: str) -> dict[str, Any]:
 
 
 def test_rollout_command_runs_on_the_gpu_queue(
-    transactional_db: None, celery_worker: object, project: Project,
+    transactional_db: None,
+    celery_worker: object,
+    project: Project,
     make_policy: Callable[..., Policy],
-) -> None:  # fmt: skip
+) -> None:
     for n in range(2):
         trajectory_with_steps(project, [f"{n} + 1 = {n + 1}", f"The answer is {n + 1}."])
     make_policy("tiny-policy", parameters={"chunk_continuations": 4})
     out = StringIO()
     call_command(
-        "rollout", project="demo", policy="tiny-policy", k=3, steps="all", wait=True,
-        timeout=120, stdout=out,
-    )  # fmt: skip
+        "rollout",
+        project="demo",
+        policy="tiny-policy",
+        k=3,
+        steps="all",
+        wait=True,
+        timeout=120,
+        stdout=out,
+    )
     summary = last_json_line(out.getvalue())
     assert summary["status"] == "done", summary
     assert summary["total"] == summary["done"] == 12
@@ -63,10 +71,17 @@ def test_a_killed_worker_loses_at_most_one_chunk(
         trajectory_with_steps(project, [f"Step {i} of {n}: add the digits." for i in range(2)])
     queue = f"rollouts-kill-{uuid.uuid4().hex[:8]}"
     policy = Policy.objects.create(
-        name="slow", model_ref=str(slow), queue=queue,
-        parameters={"max_new_tokens": 40, "batch_size": 8, "chunk_continuations": 8,
-                    "max_length": 512, "temperature": 1.0},
-    )  # fmt: skip
+        name="slow",
+        model_ref=str(slow),
+        queue=queue,
+        parameters={
+            "max_new_tokens": 40,
+            "batch_size": 8,
+            "chunk_continuations": 8,
+            "max_length": 512,
+            "temperature": 1.0,
+        },
+    )
     first = workers.start(["default", queue], f"kill-a-{queue}")
     job = rollout_job_start(project=project, policy=policy, k=4, mode=RolloutJob.Mode.ALL)
 

@@ -119,9 +119,12 @@ class Workers:
         with log.open("ab") as log_file:
             worker = subprocess.Popen(
                 [sys.executable, "-c", code],
-                cwd=REPO_ROOT, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+                env=env,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
-            )  # fmt: skip
+            )
         self.started.append(worker)
         destination = [f"{name}@{socket.gethostname()}"]
         deadline = time.monotonic() + 60

@@ -30,17 +30,25 @@ def test_scores_and_credits_load_into_the_trajectory_page(
     owner = UserFactory.create(username="owner", password=PASSWORD)
     MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
     failed = trajectory_with_steps(
-        project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 8 to sell.", "8 * 2 = 16 dollars."],
-        task_key="eggs", success=False, outcome_reward=0.0,
-    )  # fmt: skip
+        project,
+        ["16 - 3 = 13 eggs remain.", "13 - 4 = 8 to sell.", "8 * 2 = 16 dollars."],
+        task_key="eggs",
+        success=False,
+        outcome_reward=0.0,
+    )
     trajectory_with_steps(
-        project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 9 to sell.", "9 * 2 = 18 dollars."],
-        task_key="eggs", success=True, outcome_reward=1.0,
-    )  # fmt: skip
+        project,
+        ["16 - 3 = 13 eggs remain.", "13 - 4 = 9 to sell.", "9 * 2 = 18 dollars."],
+        task_key="eggs",
+        success=True,
+        outcome_reward=1.0,
+    )
     scorer = Scorer.objects.create(
-        project=project, name="tiny", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        project=project,
+        name="tiny",
+        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
         model_ref=str(tiny_models.token_classifier),
-    )  # fmt: skip
+    )
     steps = list(failed.steps.order_by("index"))
     for step, value in zip(steps, [0.9, 0.3, 0.2], strict=True):
         StepScore.objects.create(step=step, scorer=scorer, value=value)

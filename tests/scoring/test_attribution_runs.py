@@ -41,9 +41,13 @@ def make_rollouts(project: Project) -> dict[str, Trajectory]:
     out = {}
     for name, (contents, task_key, success) in shapes.items():
         out[name] = trajectory_with_steps(
-            project, contents, task_key=task_key, success=success,
-            outcome_reward=1.0 if success else 0.0, external_id=name,
-        )  # fmt: skip
+            project,
+            contents,
+            task_key=task_key,
+            success=success,
+            outcome_reward=1.0 if success else 0.0,
+            external_id=name,
+        )
     return out
 
 

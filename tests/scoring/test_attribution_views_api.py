@@ -158,9 +158,11 @@ def test_cancel_through_the_api(
 
 
 def test_outsiders_get_404_everywhere(
-    project: Project, outsider: User, rollouts: dict[str, Trajectory],
+    project: Project,
+    outsider: User,
+    rollouts: dict[str, Trajectory],
     runs: dict[str, AttributionRun],
-) -> None:  # fmt: skip
+) -> None:
     run = runs["delta"]
     step = rollouts["A"].steps.get(index=0)
     client = api(outsider)
@@ -336,9 +338,12 @@ def test_label_first_errors_respect_blind_labeling(
 
 
 def test_hidden_model_scores_stay_hidden_from_annotators(
-    project: Project, owner: User, annotator: User, rollouts: dict[str, Trajectory],
+    project: Project,
+    owner: User,
+    annotator: User,
+    rollouts: dict[str, Trajectory],
     runs: dict[str, AttributionRun],
-) -> None:  # fmt: skip
+) -> None:
     project.settings = {"hide_model_scores": True}
     project.save()
     a = rollouts["A"]

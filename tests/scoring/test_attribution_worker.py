@@ -55,9 +55,11 @@ def test_cpu_method_on_the_default_queue(
 
 
 def test_leave_one_out_and_shapley_run_on_the_scorers_queue(
-    transactional_db: None, workers: Workers, project: Project,
+    transactional_db: None,
+    workers: Workers,
+    project: Project,
     make_scorer: Callable[..., Scorer],
-) -> None:  # fmt: skip
+) -> None:
     for n in range(3):
         trajectory_with_steps(project, [f"{n} + {i} = {n + i}" for i in range(4)])
     queue = own_queue_worker(workers, "model")
@@ -78,9 +80,11 @@ def test_leave_one_out_and_shapley_run_on_the_scorers_queue(
 
 
 def test_token_saliency_of_one_step_on_a_worker(
-    transactional_db: None, workers: Workers, project: Project,
+    transactional_db: None,
+    workers: Workers,
+    project: Project,
     make_scorer: Callable[..., Scorer],
-) -> None:  # fmt: skip
+) -> None:
     trajectory = trajectory_with_steps(
         project, ["Janet has 16 eggs and eats 3.", "So 16 - 3 = 13 eggs remain."]
     )
@@ -107,10 +111,12 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         trajectory_with_steps(project, [f"{text} Step {i} of {n}." for i in range(4)])
     queue = f"attr-kill-{uuid.uuid4().hex[:8]}"
     scorer = Scorer.objects.create(
-        name="slow", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
-        model_ref=str(slow_token_classifier), queue=queue,
+        name="slow",
+        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        model_ref=str(slow_token_classifier),
+        queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},  # 4 players, one trajectory a chunk
-    )  # fmt: skip
+    )
     first = workers.start(["default", queue], f"attr-kill-a-{queue}")
     run = attribution_run_start(project=project, method="leave-one-out", scorer=scorer)
 

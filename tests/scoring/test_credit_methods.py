@@ -41,8 +41,10 @@ def test_attribution_computation_does_not_import_django(module: str) -> None:
 def test_parameters_get_defaults_and_are_checked() -> None:
     assert methods.parameters_normalise("gae", {"lam": "0.5"}) == {"gamma": 1.0, "lam": 0.5}
     assert methods.parameters_normalise("first-error", {"threshold": "none"}) == {
-        "source": "prm", "threshold": None, "drop": None,
-    }  # fmt: skip
+        "source": "prm",
+        "threshold": None,
+        "drop": None,
+    }
     assert methods.parameters_normalise("mc-prefix", {"posterior": "true"})["posterior"] is True
     for method, raw, message in (
         ("gae", {"gamma": 1.5}, "at most 1"),
@@ -66,9 +68,12 @@ def table(
     trajectory = np.repeat(ids, lengths)
     n = trajectory.size
     steps = methods.StepTable(
-        trajectory, np.arange(100, 100 + n, dtype=np.int64), np.asarray(scores, dtype=float),
-        np.full(n, np.nan), np.arange(n, dtype=np.int64),
-    )  # fmt: skip
+        trajectory,
+        np.arange(100, 100 + n, dtype=np.int64),
+        np.asarray(scores, dtype=float),
+        np.full(n, np.nan),
+        np.arange(n, dtype=np.int64),
+    )
     outcome = np.asarray(outcomes, dtype=float)
     return steps, methods.TrajectoryTable(ids, outcome, outcome, np.asarray(groups))
 
@@ -133,12 +138,13 @@ def additive_trajectory(
 ) -> TrajectoryInput:
     labelable = labelable or [True] * len(weights)
     return TrajectoryInput(
-        1, "task",
+        1,
+        "task",
         tuple(
             StepInput(10 + i, str(w), labelable=lab, score=lab)
             for i, (w, lab) in enumerate(zip(weights, labelable, strict=True))
         ),
-    )  # fmt: skip
+    )
 
 
 def test_shapley_of_an_additive_scorer_is_each_steps_weight() -> None:
@@ -229,10 +235,11 @@ def test_token_saliency_cuts_long_prefixes_from_the_left(tiny_models: TinyModels
     kind = "token-classification"
     scorer = adapters.scorer_build(
         ScorerSpec(
-            kind=kind, model_ref=str(tiny_models.token_classifier),
+            kind=kind,
+            model_ref=str(tiny_models.token_classifier),
             params=params_for_kind(kind, {"max_length": 24}),
         )
-    )  # fmt: skip
+    )
     long_context = StepInput(10, "Janet has sixteen eggs and eats three of them. " * 5)
     trajectory = TrajectoryInput(1, "task", (long_context, StepInput(11, "16 - 3 = 13")))
     saliency = token_saliency(scorer, trajectory, n_steps=64)

@@ -151,9 +151,13 @@ def test_a_bidirectional_token_classifier_scores_each_prefix(tmp_path: Path) -> 
     tokenizer = tiny.build_tokenizer(bert_style=True)
     torch.manual_seed(0)
     config = BertConfig(
-        vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, initializer_range=0.2,
-    )  # fmt: skip
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        initializer_range=0.2,
+    )
     config.num_labels = 2
     BertForTokenClassification(config).save_pretrained(tmp_path)
     tokenizer.save_pretrained(tmp_path)
@@ -409,8 +413,12 @@ def test_web_code_never_loads_torch() -> None:
         "print(json.dumps([m for m in ('torch', 'transformers') if m in sys.modules]))"
     )
     completed = subprocess.run(
-        [sys.executable, "-c", probe], cwd=REPO_ROOT, capture_output=True, text=True,
-        timeout=120, check=True,
+        [sys.executable, "-c", probe],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
         env={**os.environ, "DJANGO_SETTINGS_MODULE": "stepscope.settings"},
-    )  # fmt: skip
+    )
     assert completed.stdout.strip().splitlines()[-1] == "[]"

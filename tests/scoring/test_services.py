@@ -200,9 +200,11 @@ def test_a_queue_selects_the_steps_of_its_trajectories(
 ) -> None:
     first, second, third = three_trajectories(project)
     queue = queue_create(
-        project=project, name="review", created_by=None,
+        project=project,
+        name="review",
+        created_by=None,
         filters=TrajectoryFilters(min_steps=4),
-    )  # fmt: skip
+    )
     assert set(queue.items.values_list("trajectory_id", flat=True)) == {second.pk, third.pk}
     scorer = make_scorer()
     run = run_to_completion(services.scoring_run_start(project=project, scorer=scorer, queue=queue))
@@ -313,12 +315,16 @@ def test_import_scores_rejects_bad_lines_with_their_numbers(
     first, *_ = three_trajectories(project)
     path = tmp_path / "bad.jsonl"
     path.write_text(
-        json.dumps({"trajectory": first.external_id, "step": 0, "value": 0.5}) + "\n"
+        json.dumps({"trajectory": first.external_id, "step": 0, "value": 0.5})
+        + "\n"
         + "not json\n"
-        + json.dumps({"trajectory": "nobody", "step": 0, "value": 0.5}) + "\n"
-        + json.dumps({"trajectory": first.external_id, "step": 99, "value": 0.5}) + "\n"
-        + json.dumps({"trajectory": first.external_id, "step": 1, "value": 1.5}) + "\n"
-    )  # fmt: skip
+        + json.dumps({"trajectory": "nobody", "step": 0, "value": 0.5})
+        + "\n"
+        + json.dumps({"trajectory": first.external_id, "step": 99, "value": 0.5})
+        + "\n"
+        + json.dumps({"trajectory": first.external_id, "step": 1, "value": 1.5})
+        + "\n"
+    )
     with pytest.raises(SystemExit):
         call_command("import_scores", str(path), project=project.slug, scorer="offline")
     captured = capsys.readouterr()
@@ -352,9 +358,12 @@ def test_step_scores_for_trajectory_uses_the_last_finished_scorer(
 def test_most_uncertain_steps_come_first(project: Project) -> None:
     trajectory = trajectory_with_steps(project, ["a", "b", "c", "d"])
     head = Scorer.objects.create(
-        project=project, name="head", kind=Scorer.Kind.TRAINED_HEAD, revision="1",
+        project=project,
+        name="head",
+        kind=Scorer.Kind.TRAINED_HEAD,
+        revision="1",
         artifact={"head": {}},
-    )  # fmt: skip
+    )
     steps = list(trajectory.steps.order_by("index"))
     for step, value in zip(steps, [0.9, 0.45, 0.1, 0.6], strict=True):
         StepScore.objects.create(step=step, scorer=head, value=value)
@@ -371,16 +380,22 @@ def test_a_new_heads_scoring_run_ranks_the_uncertain_queues(
     next lease follows the newest head's scores of the real steps."""
     three_trajectories(project)
     queue = queue_create(
-        project=project, name="teach", created_by=None, filters=TrajectoryFilters(),
+        project=project,
+        name="teach",
+        created_by=None,
+        filters=TrajectoryFilters(),
         order=Queue.Order.UNCERTAIN,
-    )  # fmt: skip
+    )
     assert not queue.items.filter(uncertainty__isnull=False).exists()  # nothing scored yet
     weights = np.random.default_rng(0).normal(size=64) * 3
     head = Scorer.objects.create(
-        project=project, name="head", kind=Scorer.Kind.TRAINED_HEAD, revision="1",
+        project=project,
+        name="head",
+        kind=Scorer.Kind.TRAINED_HEAD,
+        revision="1",
         model_ref=str(tiny_models.encoder),
         artifact={"head": Head(tuple(float(w) for w in weights), 0.1).to_dict()},
-    )  # fmt: skip
+    )
     run = run_to_completion(services.scoring_run_start(project=project, scorer=head))
     assert run.status == ScoringRun.Status.DONE
     ranks = dict(queue.items.values_list("trajectory_id", "uncertainty"))

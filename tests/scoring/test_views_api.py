@@ -173,9 +173,12 @@ def test_scorers_a_project_may_use(
 def test_creating_scorers(project: Project, owner: User) -> None:
     client = api(owner)
     body = {
-        "project": "demo", "name": "qwen-prm", "kind": "token-classification",
-        "model_ref": "Qwen/Qwen2.5-Math-PRM-7B", "parameters": {"prompt_format": "chat"},
-    }  # fmt: skip
+        "project": "demo",
+        "name": "qwen-prm",
+        "kind": "token-classification",
+        "model_ref": "Qwen/Qwen2.5-Math-PRM-7B",
+        "parameters": {"prompt_format": "chat"},
+    }
     created = client.post("/api/v1/scorers/", body, format="json")
     assert created.status_code == 201, created.content
     assert Scorer.objects.get(pk=created.json()["id"]).project == project
@@ -291,9 +294,13 @@ def test_progress_row_polls_until_the_run_ends(
     from django.utils import timezone
 
     run = ScoringRun.objects.create(
-        project=project, scorer=make_scorer(), status=ScoringRun.Status.RUNNING, total=200,
-        done=50, started_at=timezone.now() - timedelta(seconds=10),
-    )  # fmt: skip
+        project=project,
+        scorer=make_scorer(),
+        status=ScoringRun.Status.RUNNING,
+        total=200,
+        done=50,
+        started_at=timezone.now() - timedelta(seconds=10),
+    )
     client = browser(owner)
     row = client.get(reverse("scoring-run-row", args=[run.pk]), headers=HTMX).content.decode()
     assert 'hx-trigger="every 2s"' in row

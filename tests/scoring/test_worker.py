@@ -31,9 +31,11 @@ def last_json_line(output: str) -> dict[str, Any]:
 
 
 def test_score_command_runs_on_the_gpu_queue(
-    transactional_db: None, celery_worker: object, project: Project,
+    transactional_db: None,
+    celery_worker: object,
+    project: Project,
     make_scorer: Callable[..., Scorer],
-) -> None:  # fmt: skip
+) -> None:
     for n in range(4):
         trajectory_with_steps(project, [f"{n} + {i} = {n + i}" for i in range(3)])
     make_scorer(name="tiny-prm", parameters={"chunk_steps": 5})
@@ -55,10 +57,12 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         trajectory_with_steps(project, [f"{text} Step {i} of {n}." for i in range(4)])
     queue = f"scoring-kill-{uuid.uuid4().hex[:8]}"
     scorer = Scorer.objects.create(
-        name="slow", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
-        model_ref=str(slow_token_classifier), queue=queue,
+        name="slow",
+        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        model_ref=str(slow_token_classifier),
+        queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},
-    )  # fmt: skip
+    )
     first = workers.start(["default", queue], f"kill-a-{queue}")
     run = scoring_run_start(project=project, scorer=scorer)
 
@@ -114,9 +118,14 @@ def test_train_scorer_command_trains_a_new_revision_on_a_worker(
         for step, value in labels
     )
     arguments = {
-        "project": "demo", "name": "head", "encoder": str(tiny_models.encoder),
-        "params": json.dumps({"max_length": 32}), "holdout": 0.3, "wait": True, "timeout": 120,
-    }  # fmt: skip
+        "project": "demo",
+        "name": "head",
+        "encoder": str(tiny_models.encoder),
+        "params": json.dumps({"max_length": 32}),
+        "holdout": 0.3,
+        "wait": True,
+        "timeout": 120,
+    }
     out = StringIO()
     call_command("train_scorer", score=True, stdout=out, **arguments)
     summary = last_json_line(out.getvalue())

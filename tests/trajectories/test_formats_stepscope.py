@@ -389,13 +389,23 @@ step_values = st.one_of(
 raw_steps = st.one_of(
     st.dictionaries(
         st.sampled_from(
-            ["kind", "role", "content", "labelable", "agent", "tool_name", "tool_args",
-             "metadata", "labels", "extra"]
+            [
+                "kind",
+                "role",
+                "content",
+                "labelable",
+                "agent",
+                "tool_name",
+                "tool_args",
+                "metadata",
+                "labels",
+                "extra",
+            ]
         ),
         step_values,
     ),
     step_values,
-)  # fmt: skip
+)
 
 
 @settings(max_examples=400)

@@ -95,19 +95,34 @@ trajectories = st.builds(
     task=st.text(max_size=10),
     # Half the time without step metadata: the fast path of content_hash.
     steps=st.lists(steps, max_size=4)
-    | st.lists(st.builds(ParsedStep, kind=st.just("thought"), role=short_text,
-                         content=st.text(max_size=10), labelable=st.booleans()), max_size=4),
+    | st.lists(
+        st.builds(
+            ParsedStep,
+            kind=st.just("thought"),
+            role=short_text,
+            content=st.text(max_size=10),
+            labelable=st.booleans(),
+        ),
+        max_size=4,
+    ),
     task_key=short_text,
     model_name=short_text,
     outcome_reward=st.none() | st.floats(allow_nan=False, allow_infinity=False),
     success=st.none() | st.booleans(),
     first_error_index=st.none() | st.integers(-1, 5),
     metadata=st.dictionaries(st.text(max_size=3), json_values, max_size=2),
-    labels=st.lists(st.builds(ParsedLabel, step_index=st.integers(0, 3),
-                              value=st.integers(-1, 1), annotator=short_text), max_size=2),
+    labels=st.lists(
+        st.builds(
+            ParsedLabel,
+            step_index=st.integers(0, 3),
+            value=st.integers(-1, 1),
+            annotator=short_text,
+        ),
+        max_size=2,
+    ),
     parent_external_id=short_text,
     branch_index=st.none() | st.integers(0, 3),
-)  # fmt: skip
+)
 
 
 @given(trajectory=trajectories, source_format=st.sampled_from(["stepscope", "prm800k"]))

@@ -44,15 +44,31 @@ def test_step_rows_follow_step_columns() -> None:
     columns = [c.strip() for c in pgcopy.STEP_COLUMNS.split(",")]
     first, second = (dict(zip(columns, row.split("\t"), strict=True)) for row in rows)
     assert first == {
-        "trajectory_id": "7", "index": "0", "prefix_hash": "h0", "kind": "thought",
-        "role": "assistant", "agent": "", "tool_name": "", "labelable": "t",
-        "tool_args": "\\N", "metadata": "{}", "content": "a\\tb\\\\n",
-    }  # fmt: skip
+        "trajectory_id": "7",
+        "index": "0",
+        "prefix_hash": "h0",
+        "kind": "thought",
+        "role": "assistant",
+        "agent": "",
+        "tool_name": "",
+        "labelable": "t",
+        "tool_args": "\\N",
+        "metadata": "{}",
+        "content": "a\\tb\\\\n",
+    }
     assert second == {
-        "trajectory_id": "7", "index": "1", "prefix_hash": "h1",
-        "kind": "tool_call", "role": "assistant", "agent": "solver", "tool_name": "calc",
-        "labelable": "f", "tool_args": '{"x":"1\\\\n2"}', "metadata": '{"k":1}', "content": "",
-    }  # fmt: skip
+        "trajectory_id": "7",
+        "index": "1",
+        "prefix_hash": "h1",
+        "kind": "tool_call",
+        "role": "assistant",
+        "agent": "solver",
+        "tool_name": "calc",
+        "labelable": "f",
+        "tool_args": '{"x":"1\\\\n2"}',
+        "metadata": '{"k":1}',
+        "content": "",
+    }
 
 
 @given(st.lists(st.text(alphabet="ab\\\n\t", max_size=8), max_size=5), st.integers(0, 10**12))

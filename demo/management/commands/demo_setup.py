@@ -55,9 +55,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--tasks", type=int, default=50)
         parser.add_argument(
-            "--rollout-tasks", type=int, default=DEMO_ROLLOUT_TASKS,
+            "--rollout-tasks",
+            type=int,
+            default=DEMO_ROLLOUT_TASKS,
             help="demo tasks to queue rollout jobs for (0: no policy, no rollouts)",
-        )  # fmt: skip
+        )
         parser.add_argument(
             "--policy-steps",
             type=int,

@@ -27,27 +27,35 @@ class Command(BaseCommand):
         parser.add_argument("--policy", required=True, help="policy name")
         parser.add_argument("--k", type=int, required=True, help="continuations per step")
         parser.add_argument(
-            "--steps", default="all",
+            "--steps",
+            default="all",
             help="all (every labelable step), first-error-search, or step ids: 12,13",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--critical", action="store_true",
+            "--critical",
+            action="store_true",
             help="with step ids: replace each step (a correction or a policy sample) first",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--trajectory", type=int, action="append", dest="trajectories", metavar="ID",
+            "--trajectory",
+            type=int,
+            action="append",
+            dest="trajectories",
+            metavar="ID",
             help="only this trajectory (repeatable)",
-        )  # fmt: skip
+        )
         parser.add_argument("--outcome", choices=["success", "failure", "unknown"])
         parser.add_argument("--answer-check", default=answers.DEFAULT_CHECK)
         parser.add_argument("--max-continuations", type=int, help="continuation budget")
         parser.add_argument("--max-tokens", type=int, help="generated-token budget")
         parser.add_argument("--chunk", type=int, help="continuations per Celery task")
         parser.add_argument(
-            "--against", metavar="SOURCE", default="",
+            "--against",
+            metavar="SOURCE",
+            default="",
             help="when the job ends, compare its MC labels with this label source, e.g."
             " import:synthetic-truth (in the job's result: agreement)",
-        )  # fmt: skip
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the job ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 

@@ -32,9 +32,12 @@ class Command(BaseCommand):
         parser.add_argument("--steps", type=int, default=1200, help="training steps")
         parser.add_argument("--force", action="store_true", help="train again")
         parser.add_argument(
-            "--evaluate", type=int, default=0, metavar="N",
+            "--evaluate",
+            type=int,
+            default=0,
+            metavar="N",
             help="then report the solve rate on N of the demo's problems",
-        )  # fmt: skip
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = demo_policy_dir()

@@ -63,13 +63,20 @@ class Command(BaseCommand):
         parser.add_argument("--gamma", type=float, help="discount (returns, gae)")
         parser.add_argument("--lam", type=float, help="GAE lambda")
         parser.add_argument(
-            "--param", action="append", default=[], metavar="KEY=VALUE",
+            "--param",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
             help="any other parameter of the method (repeatable)",
-        )  # fmt: skip
+        )
         parser.add_argument(
-            "--trajectory", type=int, action="append", dest="trajectories", metavar="ID",
+            "--trajectory",
+            type=int,
+            action="append",
+            dest="trajectories",
+            metavar="ID",
             help="only this trajectory (repeatable)",
-        )  # fmt: skip
+        )
         parser.add_argument("--step", type=int, help="the step, for token-saliency")
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")

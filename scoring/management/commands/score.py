@@ -25,9 +25,13 @@ class Command(BaseCommand):
         parser.add_argument("--scorer", required=True, help="scorer name (newest revision)")
         parser.add_argument("--only-unscored", action="store_true", help="skip scored steps")
         parser.add_argument(
-            "--trajectory", type=int, action="append", dest="trajectories", metavar="ID",
+            "--trajectory",
+            type=int,
+            action="append",
+            dest="trajectories",
+            metavar="ID",
             help="score only this trajectory (repeatable)",
-        )  # fmt: skip
+        )
         parser.add_argument(
             "--queue", metavar="NAME", help="score only the trajectories of this labeling queue"
         )
