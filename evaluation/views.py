@@ -14,6 +14,7 @@ import math
 from typing import Any
 from urllib.parse import urlencode
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -306,14 +307,10 @@ def _curve_chart(
 @login_required
 @require_GET
 def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
-    options = compare.compare_options(project)
-    form = CompareForm(request.GET, project=project, options=options)
-    which = StepFilterForm(request.GET)
-    context = {**_base_context(request, project), "form": form}
-    if not (form.is_valid() and which.is_valid()):
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
+    project, form, which, context = _behind_forms(request, slug, StepFilterForm)
+    if "errors" in context:
         return render(request, "evaluation/compare_steps.html", context, status=400)
+    assert isinstance(which, StepFilterForm)
     query = form.query
     scale = compare.scale_for(project)
     step_filter = which.step_filter()
@@ -327,6 +324,20 @@ def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         pages=_pages(request, form.page_number, more),
     )
     return render(request, "evaluation/compare_steps.html", context)
+
+
+def _behind_forms(
+    request: HtmxHttpRequest, slug: str, filter_form: type[forms.Form]
+) -> tuple[Project, CompareForm, forms.Form, dict[str, Any]]:
+    """The project, the compare form, the form saying which steps (or first errors) are
+    behind a number, and the page's context; invalid input puts ``errors`` in it."""
+    project = _project(request, slug)
+    form = CompareForm(request.GET, project=project, options=compare.compare_options(project))
+    which = filter_form(request.GET)
+    context = {**_base_context(request, project), "form": form}
+    if not (form.is_valid() and which.is_valid()):
+        context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
+    return project, form, which, context
 
 
 def _field_errors(form: Any) -> list[str]:
@@ -363,13 +374,8 @@ def _describe(which: behind.StepFilter, scale: cm.Scale, query: compare.CompareQ
 @login_required
 @require_GET
 def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
-    options = compare.compare_options(project)
-    form = CompareForm(request.GET, project=project, options=options)
-    which = FirstErrorFilterForm(request.GET)
-    context = {**_base_context(request, project), "form": form}
-    if not (form.is_valid() and which.is_valid()):
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
+    project, form, which, context = _behind_forms(request, slug, FirstErrorFilterForm)
+    if "errors" in context:
         return render(request, "evaluation/compare_first_errors.html", context, status=400)
     query = form.query
     subset = which.cleaned_data.get("subset") or "all"
