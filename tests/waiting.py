@@ -26,12 +26,14 @@ def wait_until(condition: Callable[[], bool], timeout: float, poll: float = POLL
 
 
 def import_finished(batch_id: int, timeout: float = 90) -> ImportBatch:
-    """The import batch once a worker has finished it (done or failed)."""
+    """The import batch once a worker has finished it (done, failed or cancelled)."""
     from trajectories.models import ImportBatch
 
-    ended = (ImportBatch.Status.DONE, ImportBatch.Status.FAILED)
     if not wait_until(
-        lambda: ImportBatch.objects.filter(pk=batch_id, status__in=ended).exists(), timeout
+        lambda: (
+            ImportBatch.objects.filter(pk=batch_id).exclude(status__in=ImportBatch.ACTIVE).exists()
+        ),
+        timeout,
     ):
         status = ImportBatch.objects.get(pk=batch_id).status
         raise AssertionError(f"import {batch_id} still {status} after {timeout}s")

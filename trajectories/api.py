@@ -15,6 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
+from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from trajectories import services
 from trajectories.models import ImportBatch, Project, Step, Trajectory
@@ -80,12 +81,19 @@ class StepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return queryset
 
 
-class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
+class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, JobViewSet):
     """``POST`` a file (queued for a worker; 202) or a JSON list of trajectories in our
-    format (imported at once; 201). ``GET /imports/{id}/`` reports status and errors."""
+    format (imported at once; 201). ``GET /imports/{id}/`` reports status and errors;
+    ``POST /imports/{id}/cancel/`` stops a queued or running import (nothing of it stays)."""
 
     serializer_class = ImportBatchSerializer
     pagination_class = ByIdCursor
+
+    def may_cancel(self, user: Any, job: Any) -> bool:
+        return can_manage_data(user, job.project)
+
+    def job_cancel(self, job: Any) -> Any:
+        return services.import_batch_cancel(batch=job)
 
     def get_queryset(self) -> QuerySet[ImportBatch]:
         return ImportBatch.objects.filter(

@@ -7,5 +7,6 @@ urlpatterns = [
     path("p/<slug:slug>/tree/", views.task_tree, name="task-tree"),
     path("p/<slug:slug>/imports/new/", views.import_new, name="import-new"),
     path("imports/<int:pk>/", views.import_detail, name="import-detail"),
+    path("imports/<int:pk>/cancel/", views.import_cancel, name="import-cancel"),
     path("steps/<int:pk>/content/", views.step_content, name="step-content"),
 ]

@@ -13,11 +13,12 @@ from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from trajectories import prefix_tree, selectors, services
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
+from trajectories.models import ImportBatch
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -84,8 +85,27 @@ def import_new(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def import_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    return _import_status(request, selectors.import_batch_get_for_user(request.user, pk))
+
+
+@login_required
+@require_POST
+def import_cancel(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     batch = selectors.import_batch_get_for_user(request.user, pk)
-    context = {"project": batch.project, "batch": batch}
+    if not selectors.can_manage_data(request.user, batch.project):
+        raise PermissionDenied("Only researchers and admins cancel imports.")
+    batch = services.import_batch_cancel(batch=batch)
+    if not request.htmx:
+        return redirect("import-detail", pk=batch.pk)
+    return _import_status(request, batch)
+
+
+def _import_status(request: HtmxHttpRequest, batch: ImportBatch) -> HttpResponse:
+    context = {
+        "project": batch.project,
+        "batch": batch,
+        "can_manage": selectors.can_manage_data(request.user, batch.project),
+    }
     if request.htmx:
         return render(request, "trajectories/import_detail.html#import-status", context)
     return render(request, "trajectories/import_detail.html", context)

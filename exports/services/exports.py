@@ -38,6 +38,7 @@ from exports.writers import (
     write_manifest,
 )
 from scoring.selectors import scorer_id_for
+from stepscope.jobs.lifecycle import job_cancel
 from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.models import Project
@@ -221,11 +222,8 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
 
 
 def export_cancel(*, job: ExportJob) -> ExportJob:
-    ExportJob.objects.filter(
-        pk=job.pk, status__in=[ExportJob.Status.QUEUED, ExportJob.Status.RUNNING]
-    ).update(status=ExportJob.Status.CANCELLED, finished_at=timezone.now())
-    job.refresh_from_db()
-    return job
+    """Stop a queued or running export: its folder is removed, nothing is published."""
+    return job_cancel(job)
 
 
 def manifest_json(manifest: dict[str, Any]) -> str:

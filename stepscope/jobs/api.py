@@ -25,7 +25,7 @@ class JobViewSet(viewsets.GenericViewSet[Any]):
 
     @extend_schema(request=None)
     @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str | None = None) -> Response:
+    def cancel(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
         job = self.get_object()
         if not self.may_cancel(request.user, job):
             raise PermissionDenied("Cancelling needs the researcher or admin role.")

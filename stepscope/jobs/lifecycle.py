@@ -10,10 +10,10 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from stepscope.jobs.models import ACTIVE, Chunk, JobStatus, ProgressJob
+from stepscope.jobs.models import ACTIVE, Chunk, Job, JobStatus, ProgressJob
 from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
 
-J = TypeVar("J", bound=ProgressJob)
+J = TypeVar("J", bound=Job)
 
 
 def job_fail(model: type[ProgressJob], *, pk: int, error: str) -> None:

@@ -370,8 +370,8 @@ def test_a_failed_export_leaves_no_file(tmp_path: Path, format_name: str, contai
             format_name=format_name,
             options=options(),
             out_dir=fresh,
-            container=container,
-        )  # type: ignore[arg-type]
+            container=container,  # type: ignore[arg-type]
+        )
     assert list(fresh.iterdir()) == []
 
 
@@ -530,8 +530,8 @@ def test_every_format_loads_with_datasets(
         format_name=format_name,
         options=options(),
         out_dir=tmp_path / "out",
-        container=container,
-        compress=compress,  # type: ignore[arg-type]
+        container=container,  # type: ignore[arg-type]
+        compress=compress,
     )
     for file in result.files:
         dataset = load(file.path, tmp_path / "hf")

@@ -64,6 +64,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
     "import-detail": _GET_ONLY,
+    "import-cancel": _CANCEL,
     "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},
     # Everyone sees the exports; researchers and admins start and cancel them.
     "export-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
@@ -133,6 +134,7 @@ ACCESS: dict[str, dict[str, str]] = {
     # POST with an empty body: invalid (400) before any project is named.
     "api:import-list": _API_LIST_CREATE,
     "api:import-detail": _API_OBJECT,
+    "api:import-cancel": _API_CANCEL,
     "api:export-list": _API_LIST_CREATE,
     "api:export-detail": _API_OBJECT,
     "api:export-download": _API_OBJECT,

@@ -3,6 +3,7 @@ below are the app's service interface; callers import them from here."""
 
 from trajectories.services.imports import (
     ImportRejected,
+    import_batch_cancel,
     import_batch_run,
     import_upload_start,
     parser_get,
@@ -19,6 +20,7 @@ from trajectories.services.projects import (
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
     "ImportRejected",
+    "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",
     "imported_annotator",

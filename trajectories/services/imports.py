@@ -19,6 +19,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
 from django.utils import timezone
 
+from stepscope.jobs.lifecycle import job_cancel
 from stepscope.queueing import broker_require
 from trajectories import pgcopy, prepare
 from trajectories.formats import parser_for
@@ -152,13 +153,21 @@ def import_upload_start(
     return batch
 
 
+def import_batch_cancel(*, batch: ImportBatch) -> ImportBatch:
+    """Stop a queued or running import: nothing of it stays (it is one transaction)."""
+    return job_cancel(batch)
+
+
 def import_batch_run(*, batch_id: int) -> ImportBatch:
     """Run a queued import (the Celery task's body). Safe to run again after a worker
     died: the import is one transaction, so a rerun starts from a clean slate, and a
     finished batch is left as it is."""
     with transaction.atomic():
         batch = ImportBatch.objects.select_for_update().get(pk=batch_id)
-        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
+        if not batch.is_active:
+            if batch.status == ImportBatch.Status.CANCELLED and batch.stored_path:
+                # Cancelled before a worker took it: its upload is not needed any more.
+                shutil.rmtree(Path(batch.stored_path).parent, ignore_errors=True)
             return batch
         batch.status = ImportBatch.Status.RUNNING
         batch.save(update_fields=["status"])
@@ -198,15 +207,18 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
                 cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, batch.project_id])
             # A task handed out twice (it ran past the broker's visibility timeout) waits
             # above while the first run finishes; then there is nothing left to do.
-            finished = (ImportBatch.Status.DONE, ImportBatch.Status.FAILED)
-            if ImportBatch.objects.filter(pk=batch.pk, status__in=finished).exists():
+            # Or it was cancelled meanwhile.
+            if not ImportBatch.objects.filter(pk=batch.pk, status__in=ImportBatch.ACTIVE).exists():
                 raise _AlreadyFinished
             with (
                 _ChunkWriter(batch, counts) as writer,
                 prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks,
             ):
                 for chunk in chunks:
-                    progress.report(len(chunk))
+                    # A cancel is seen within about a second (when progress is written),
+                    # and rolls back everything this import wrote.
+                    if progress.report(len(chunk)) and progress.status() == "cancelled":
+                        raise _AlreadyFinished
                     records = []
                     for item in chunk:
                         if isinstance(item, RecordError):
@@ -245,7 +257,8 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
 
 
 class _AlreadyFinished(Exception):
-    """Another run of the same batch finished while this one waited for the lock."""
+    """Another run of the same batch finished while this one waited for the lock, or the
+    batch was cancelled."""
 
 
 class _Rollback(Exception):

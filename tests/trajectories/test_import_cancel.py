@@ -1,0 +1,143 @@
+"""Cancelling an import: before a worker takes it, and while it runs (nothing of it
+stays, since an import is one transaction), from the page and the API."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
+from django.test import Client
+from rest_framework.test import APIClient
+
+from tests.factories import MembershipFactory, UserFactory
+from tests.waiting import wait_until
+from trajectories import services
+from trajectories.models import ImportBatch, Membership, Project, Trajectory
+
+HTMX = {"HX-Request": "true"}
+
+
+@pytest.fixture
+def researcher(project: Project) -> User:
+    user = UserFactory.create(username="researcher")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
+    return user
+
+
+@pytest.fixture(autouse=True)
+def media_in_tmp(settings: Any, tmp_path: Path) -> None:
+    settings.MEDIA_ROOT = tmp_path / "media"
+
+
+def record(n: int) -> bytes:
+    steps = [{"content": f"step {i} of {n}"} for i in range(3)]
+    return (json.dumps({"id": f"r{n}", "task": f"task {n}", "steps": steps}) + "\n").encode()
+
+
+def queued_upload(project: Project, user: User) -> ImportBatch:
+    upload = SimpleUploadedFile("few.jsonl", record(1) + record(2))
+    return services.import_upload_start(
+        project=project, user=user, source_format="stepscope", upload=upload
+    )
+
+
+@pytest.mark.django_db
+def test_a_cancelled_queued_import_never_runs(
+    client: Client, project: Project, researcher: User, django_capture_on_commit_callbacks: Any
+) -> None:
+    # The task is not sent (no on-commit callbacks run): the batch waits, queued.
+    batch = queued_upload(project, researcher)
+    client.force_login(researcher)
+    page = client.get(f"/imports/{batch.pk}/").content.decode()
+    assert "Cancel the import" in page
+
+    response = client.post(f"/imports/{batch.pk}/cancel/", headers=HTMX)
+    assert response.status_code == 200
+    assert "Cancelled: nothing from this file was imported." in response.content.decode()
+    assert "every 1s" not in response.content.decode()
+
+    # The worker's run, when it comes, leaves it as it is and drops the upload.
+    ran = services.import_batch_run(batch_id=batch.pk)
+    assert ran.status == ImportBatch.Status.CANCELLED
+    assert not Trajectory.objects.filter(project=project).exists()
+    assert not Path(batch.stored_path).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_cancel_stops_a_running_import_and_nothing_stays(
+    project: Project, researcher: User, tmp_path: Path
+) -> None:
+    # The file is a pipe this test writes into, so the import is certainly running, with
+    # rows written inside its transaction, when the cancel comes.
+    fifo = tmp_path / "stream.jsonl"
+    os.mkfifo(fifo)
+    result: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            result["batch"] = services.trajectory_import(
+                project=project, source_format="stepscope", path=fifo, user=researcher
+            )
+        finally:
+            connection.close()
+
+    importer = threading.Thread(target=run)
+    importer.start()
+    written = 0
+    with fifo.open("wb") as out:
+
+        def write(count: int) -> bool:
+            nonlocal written
+            try:
+                out.write(b"".join(record(written + i) for i in range(count)))
+                out.flush()
+            except BrokenPipeError:
+                return False  # the importer stopped reading
+            written += count
+            return True
+
+        write(2500)  # more than one chunk: the first is written and its progress shown
+        assert wait_until(
+            lambda: ImportBatch.objects.filter(project=project, processed_count__gt=0).exists(),
+            timeout=60,
+        )
+        batch = ImportBatch.objects.get(project=project)
+        assert services.import_batch_cancel(batch=batch).status == ImportBatch.Status.CANCELLED
+        # The importer sees the cancel when it next writes its progress; until then it
+        # keeps reading what comes.
+        assert wait_until(lambda: not write(200) or not importer.is_alive(), timeout=60)
+    importer.join(timeout=60)
+
+    assert result["batch"].status == ImportBatch.Status.CANCELLED
+    assert written > 2500
+    assert not Trajectory.objects.filter(project=project).exists()
+    batch.refresh_from_db()
+    assert batch.status == ImportBatch.Status.CANCELLED
+
+
+@pytest.mark.django_db
+def test_api_cancels_for_researchers_only(
+    project: Project, researcher: User, django_capture_on_commit_callbacks: Any
+) -> None:
+    batch = queued_upload(project, researcher)
+    annotator = UserFactory.create()
+    MembershipFactory.create(user=annotator, project=project, role=Membership.Role.ANNOTATOR)
+    api = APIClient()
+    api.force_authenticate(annotator)
+    assert api.post(f"/api/v1/imports/{batch.pk}/cancel/").status_code == 403
+    api.force_authenticate(UserFactory.create())
+    assert api.post(f"/api/v1/imports/{batch.pk}/cancel/").status_code == 404
+
+    api.force_authenticate(researcher)
+    response = api.post(f"/api/v1/imports/{batch.pk}/cancel/")
+    assert response.status_code == 200
+    assert response.json()["status"] == "cancelled"
+    # A finished import stays as it ended.
+    assert api.post(f"/api/v1/imports/{batch.pk}/cancel/").json()["status"] == "cancelled"
