@@ -23,9 +23,12 @@ to read or label. Lines that are bookkeeping (file snapshots, hooks, queue opera
 turn contexts, the event copies of messages) make no step.
 
 Each step's metadata has ``event_id`` (the line's uuid, or the call id of a tool call and
-its result), ``parent_span_id`` and ``parent``, the index of the step it follows from:
-the previous message in Claude Code's thread, the call for a tool result, the ``Task``
-call for a subagent's steps, and the user's prompt of the turn for Codex and Pi.
+its result), ``parent_span_id`` and ``parent``, the index of the step that called it: the
+call for a tool result, the ``Task`` call for a subagent's steps, and the user's prompt
+of the turn for the model's steps. A user's message starts a turn and is a root. The
+tree is the same in all three formats, so a session is as deep as its calls nest, not as
+long as it is. Claude Code's ``parentUuid`` (and Pi's ``parentId``) only thread each line
+to the line before it; it is kept as ``thread_parent``.
 """
 
 from __future__ import annotations
@@ -59,9 +62,10 @@ class Session:
     steps: list[ParsedStep] = field(default_factory=list)
     index_of: dict[str, int] = field(default_factory=dict)
     tool_names: dict[str, str] = field(default_factory=dict)
-    thread: dict[str, str] = field(default_factory=dict)  # Claude Code uuid -> parentUuid
     seen_messages: set[str] = field(default_factory=set)
     turn_parent: str = ""  # event id of the current turn's user prompt
+    # Claude Code's main thread and its sidechains each have their own turns.
+    turn_parents: dict[str, str] = field(default_factory=dict)
     session_id: str = ""
     task: str = ""
     models: list[str] = field(default_factory=list)
@@ -71,23 +75,11 @@ class Session:
     def add(self, step: ParsedStep, event_id: str, parent_id: str) -> None:
         step.metadata["event_id"] = event_id
         step.metadata["parent_span_id"] = parent_id
-        parent = self._parent_index(parent_id)
-        if parent is not None:
-            step.metadata["parent"] = parent
+        if parent_id in self.index_of:
+            step.metadata["parent"] = self.index_of[parent_id]
         if event_id and event_id not in self.index_of:
             self.index_of[event_id] = len(self.steps)
         self.steps.append(step)
-
-    def _parent_index(self, parent_id: str) -> int | None:
-        """The step of ``parent_id``, or of its nearest ancestor that made a step (Claude
-        Code threads through lines that make none, such as hook progress)."""
-        seen = set()
-        while parent_id and parent_id not in seen:
-            if parent_id in self.index_of:
-                return self.index_of[parent_id]
-            seen.add(parent_id)
-            parent_id = self.thread.get(parent_id, "")
-        return None
 
 
 @register("agent-session")
@@ -129,15 +121,13 @@ def _claude_line(session: Session, record: dict[str, Any], location: str) -> Non
     kind = record.get("type")
     uuid = _text_field(record, "uuid")
     parent_uuid = _text_field(record, "parentUuid")
-    if uuid:
-        session.thread[uuid] = parent_uuid
     session.session_id = session.session_id or _text_field(record, "sessionId")
     for key in ("version", "cwd", "gitBranch"):
         if isinstance(record.get(key), str) and key not in session.metadata:
             session.metadata[key] = record[key]
     if kind in ("user", "assistant"):
         agent = "sidechain" if record.get("isSidechain") is True else ""
-        _claude_message(session, record, "message", uuid, parent_uuid, agent)
+        _claude_message(session, record, "message", uuid, parent_uuid, agent, caller="")
     elif kind == "progress":
         data = record.get("data")
         if isinstance(data, dict) and data.get("type") == "agent_progress":
@@ -149,7 +139,15 @@ def _claude_line(session: Session, record: dict[str, Any], location: str) -> Non
             inner_uuid = _text_field(inner, "uuid")
             if inner_uuid in session.index_of:
                 return  # progress lines repeat a subagent message once per update
-            _claude_message(session, inner, "data.message.message", inner_uuid, call_id, agent)
+            _claude_message(
+                session,
+                inner,
+                "data.message.message",
+                inner_uuid,
+                _text_field(inner, "parentUuid"),
+                agent,
+                caller=call_id,
+            )
 
 
 def _claude_message(
@@ -157,9 +155,13 @@ def _claude_message(
     record: dict[str, Any],
     path: str,
     uuid: str,
-    parent_id: str,
+    thread_parent: str,
     agent: str,
+    *,
+    caller: str,
 ) -> None:
+    """The steps of one message. ``caller`` is the id of the ``Task`` call whose subagent
+    wrote it, or empty for the main thread and sidechains."""
     message = record.get("message")
     if not isinstance(message, dict):
         raise FieldError(path, "is missing" if message is None else "expected an object")
@@ -171,6 +173,7 @@ def _claude_message(
     if not isinstance(blocks, list):
         raise FieldError(f"{path}.content", "expected a string or a list of content blocks")
     usage_key: str = message["id"] if isinstance(message.get("id"), str) else uuid
+    started_turn = False
     for number, block in enumerate(blocks):
         where = f"{path}.content.{number}"
         if not isinstance(block, dict):
@@ -187,9 +190,20 @@ def _claude_message(
         if role == "user" and step.kind == "message" and not record.get("isMeta"):
             session.task = session.task or step.content
         event_id = uuid if number == 0 or not uuid else f"{uuid}:{number}"
+        if thread_parent:
+            step.metadata["thread_parent"] = thread_parent
         call_id = str(step.metadata.get("tool_call_id", ""))
-        from_call = step.kind == "tool_result" and call_id in session.index_of
-        session.add(step, event_id, call_id if from_call else parent_id)
+        if step.kind == "tool_result" and call_id in session.index_of:
+            parent = call_id
+        elif caller:
+            parent = caller
+        elif role == "user" and step.kind == "message" and not started_turn:
+            parent = ""
+            session.turn_parents[agent] = event_id
+            started_turn = True
+        else:
+            parent = session.turn_parents.get(agent, "")
+        session.add(step, event_id, parent)
         if step.kind == "tool_call" and call_id:
             # Results and subagents name the call by its id, not by the line's uuid.
             session.index_of.setdefault(call_id, len(session.steps) - 1)
@@ -393,7 +407,8 @@ def _pi_line(session: Session, record: dict[str, Any], location: str) -> None:
     if not isinstance(message, dict):
         raise FieldError("message", "is missing" if message is None else "expected an object")
     role = _required_text(message, "role", "message")
-    # Pi's newer sessions link entries by id and parentId; older ones follow turns.
+    # Pi's newer sessions name entries by id and thread each to the one before by
+    # parentId (kept as thread_parent); the tree follows turns and calls either way.
     entry_id = _text_field(record, "id") or location
     linked_parent = _text_field(record, "parentId")
     if role == "toolResult":
@@ -410,7 +425,10 @@ def _pi_line(session: Session, record: dict[str, Any], location: str) -> None:
             metadata=metadata,
         )
         step.metadata["start"] = record.get("timestamp")
-        session.add(step, entry_id, linked_parent or call_id)
+        if linked_parent:
+            step.metadata["thread_parent"] = linked_parent
+        from_call = call_id in session.index_of
+        session.add(step, entry_id, call_id if from_call else session.turn_parent)
         return
     if role not in ("user", "assistant"):
         raise FieldError("message.role", f"is {role!r}; expected user, assistant or toolResult")
@@ -418,7 +436,7 @@ def _pi_line(session: Session, record: dict[str, Any], location: str) -> None:
     blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
     if not isinstance(blocks, list):
         raise FieldError("message.content", "expected a string or a list of content blocks")
-    parent = linked_parent or ("" if role == "user" else session.turn_parent)
+    parent = "" if role == "user" else session.turn_parent
     first = True
     for number, block in enumerate(blocks):
         where = f"message.content.{number}"
@@ -429,6 +447,8 @@ def _pi_line(session: Session, record: dict[str, Any], location: str) -> None:
             continue
         step = block_step
         step.metadata["start"] = record.get("timestamp")
+        if linked_parent:
+            step.metadata["thread_parent"] = linked_parent
         if role == "user" and not session.task:
             session.task = step.content
         if role == "assistant" and first:
@@ -438,7 +458,8 @@ def _pi_line(session: Session, record: dict[str, Any], location: str) -> None:
             event_id = step.metadata["tool_call_id"]
         session.add(step, event_id, parent)
         if role == "user" and first:
-            session.turn_parent = event_id
+            # The prompt's first block starts the turn; the rest of it hangs below it.
+            session.turn_parent = parent = event_id
         first = False
 
 
