@@ -18,7 +18,10 @@ tool is a ``tool_call`` with ``tool_name`` and ``tool_args``); observations are 
 environment's answers (``tool_result`` or ``observation``, not labelable). Events that
 only track the agent's state (``change_agent_state``, ``agent_state_changed``, empty
 ``null`` observations) make no step. Metadata keeps ``event_id``, ``parent_span_id``
-(the ``cause`` or ``action_id``) and ``parent``, the index of that step.
+(the ``cause`` or ``action_id``) and ``parent``, the index of the step that called it:
+the action for an observation, and the user's message of the turn for the agent's
+messages and actions (they name no cause). User messages and system prompts are roots,
+as in the ``agent-session`` format.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +48,28 @@ from trajectories.formats.chat_content import decode
 STATE_ACTIONS = ("change_agent_state",)
 STATE_OBSERVATIONS = ("agent_state_changed", "null")
 EVENT_FILE = re.compile(r"event-\d+-.*\.json")
+INPUT_ROLES = ("user", "system")
+
+
+@dataclass
+class Events:
+    """A conversation's steps so far, and which step each event and turn made."""
+
+    steps: list[ParsedStep] = field(default_factory=list)
+    index_of: dict[str, int] = field(default_factory=dict)
+    turn: int | None = None  # the step of the current turn's user message
+
+    def add(self, step: ParsedStep) -> None:
+        parent_id = step.metadata.get("parent_span_id", "")
+        if step.role in INPUT_ROLES:
+            if step.role == "user":
+                self.turn = len(self.steps)
+        elif parent_id in self.index_of:
+            step.metadata["parent"] = self.index_of[parent_id]
+        elif self.turn is not None:
+            step.metadata["parent"] = self.turn
+        self.index_of.setdefault(step.metadata["event_id"], len(self.steps))
+        self.steps.append(step)
 
 
 @register("openhands")
@@ -55,8 +81,7 @@ def parse(path: Path) -> Iterator[ParseResult]:
         return
     if EVENT_FILE.fullmatch(path.name) and (path.parent.parent / "base_state.json").exists():
         return  # read with its conversation's base_state.json
-    steps: list[ParsedStep] = []
-    index_of: dict[str, int] = {}
+    events = Events()
     task = ""
     models: list[str] = []
     bad = False
@@ -74,27 +99,19 @@ def parse(path: Path) -> Iterator[ParseResult]:
         model = step.metadata.get("model")
         if isinstance(model, str):
             models.append(model)
-        _link(step, steps, index_of)
-    if not steps:
+        events.add(step)
+    if not events.steps:
         if not bad:
             yield RecordError("record 0", "", "the trajectory has no event to make a step of")
         return
     yield ParsedTrajectory(
         external_id=path.stem,
         task=task,
-        steps=steps,
+        steps=events.steps,
         model_name=models[0] if models else "",
-        metadata={"version": "v0", "events": len(index_of)},
+        metadata={"version": "v0", "events": len(events.index_of)},
         location="record 0",
     )
-
-
-def _link(step: ParsedStep, steps: list[ParsedStep], index_of: dict[str, int]) -> None:
-    parent_id = step.metadata.get("parent_span_id", "")
-    if parent_id in index_of:
-        step.metadata["parent"] = index_of[parent_id]
-    index_of.setdefault(step.metadata["event_id"], len(steps))
-    steps.append(step)
 
 
 def _v0_step(event: Any, location: str) -> ParsedStep | None:
@@ -199,8 +216,7 @@ def _v1(base_path: Path) -> Iterator[ParseResult]:
     folder = base_path.parent / "events"
     if not folder.is_dir():
         raise FileError(f"{base_path}: no events/ folder beside it")
-    steps: list[ParsedStep] = []
-    index_of: dict[str, int] = {}
+    events = Events()
     task = ""
     for event_path in sorted(folder.glob("event-*.json")):
         location = f"events/{event_path.name}"
@@ -218,8 +234,8 @@ def _v1(base_path: Path) -> Iterator[ParseResult]:
             continue
         if step.role == "user" and not task:
             task = step.content
-        _link(step, steps, index_of)
-    if not steps:
+        events.add(step)
+    if not events.steps:
         yield RecordError("events", "", "the conversation has no event to make a step of")
         return
     agent = base.get("agent")
@@ -230,9 +246,9 @@ def _v1(base_path: Path) -> Iterator[ParseResult]:
     yield ParsedTrajectory(
         external_id=return_id,
         task=task,
-        steps=steps,
+        steps=events.steps,
         model_name=model if isinstance(model, str) else "",
-        metadata={"version": "v1", "events": len(index_of)},
+        metadata={"version": "v1", "events": len(events.index_of)},
         location=f"events/{sorted(folder.glob('event-*.json'))[0].name}",
     )
 
