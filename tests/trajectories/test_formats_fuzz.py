@@ -162,6 +162,13 @@ def seeds() -> list[Seed]:
     inspect_log = REALDATA / "inspect_logs" / "2025-05-12T20-28-13-04-00_popularity.json"
     inspect_eval = next((REALDATA / "inspect_logs").glob("*.eval"))
     prm = REALDATA / "prm800k_sample" / "phase2_train_sample.jsonl"
+    spans = json.loads((REALDATA / "otel_openinference" / "all-spans.json").read_text())
+    langfuse = REALDATA / "langfuse" / "autogen-2025-06-06.trace.json"
+    langsmith = REALDATA / "langsmith" / "langsmith_py_wrap_openai_.json"
+    claude = REALDATA / "claude_code" / "short.jsonl"
+    codex = next((REALDATA / "codex").glob("rollout-2026-01-02*.jsonl"))
+    pi = REALDATA / "pi_agent" / "large-session.jsonl"
+    openhands = REALDATA / "openhands" / "basic_interactions.json"
     return [
         Seed("stepscope", registered("stepscope"), STEPSCOPE, "jsonl", ".jsonl"),
         Seed("processbench", registered("processbench"), gsm8k[:2], "json", ".json"),
@@ -186,6 +193,21 @@ def seeds() -> list[Seed]:
             ".json",
         ),
         Seed("mapped-plain", lambda: parser_with_mapping(PLAIN_MAPPING), PLAIN, "jsonl", ".jsonl"),
+        Seed("otel", registered("otel"), spans[:2], "json", ".json"),
+        Seed("langfuse", registered("langfuse"), json.loads(langfuse.read_text()), "json", ".json"),
+        Seed(
+            "langsmith", registered("langsmith"), json.loads(langsmith.read_text()), "json", ".json"
+        ),
+        # The first lines of each agent CLI's session: its header, a prompt, the model's
+        # thinking, text and tool calls, and their results.
+        Seed(
+            "claude-code", registered("agent-session"), read_jsonl(claude, 0, 12), "jsonl", ".jsonl"
+        ),
+        Seed("codex", registered("agent-session"), read_jsonl(codex, 0, 16), "jsonl", ".jsonl"),
+        Seed("pi", registered("agent-session"), read_jsonl(pi, 0, 10), "jsonl", ".jsonl"),
+        Seed(
+            "openhands", registered("openhands"), json.loads(openhands.read_text()), "json", ".json"
+        ),
     ]
 
 

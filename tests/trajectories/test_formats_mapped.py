@@ -429,3 +429,120 @@ def test_truncated_records_file_is_a_file_error(tmp_path: Path) -> None:
 
     with pytest.raises(FileError, match=r"who\.json: not valid JSON at record 1"):
         list(parse_mapped(path, load_mapping(WHO_AND_WHEN)))
+
+
+# The labelable rule, on the real Who&When logs
+
+WHO_AND_WHEN_DIR = REPO_ROOT.parent / "shared" / "realdata" / "multiagent_who_and_when"
+# One mapping reads both halves of the set. AG2 group chats (Algorithm-Generated) give
+# the experts' turns the role user and tell them apart by name, and the code runner
+# Computer_terminal is the environment; Magentic-One logs (Hand-Crafted) put the
+# speaker in role and call the person asking "human".
+WHO_AND_WHEN_LABELABLE = {
+    "id": "question_ID",
+    "task": "question",
+    "ground_truth": "ground_truth",
+    "steps": "history",
+    "step": {"content": "content", "role": "role", "agent": "name"},
+    "first_error_index": "mistake_step",
+    "metadata": ["mistake_agent", "mistake_step", "mistake_reason"],
+    "labelable": {
+        "agents": "*",
+        "input_agents": ["Computer_terminal"],
+        "input_roles": ["human", "system", "user", "tool"],
+    },
+}
+# steps, labelable steps, first error index
+WHO_AND_WHEN_COUNTS = {
+    "Hand-Crafted/1.json": (29, 28, 12),
+    "Hand-Crafted/24.json": (5, 4, 1),
+    "Algorithm-Generated/1.json": (6, 4, 0),
+    "Algorithm-Generated/21.json": (6, 6, 0),
+    "Algorithm-Generated/47.json": (6, 6, 1),
+}
+
+
+def who_and_when(name: str, mapping: dict[str, Any] = WHO_AND_WHEN_LABELABLE) -> ParsedTrajectory:
+    [trajectory] = parsed(WHO_AND_WHEN_DIR / name, load_mapping(mapping))
+    return trajectory
+
+
+@pytest.mark.parametrize("name", list(WHO_AND_WHEN_COUNTS))
+def test_who_and_when_labelable_rule_on_the_real_files(name: str) -> None:
+    trajectory = who_and_when(name)
+    steps, labelable, first_error = WHO_AND_WHEN_COUNTS[name]
+    assert len(trajectory.steps) == steps
+    assert sum(step.labelable for step in trajectory.steps) == labelable
+    assert trajectory.first_error_index == first_error
+    assert trajectory.steps[first_error].labelable
+    raw = json.loads((WHO_AND_WHEN_DIR / name).read_text(encoding="utf-8"))
+    assert trajectory.metadata == {
+        key: raw[key] for key in ("mistake_agent", "mistake_step", "mistake_reason")
+    }
+    # The labels end at the human-labelled mistake, on labelable steps only.
+    assert trajectory.labels[-1] == ParsedLabel(first_error, -1, "import:mapped")
+    assert all(trajectory.steps[label.step_index].labelable for label in trajectory.labels)
+
+
+def test_ag2_experts_are_labelable_and_the_terminal_is_not() -> None:
+    trajectory = who_and_when("Algorithm-Generated/1.json")
+    assert [(s.role, s.agent, s.labelable) for s in trajectory.steps] == [
+        ("assistant", "Excel_Expert", True),
+        ("user", "Computer_terminal", False),
+        ("user", "BusinessLogic_Expert", True),
+        ("user", "Computer_terminal", False),
+        ("user", "DataVerification_Expert", True),
+        ("user", "DataVerification_Expert", True),
+    ]
+    assert trajectory.metadata["mistake_agent"] == "Excel_Expert"
+
+
+def test_magentic_one_human_is_the_only_input() -> None:
+    trajectory = who_and_when("Hand-Crafted/1.json")
+    [question] = [step for step in trajectory.steps if not step.labelable]
+    assert question is trajectory.steps[0] and question.role == "human"
+    assert trajectory.steps[12].role == "WebSurfer"
+    assert trajectory.metadata["mistake_agent"] == "WebSurfer"
+
+
+def test_without_the_rule_the_experts_user_turns_are_inputs() -> None:
+    # What the rule is for: by role alone, AG2's experts speaking as user are inputs,
+    # and Magentic-One's human is a decision.
+    plain = {key: value for key, value in WHO_AND_WHEN_LABELABLE.items() if key != "labelable"}
+    ag2 = who_and_when("Algorithm-Generated/1.json", plain)
+    assert [step.labelable for step in ag2.steps] == [True, False, False, False, False, False]
+    magentic = who_and_when("Hand-Crafted/1.json", plain)
+    assert magentic.steps[0].labelable
+
+
+def test_labelable_path_reads_a_boolean_from_the_step(tmp_path: Path) -> None:
+    record = who_record(mistake_step=None)
+    record["history"][1]["judged"] = False
+    record["history"][0]["judged"] = True
+    mapping = {**WHO_AND_WHEN, "labelable": {"path": "judged"}}
+    [trajectory] = parsed(
+        write_json(tmp_path / "w.json", {"samples": [record]}), load_mapping(mapping)
+    )
+    # A boolean at the path decides; a step without one falls back to the roles.
+    assert [step.labelable for step in trajectory.steps] == [True, False, True, True]
+
+
+@pytest.mark.parametrize(
+    ("rule", "message"),
+    [
+        (
+            {"agent": ["Excel_Expert"]},
+            "mapping key 'labelable.agent': unknown; expected one of path, roles, agents, "
+            "input_roles, input_agents",
+        ),
+        ({"agents": "Excel_Expert"}, "mapping key 'labelable.agents': expected a list of names"),
+        ({"input_roles": ["human", 3]}, "mapping key 'labelable.input_roles': expected a list"),
+        ({"path": 3}, "mapping key 'labelable.path': expected a dotted path string"),
+        ({"path": "a..b"}, "mapping key 'labelable.path': 'a..b' is not a dotted path"),
+        (["agents"], "mapping key 'labelable': expected an object, got list"),
+    ],
+)
+def test_bad_labelable_rule_names_the_key(rule: Any, message: str) -> None:
+    with pytest.raises(MappingError) as raised:
+        load_mapping({**WHO_AND_WHEN_LABELABLE, "labelable": rule})
+    assert str(raised.value).startswith(message)

@@ -248,3 +248,33 @@ def test_not_json_or_not_an_object_is_a_file_error(tmp_path: Path) -> None:
         list(parse(broken))
     with pytest.raises(FileError, match=r"b\.traj: expected a SWE-agent trajectory object"):
         list(parse(array))
+
+
+def test_real_swe_agent_1x_function_calling_run() -> None:
+    # A SWE-agent 1.x .traj (function calling: tool_calls in history, replay_config)
+    # reads through the same turns as the 0.x files.
+    path = next((REPO_ROOT.parent / "shared" / "realdata" / "swe_agent_v1").glob("*.traj"))
+    trajectory = only_trajectory(path)
+
+    assert trajectory.external_id == "6e44b9__sweagenttestrepo-1c2844"
+    assert trajectory.task_key == "SWE-agent__test-repo-i1"
+    assert trajectory.model_name == "gpt-4o"
+    assert trajectory.task.startswith(
+        "We're currently solving the following issue within our repository."
+    )
+    assert Counter(step.kind for step in trajectory.steps) == {
+        "thought": 5,
+        "action": 5,
+        "observation": 5,
+    }
+    assert [s.tool_name for s in trajectory.steps if s.kind == "action"] == [
+        "find_file",
+        "open",
+        "edit",
+        "python3",
+        "submit",
+    ]
+    assert [s.labelable for s in trajectory.steps] == [True, True, False] * 5
+    assert trajectory.metadata["exit_status"] == "submitted"
+    assert trajectory.metadata["model_stats"]["api_calls"] == 5
+    assert trajectory.steps[-1].content.lstrip().startswith("diff --git a/tests/missing_colon.py")

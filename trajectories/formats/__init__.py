@@ -24,10 +24,15 @@ def parser_for(name: str, mapping: dict[str, Any] | None = None) -> Parser:
     Raises ValueError naming the problem (unknown format, missing or bad mapping)."""
     # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
     from trajectories.formats import (  # noqa: F401
+        agent_session,
         inspect_ai,
+        langfuse,
+        langsmith,
         mapped,
         math_shepherd,
         openai_messages,
+        openhands,
+        otel,
         prm800k,
         processbench,
         stepscope,

@@ -52,7 +52,8 @@ PATH_KEYS = (
     "steps",
     "first_error_index",
 )
-MAPPING_KEYS = (*PATH_KEYS, "step", "metadata")
+MAPPING_KEYS = (*PATH_KEYS, "step", "metadata", "labelable")
+LABELABLE_KEYS = ("path", "roles", "agents", "input_roles", "input_agents")
 REQUIRED_KEYS = ("task", "steps")
 STEP_KEYS = ("content", "role", "agent", "kind", "tool_name")
 # Steps with these roles are inputs to the agent, not its decisions, so not labelable.
@@ -79,6 +80,36 @@ class StepFields:
 
 
 @dataclass(frozen=True)
+class LabelableRule:
+    """Which steps are the agents' turns. Multi-agent logs (AutoGen, AG2) give every
+    agent's turn the role ``user`` and tell agents apart by ``name``, so the role alone
+    cannot say. In order: the value at ``path`` in the step when it is a boolean; a
+    named agent in ``input_agents`` is an input, and one in ``agents`` (or any named
+    agent when ``agents`` is ``"*"``) is labelable; a role in ``roles`` is labelable
+    and one in ``input_roles`` is not; any other step is labelable."""
+
+    path: str = ""
+    roles: tuple[str, ...] = ()
+    agents: tuple[str, ...] | str = ()
+    input_roles: tuple[str, ...] = INPUT_ROLES
+    input_agents: tuple[str, ...] = ()
+
+    def decides(self, raw: dict[str, Any], role: str, agent: str) -> bool:
+        if self.path:
+            value = _get(raw, self.path)
+            if isinstance(value, bool):
+                return value
+        if agent:
+            if agent in self.input_agents:
+                return False
+            if self.agents == "*" or agent in self.agents:
+                return True
+        if role in self.roles:
+            return True
+        return role not in self.input_roles
+
+
+@dataclass(frozen=True)
 class Mapping:
     """Where a record keeps each field, as dotted paths. Empty means not mapped."""
 
@@ -96,6 +127,7 @@ class Mapping:
     first_error_index: str = ""
     # (metadata key, path) pairs, in the mapping's order.
     metadata: tuple[tuple[str, str], ...] = ()
+    labelable: LabelableRule | None = None
 
 
 def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
@@ -122,6 +154,7 @@ def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
         **paths,
         step=_step_fields(data["step"]) if data.get("step") is not None else None,
         metadata=_metadata_setting(data.get("metadata")),
+        labelable=_labelable_setting(data["labelable"]) if "labelable" in data else None,
     )
 
 
@@ -231,6 +264,32 @@ def _metadata_setting(value: Any) -> tuple[tuple[str, str], ...]:
     for name, path in pairs:
         _check_path(path, f"metadata.{name}")
     return tuple(pairs)
+
+
+def _labelable_setting(value: Any) -> LabelableRule:
+    if not isinstance(value, AnyMapping):
+        raise MappingError(
+            f"mapping key 'labelable': expected an object, got {type(value).__name__}"
+        )
+    settings: dict[str, Any] = {}
+    for key, setting in value.items():
+        name = f"labelable.{key}"
+        if key not in LABELABLE_KEYS:
+            raise MappingError(
+                f"mapping key {name!r}: unknown; expected one of {', '.join(LABELABLE_KEYS)}"
+            )
+        if key == "path":
+            if not isinstance(setting, str):
+                raise MappingError(f"mapping key {name!r}: expected a dotted path string")
+            _check_path(setting, name)
+            settings[key] = setting
+        elif key == "agents" and setting == "*":
+            settings[key] = "*"
+        elif isinstance(setting, list) and all(isinstance(item, str) for item in setting):
+            settings[key] = tuple(setting)
+        else:
+            raise MappingError(f"mapping key {name!r}: expected a list of names")
+    return LabelableRule(**settings)
 
 
 # Reading records
@@ -365,6 +424,7 @@ def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
             raise FieldError(path, f"expected a step object, got {_type_name(raw)}")
         content = _text(raw, fields.content, required=True, nullable=True, prefix=path)
         role = _text(raw, fields.role, prefix=path) or "assistant"
+        agent = _text(raw, fields.agent, prefix=path)
         kind = _text(raw, fields.kind, prefix=path) or "message"
         if kind not in STEP_KINDS:
             raise FieldError(
@@ -375,8 +435,12 @@ def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
                 kind=kind,
                 role=role,
                 content=content,
-                labelable=role not in INPUT_ROLES,
-                agent=_text(raw, fields.agent, prefix=path),
+                labelable=(
+                    mapping.labelable.decides(raw, role, agent)
+                    if mapping.labelable
+                    else role not in INPUT_ROLES
+                ),
+                agent=agent,
                 tool_name=_text(raw, fields.tool_name, prefix=path),
             )
         )
