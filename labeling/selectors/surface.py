@@ -317,6 +317,16 @@ def visible_labels(state: LabelingState) -> QuerySet[StepLabel]:
     return labels
 
 
+# A step's place in its trajectory's tree of spans (the agent-trace importers write the
+# parent step's index and the depth into its metadata), read without loading the rest of
+# the metadata; NULL unless it is a whole number the page can use.
+_TREE_NUMBER = (
+    "CASE WHEN jsonb_typeof(trajectories_step.metadata -> '{key}') = 'number'"
+    " THEN CASE WHEN (trajectories_step.metadata ->> '{key}')::numeric BETWEEN 0 AND 1000000000"
+    " THEN (trajectories_step.metadata ->> '{key}')::numeric::int END END"
+)
+
+
 def step_rows(
     state: LabelingState,
     *,
@@ -327,8 +337,9 @@ def step_rows(
     """One page of the trajectory's steps from index ``start`` (or the given steps), with
     their visible labels, in two queries. Each step carries ``my_label`` (this user's label
     on the active schema), ``other_labels``, ``final_value`` (the adjudicated value, for
-    those allowed to see it) and ``after_first_error``. Returns the steps and the index the
-    next page starts at (``None`` on the last page)."""
+    those allowed to see it), ``after_first_error``, and ``tree_parent`` / ``tree_depth``
+    (its parent step's index and its depth in a tree of spans, or None). Returns the
+    steps and the index the next page starts at (``None`` on the last page)."""
     schema_id = state.schema.pk if state.schema else None
     queryset = (
         Step.objects.filter(trajectory_id=state.trajectory.pk)
@@ -336,6 +347,8 @@ def step_rows(
         .annotate(
             content_preview=Left("content", STEP_PREVIEW_CHARS),
             content_length=Length("content"),
+            tree_parent=RawSQL(_TREE_NUMBER.format(key="parent"), []),
+            tree_depth=RawSQL(_TREE_NUMBER.format(key="depth"), []),
         )
         .prefetch_related(Prefetch("labels", queryset=visible_labels(state)))
         .order_by("index")

@@ -26,7 +26,8 @@
   // --- Rows and the current step -------------------------------------------------------
 
   function rows() {
-    return Array.from(root.querySelectorAll("[data-row]"));
+    // Steps hidden by the span tree or an agent filter (tree.js) are not walked.
+    return Array.from(root.querySelectorAll("[data-row]")).filter(function (row) { return !row.hidden; });
   }
 
   function current() {

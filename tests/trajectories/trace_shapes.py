@@ -30,6 +30,14 @@ def depth(steps: list[ParsedStep], index: int) -> int:
 
 def shape(parsed: list[ParsedTrajectory]) -> tuple[int, int, int, int, int, dict[str, int]]:
     steps = [step for trajectory in parsed for step in trajectory.steps]
+    # The depth each step carries (the trajectory page indents by it) is its parent
+    # chain's length.
+    stored = [
+        (t.steps[i].metadata.get("depth"), depth(t.steps, i))
+        for t in parsed
+        for i in range(len(t.steps))
+    ]
+    assert [got for got, _ in stored] == [want for _, want in stored]
     return (
         len(parsed),
         len(steps),

@@ -49,6 +49,7 @@ from trajectories.formats.base import (
     RecordError,
 )
 from trajectories.formats.chat_content import decode
+from trajectories.formats.spans import depth_below
 
 CLAUDE_SKIPPED = ("file-history-snapshot", "queue-operation", "system", "summary")
 CODEX_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
@@ -77,6 +78,7 @@ class Session:
         step.metadata["parent_span_id"] = parent_id
         if parent_id in self.index_of:
             step.metadata["parent"] = self.index_of[parent_id]
+        step.metadata["depth"] = depth_below(self.steps, step)
         if event_id and event_id not in self.index_of:
             self.index_of[event_id] = len(self.steps)
         self.steps.append(step)

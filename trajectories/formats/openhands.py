@@ -44,6 +44,7 @@ from trajectories.formats.base import (
     require,
 )
 from trajectories.formats.chat_content import decode
+from trajectories.formats.spans import depth_below
 
 STATE_ACTIONS = ("change_agent_state",)
 STATE_OBSERVATIONS = ("agent_state_changed", "null")
@@ -68,6 +69,7 @@ class Events:
             step.metadata["parent"] = self.index_of[parent_id]
         elif self.turn is not None:
             step.metadata["parent"] = self.turn
+        step.metadata["depth"] = depth_below(self.steps, step)
         self.index_of.setdefault(step.metadata["event_id"], len(self.steps))
         self.steps.append(step)
 

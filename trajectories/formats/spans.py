@@ -320,3 +320,12 @@ def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def depth_below(steps: list[ParsedStep], step: ParsedStep) -> int:
+    """How deep ``step`` hangs in its trajectory's tree, from its ``parent`` (an index into
+    ``steps``, the steps before it): 0 for a root. The trajectory page indents by it."""
+    parent = step.metadata.get("parent")
+    if not isinstance(parent, int) or not 0 <= parent < len(steps):
+        return 0
+    return int(steps[parent].metadata.get("depth", 0)) + 1
