@@ -4,7 +4,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run stop test test-fast test-system test-system-all lint format typecheck bench bench-load install services worker migrate demo clean browser
+KATEX_VERSION := 0.19.1
+KATEX_SHA256 := 24da5a599eb2fcede2e270b99a6ff48bca816beecc95feeb84e8cccbd1bb34fd
+
+.PHONY: vendor-katex run stop test test-fast test-system test-system-all lint format typecheck bench bench-load install services worker migrate demo clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -95,3 +98,17 @@ bench-load: install
 
 clean: stop
 	rm -rf .stepscope staticfiles .build
+
+# KaTeX as static/vendor/katex holds it (see its README): fetched from npm, checked,
+# trimmed to the woff2 fonts.
+vendor-katex:
+	rm -rf .build/katex && mkdir -p .build/katex
+	cd .build/katex && npm pack --silent katex@$(KATEX_VERSION) >/dev/null
+	echo "$(KATEX_SHA256)  .build/katex/katex-$(KATEX_VERSION).tgz" | sha256sum -c -
+	tar -xzf .build/katex/katex-$(KATEX_VERSION).tgz -C .build/katex
+	rm -rf static/vendor/katex/fonts static/vendor/katex/contrib && mkdir -p static/vendor/katex/fonts static/vendor/katex/contrib
+	cp .build/katex/package/LICENSE .build/katex/package/dist/katex.min.js static/vendor/katex/
+	cp .build/katex/package/dist/contrib/copy-tex.min.js static/vendor/katex/contrib/
+	cp .build/katex/package/dist/fonts/*.woff2 static/vendor/katex/fonts/
+	sed -E 's/src:url\((fonts\/[^)]+\.woff2)\) format\("woff2"\)(,url\([^)]+\) format\("[a-z]+"\))+/src:url(\1) format("woff2")/g' \
+	    .build/katex/package/dist/katex.min.css > static/vendor/katex/katex.min.css

@@ -4,13 +4,13 @@ their calls, a subagent below its Task call) and a Who&When multi-agent chat."""
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import pytest
 from django.urls import reverse
 
 from tests.factories import MembershipFactory, UserFactory
+from tests.screens import shot
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
 from tests.trajectories.trace_shapes import REALDATA
 from trajectories.models import Membership, Project, Step, Trajectory
@@ -28,13 +28,6 @@ def signed_in(page: Any, live_server: Any, project: Project) -> None:
     page.fill("input[name=username]", "reader")
     page.fill("input[name=password]", PASSWORD)
     page.click("button[type=submit]")
-
-
-def shot(page: Any, name: str) -> None:
-    # Screenshots for a person to look at, where STEPSCOPE_SHOTS names a folder.
-    folder = os.environ.get("STEPSCOPE_SHOTS")
-    if folder:
-        page.screenshot(path=f"{folder}/{name}.png", full_page=False)
 
 
 def visible(page: Any) -> list[int]:

@@ -9,6 +9,7 @@ from trajectories.templatetags.step_rendering import (
     close_fences,
     label_display,
     markdown_filter,
+    math_text_filter,
     outcome_name,
     pretty_json,
 )
@@ -19,7 +20,9 @@ def test_markdown_renders_code_tables_and_links() -> None:
         "Run:\n\n```python\nprint('<hi>')\n```\n\n| a | b |\n|---|--:|\n| 1 | 2 |\n\n"
         "[docs](https://example.com)"
     )
-    assert "<pre><code class=\"language-python\">print('&lt;hi&gt;')" in html
+    # Highlighted by Pygments: the tokens carry its classes, the text stays escaped.
+    assert '<span class="nb">print</span><span class="p">(</span>' in html
+    assert "&lt;hi&gt;" in html and "<hi>" not in html
     assert "<table>" in html and '<td align="right">2</td>' in html
     assert '<a href="https://example.com" rel="noopener noreferrer">docs</a>' in html
 
@@ -64,3 +67,38 @@ def test_pretty_json_and_outcome_name() -> None:
     assert pretty_json({"q": "ü"}) == '{\n  "q": "ü"\n}'
     assert pretty_json(None) == ""
     assert [outcome_name(v) for v in (True, False, None)] == ["success", "failure", "unknown"]
+
+
+def test_tex_spans_are_kept_whole_for_the_browser_to_typeset() -> None:
+    # ProcessBench's display math, and inline math whose _ and * markdown would eat.
+    html = markdown_filter(
+        r"Food: \[ \text{Food} = 1 \text{ cup/day} \times 180 \] and \(a_1 * b_1\), "
+        r"$x_1 * x_2$ and $$\frac{a_1}{b_1}$$."
+    )
+    assert (
+        r'<span class="math math-display">\[ \text{Food} = 1 \text{ cup/day} \times 180 \]</span>'
+        in html
+    )
+    assert r'<span class="math math-inline">\(a_1 * b_1\)</span>' in html
+    assert r'<span class="math math-inline">$x_1 * x_2$</span>' in html
+    assert r'<span class="math math-display">$$\frac{a_1}{b_1}$$</span>' in html
+    assert "<em>" not in html
+
+
+def test_money_and_code_are_not_math() -> None:
+    html = markdown_filter("It costs $5 and $10. Use `$x$` literally.")
+    assert "math" not in html
+    assert "<code>$x$</code>" in html
+
+
+def test_tex_is_escaped_and_cannot_smuggle_markup() -> None:
+    html = markdown_filter(r"$a<b$ and $\href{javascript:alert(1)}{x}</span><img src=x>$")
+    assert '<span class="math math-inline">$a&lt;b$</span>' in html
+    assert "<img" not in html and "</span><img" not in html
+
+
+def test_plain_text_gets_its_math_marked_and_the_rest_escaped() -> None:
+    assert math_text_filter("so $x<y$ <b>") == (
+        'so <span class="math math-inline">$x&lt;y$</span> &lt;b&gt;'
+    )
+    assert math_text_filter(None) == ""

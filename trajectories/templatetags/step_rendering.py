@@ -1,9 +1,14 @@
-"""Rendering untrusted trajectory text: markdown, JSON and label badges.
+r"""Rendering untrusted trajectory text: markdown, math, code, JSON and label badges.
 
 Everything a model wrote or a file carried is untrusted. Markdown is rendered with raw
 HTML switched off (an ``<img onerror=...>`` in a step shows as text, which is also what a
 researcher wants to see), and the result is then cleaned by nh3 with a short allow-list,
 so a gap in either layer is covered by the other.
+
+TeX (``$…$``, ``$$…$$``, ``\(…\)``, ``\[…\]``) is kept out of markdown's hands: each
+span becomes ``<span class="math math-inline|math-display">`` holding its source as
+text, which the browser typesets with KaTeX (``static/stepscope/math.js``); without
+script the source shows. Fenced code with a language is highlighted by Pygments.
 """
 
 from __future__ import annotations
@@ -11,13 +16,19 @@ from __future__ import annotations
 import json
 import re
 import threading
+import xml.etree.ElementTree as etree
 from dataclasses import dataclass
 from typing import Any
 
 import markdown as markdown_lib
 import nh3
 from django import template
+from django.utils.html import escape
 from django.utils.safestring import SafeString, mark_safe
+from markdown.extensions import Extension
+from markdown.inlinepatterns import InlineProcessor
+from markdown.util import AtomicString
+from pygments.token import STANDARD_TYPES
 
 register = template.Library()
 
@@ -42,6 +53,7 @@ ALLOWED_TAGS = {
     "ol",
     "p",
     "pre",
+    "span",
     "strong",
     "sub",
     "sup",
@@ -62,6 +74,39 @@ ALLOWED_ATTRIBUTES = {
     "th": {"align"},
 }
 ALLOWED_URL_SCHEMES = {"http", "https", "mailto"}
+MATH_CLASSES = {"math", "math-inline", "math-display"}
+# Pygments' token classes, for highlighted code (``codehilite``).
+ALLOWED_CLASSES = {
+    "span": MATH_CLASSES | {name for name in STANDARD_TYPES.values() if name},
+    "div": {"codehilite"},
+}
+
+# A TeX span: display ($$…$$, \[…\]) or inline (\(…\), and $…$ as pandoc reads it: no
+# space just inside either dollar, and no digit just after the closing one, so "$5 and
+# $10" stays money).
+MATH = re.compile(
+    r"(?P<display>\$\$(?P<d1>.+?)\$\$|\\\[(?P<d2>.+?)\\\])"
+    r"|(?P<inline>\\\((?P<i1>.+?)\\\)|\$(?P<i2>[^\s$](?:[^$\n]*?[^\s$\\])?)\$(?!\d))",
+    re.DOTALL,
+)
+
+
+class _MathPattern(InlineProcessor):
+    """Each TeX span as a ``span.math`` holding its source, out of reach of the other
+    inline patterns (emphasis would eat the ``_`` and ``*`` of ``a_1 * b_1``)."""
+
+    def handleMatch(self, m: re.Match[str], data: str) -> tuple[Any, int, int]:
+        element = etree.Element("span")
+        element.set("class", "math math-display" if m.group("display") else "math math-inline")
+        element.text = AtomicString(m.group(0))
+        return element, m.start(0), m.end(0)
+
+
+class _MathExtension(Extension):
+    def extendMarkdown(self, md: markdown_lib.Markdown) -> None:
+        # Above emphasis and line breaks, below inline code (`$x$` in backticks is code).
+        md.inlinePatterns.register(_MathPattern(MATH.pattern, md), "math", 185)
+
 
 _local = threading.local()
 
@@ -72,8 +117,19 @@ def _converter() -> markdown_lib.Markdown:
     converter: markdown_lib.Markdown | None = getattr(_local, "converter", None)
     if converter is None:
         converter = markdown_lib.Markdown(
-            extensions=["fenced_code", "tables", "nl2br", "sane_lists"],
-            extension_configs={"tables": {"use_align_attribute": True}},
+            extensions=[
+                "fenced_code",
+                "codehilite",
+                "tables",
+                "nl2br",
+                "sane_lists",
+                _MathExtension(),
+            ],
+            extension_configs={
+                "tables": {"use_align_attribute": True},
+                # Only code that names its language; guessing colours prose as code.
+                "codehilite": {"guess_lang": False, "css_class": "codehilite"},
+            },
         )
         # Raw HTML in model output is shown as text, never interpreted.
         converter.preprocessors.deregister("html_block")
@@ -88,7 +144,8 @@ def render_markdown(text: str) -> str:
     """Markdown to sanitized HTML. Plain function so it can be used outside templates."""
     converter = _converter()
     try:
-        html = converter.convert(text)
+        # Pygments opens every block with an empty span; it says nothing.
+        html = converter.convert(text).replace("<pre><span></span>", "<pre>")
     finally:
         converter.reset()
     return nh3.clean(
@@ -97,7 +154,29 @@ def render_markdown(text: str) -> str:
         attributes=ALLOWED_ATTRIBUTES,
         url_schemes=ALLOWED_URL_SCHEMES,
         link_rel="noopener noreferrer",
+        allowed_classes=ALLOWED_CLASSES,
     )
+
+
+def render_math_text(text: str) -> str:
+    """Plain text (a rationale, a correction) escaped, its TeX spans marked for the
+    browser to typeset as in markdown."""
+    out, last = [], 0
+    for m in MATH.finditer(text):
+        kind = "math-display" if m.group("display") else "math-inline"
+        out += [
+            escape(text[last : m.start()]),
+            f'<span class="math {kind}">{escape(m.group(0))}</span>',
+        ]
+        last = m.end()
+    out.append(escape(text[last:]))
+    return "".join(out)
+
+
+@register.filter(name="math_text")
+def math_text_filter(text: str | None) -> SafeString:
+    # Safe to mark: every piece of the text went through escape().
+    return mark_safe(render_math_text(str(text or "")))
 
 
 @register.filter(name="markdown")
