@@ -95,7 +95,8 @@ class _MathPattern(InlineProcessor):
     """Each TeX span as a ``span.math`` holding its source, out of reach of the other
     inline patterns (emphasis would eat the ``_`` and ``*`` of ``a_1 * b_1``)."""
 
-    def handleMatch(self, m: re.Match[str], data: str) -> tuple[Any, int, int]:
+    # The stubs give InlineProcessor the signature of the older Pattern.handleMatch.
+    def handleMatch(self, m: re.Match[str], data: str) -> tuple[Any, int, int]:  # type: ignore[override]
         element = etree.Element("span")
         element.set("class", "math math-display" if m.group("display") else "math math-inline")
         element.text = AtomicString(m.group(0))
