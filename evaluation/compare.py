@@ -29,7 +29,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 
 from evaluation import compare_metrics as cm
-from labeling.models import LabelSchema, StepLabel
+from labeling.models import LabelSchema, StepLabel, StepMajority
 from labeling.selectors import active_schema
 from labeling.sources import IMPORTED_PREFIX, LabelSource, label_source_parse, label_source_sql
 from metrics.agreement import FirstErrorMetrics
@@ -199,6 +199,9 @@ class CompareOptions:
     default_scorer: str
     sources: list[tuple[str, str]]
     slices: list[tuple[str, list[tuple[str, str]]]]
+    # The humans' majority once anyone has labelled; before that, the first imported
+    # source that labels the project (a fresh import's truth), so the pages open on data.
+    default_labels: str = DEFAULT_LABELS
 
 
 def compare_options(project: Project) -> CompareOptions:
@@ -238,11 +241,13 @@ def compare_options(project: Project) -> CompareOptions:
             values = slice_groups(project, dimension)[2]
         if values:
             slices.append((title, [(f"{dimension}={value}", name) for value, name in values]))
+    humans = StepMajority.objects.filter(step__trajectory__project=project).exists()
     return CompareOptions(
         scorers=[(name, name) for name in scorers],
         default_scorer=default.name if default else (scorers[0] if scorers else ""),
         sources=sources,
         slices=slices,
+        default_labels=DEFAULT_LABELS if humans or not imported else imported[0],
     )
 
 

@@ -32,7 +32,11 @@ class CompareForm(forms.Form):
         if data is not None and not data.get("scorer") and options.default_scorer:
             data = data.copy()
             data["scorer"] = options.default_scorer
-        super().__init__(data, initial={"scorer": options.default_scorer})
+        if data is not None and not data.get("labels"):
+            data = data.copy()
+            data["labels"] = options.default_labels
+        initial = {"scorer": options.default_scorer, "labels": options.default_labels}
+        super().__init__(data, initial=initial)
         self.project = project
         given = data or QueryDict()
         self.fields["scorer"].choices = _with_given(options.scorers, given.get("scorer", ""))  # type: ignore[attr-defined]
@@ -163,6 +167,9 @@ class FailureForm(forms.Form):
     def __init__(
         self, data: QueryDict, *, project: Project, options: compare.CompareOptions
     ) -> None:
+        if not data.get("labels"):
+            data = data.copy()
+            data["labels"] = options.default_labels
         super().__init__(data)
         self.project = project
         self.fields["labels"].choices = _with_given(  # type: ignore[attr-defined]
