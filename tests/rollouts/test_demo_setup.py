@@ -39,6 +39,7 @@ def demo_dirs(tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch) ->
 
 def setup_demo(**options: Any) -> dict[str, Any]:
     out = StringIO()
+    options.setdefault("no_showcase", True)  # the showcase is tests/demo's
     call_command("demo_setup", tasks=3, rollout_tasks=2, stdout=out, **options)
     summary: dict[str, Any] = json.loads(out.getvalue().strip().splitlines()[-1])
     return summary

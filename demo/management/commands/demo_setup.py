@@ -1,6 +1,11 @@
 """Create the demo user and projects for `make run`; safe to run again, and quick, so the
 web server starts at once.
 
+Each demo project shows every view with data, without a command typed
+(:mod:`demo.showcase`): a labeling queue with an item leased to the demo user at once,
+then on the worker a trained head and a small PRM scoring every step, credit runs and one
+export of each main format (``--no-showcase`` leaves them out).
+
 The demo project also shows rollouts end to end. What takes minutes runs on the worker
 that `make run` starts next: the demo policy is trained on its first run
 (``rollouts.services.demo``; its weights are kept under the data directory and reused),
@@ -18,7 +23,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
+from demo import showcase
+from demo.tasks import showcase_advance
 from rollouts.services.demo import (
     DEMO_SEED,
     demo_policy_report,
@@ -35,6 +43,8 @@ DEMO_ROLLOUT_TASKS = 6
 DEMO_USER = "demo"
 DEMO_PASSWORD = "demo"
 REALDATA = settings.BASE_DIR.parent / "shared" / "realdata"
+# The demo projects that get the showcase, and the label source their truth is under.
+SHOWCASE_LABELS = {"demo": synthetic.TRUTH_ANNOTATOR, "processbench-gsm8k": "import:processbench"}
 REAL_PROJECTS = [
     ("processbench-gsm8k", "ProcessBench GSM8K", "processbench", "processbench/gsm8k.json"),
     (
@@ -59,6 +69,11 @@ class Command(BaseCommand):
             type=int,
             default=DEMO_ROLLOUT_TASKS,
             help="demo tasks to queue rollout jobs for (0: no policy, no rollouts)",
+        )
+        parser.add_argument(
+            "--no-showcase",
+            action="store_true",
+            help="no queue, scorers, credit runs or exports made for the demo projects",
         )
         parser.add_argument(
             "--policy-steps",
@@ -92,6 +107,9 @@ class Command(BaseCommand):
                 self.stderr.write(f"{path}: {rejected}")
                 continue
             imports[slug] = batch.created_count
+            if not options["no_showcase"] and slug in SHOWCASE_LABELS:
+                showcase.showcase_queue(project=project, user=user)
+                _showcase_queue_on_commit(project.pk, user.pk, SHOWCASE_LABELS[slug])
 
         jobs: list[int] = []
         training: int | None = None
@@ -121,3 +139,7 @@ class Command(BaseCommand):
             "policy_training": training,
         }
         self.stdout.write(json.dumps(summary))
+
+
+def _showcase_queue_on_commit(project_id: int, user_id: int, labels: str) -> None:
+    transaction.on_commit(lambda: showcase_advance.delay(project_id, user_id, labels))

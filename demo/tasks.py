@@ -1,0 +1,32 @@
+"""The demo's showcase on the worker: each run of the task starts what is ready
+(:func:`demo.showcase.showcase_advance`) and, while anything is pending, comes back a few
+seconds later, for at most half an hour."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from stepscope.jobs.retry import REDELIVERABLE
+
+AGAIN_AFTER_SECONDS = 5
+GIVE_UP_AFTER = 360  # runs: half an hour
+
+
+@shared_task(name="demo.showcase_advance", **REDELIVERABLE)
+def showcase_advance(project_id: int, user_id: int, labels: str, run: int = 0) -> list[str]:
+    from django.contrib.auth.models import User
+
+    from demo import showcase
+    from trajectories.models import Project
+
+    project = Project.objects.get(pk=project_id)
+    pending = showcase.showcase_advance(
+        project=project, user=User.objects.get(pk=user_id), labels=labels
+    )
+    if pending and run < GIVE_UP_AFTER:
+        showcase_advance.apply_async(
+            args=[project_id, user_id, labels, run + 1],
+            countdown=AGAIN_AFTER_SECONDS,
+            queue="default",
+        )
+    return pending
