@@ -45,6 +45,8 @@ _API_LIST = {"GET": "401 200 200 200 200", "POST": "401 405 405 405 405"}
 _API_LIST_CREATE = {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"}
 _API_OBJECT = {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"}
 _API_CANCEL = {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"}
+# API writes checked before any project is named: an empty body is a 400 for everyone.
+_API_POST_ONLY = {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"}
 # Open to anyone: probes for load balancers, and the API's description.
 _PUBLIC = {"GET": "200 200 200 200 200", "POST": "405 405 405 405 405"}
 
@@ -140,6 +142,11 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
+    # Scores, credits and MC values of one trajectory (the world hides no scores).
+    "api:trajectory-scores": _API_OBJECT,
+    "api:trajectory-credits": _API_OBJECT,
+    "api:trajectory-mc": _API_OBJECT,
+    "api:scores-import": _API_POST_ONLY,
     "api:scorer-list": _API_LIST_CREATE,
     "api:scorer-detail": _API_OBJECT,
     "api:scorer-train": {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"},
