@@ -47,6 +47,8 @@ _API_OBJECT = {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"}
 _API_CANCEL = {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"}
 # API writes checked before any project is named: an empty body is a 400 for everyone.
 _API_POST_ONLY = {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"}
+# Queue moves any member may make (the world's queue takes everyone).
+_API_MEMBER_MOVE = {"GET": "401 405 405 405 405", "POST": "401 404 200 200 200"}
 # Open to anyone: probes for load balancers, and the API's description.
 _PUBLIC = {"GET": "200 200 200 200 200", "POST": "405 405 405 405 405"}
 
@@ -142,6 +144,17 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
+    "api:label-bulk": _API_POST_ONLY,
+    # The annotator holds no lease on the world's trajectory (403); researchers and admins
+    # may submit it, but not with its steps unlabelled (400).
+    "api:api-trajectory-submit": {"GET": "401 405 405 405 405", "POST": "401 404 403 400 400"},
+    "api:api-queue-list": _API_LIST,
+    "api:api-queue-detail": _API_OBJECT,
+    "api:api-queue-lease": _API_OBJECT,
+    "api:api-queue-next": _API_MEMBER_MOVE,
+    "api:api-queue-skip": _API_MEMBER_MOVE,
+    # Nobody holds a lease in the world's queue: nothing to submit (400).
+    "api:api-queue-submit": {"GET": "401 405 405 405 405", "POST": "401 404 400 400 400"},
     # Scores, credits and MC values of one trajectory (the world hides no scores).
     "api:trajectory-scores": _API_OBJECT,
     "api:trajectory-credits": _API_OBJECT,

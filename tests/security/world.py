@@ -86,6 +86,7 @@ class World:
             ("t/", self.trajectory.pk),
             ("trajectories", self.trajectory.pk),
             ("q/", self.queue.pk),
+            ("queues", self.queue.pk),
             ("imports", self.import_batch.pk),
             ("exports", self.export_job.pk),
             ("selections", self.selection.pk),
