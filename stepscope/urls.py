@@ -14,6 +14,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("stepscope.api_urls")),
+    path("", include("accounts.urls")),
     path("", include("trajectories.urls")),
     path("", include("labeling.urls")),
     path("", include("scoring.urls")),

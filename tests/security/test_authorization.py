@@ -59,6 +59,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "admin-status": {"GET": "302 302 302 302 302", "POST": "302 302 302 302 302"},
     "login": {"GET": "200 200 200 200 200", "POST": "200 200 200 200 200"},
     "logout": {"GET": "405 405 405 405 405", "POST": "login login login login login"},
+    # Your own API tokens: every signed-in user has the page; a token of another user
+    # (the world's is the admin's) is a 404. An empty form re-renders with its errors.
+    "token-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
+    "token-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 404 404 302"},
     # Browse pages.
     "project-list": {"GET": "login 200 200 200 200", "POST": "login 405 405 405 405"},
     "project-home": _GET_ONLY,
@@ -160,6 +164,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:trajectory-credits": _API_OBJECT,
     "api:trajectory-mc": _API_OBJECT,
     "api:scores-import": _API_POST_ONLY,
+    "api:api-token-list": {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"},
+    "api:api-token-revoke": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 200"},
     "api:scorer-list": _API_LIST_CREATE,
     "api:scorer-detail": _API_OBJECT,
     "api:scorer-train": {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"},
