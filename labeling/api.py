@@ -38,6 +38,7 @@ from labeling.serializers import (
     VerdictWriteSerializer,
 )
 from stepscope.pagination import ByIdCursor
+from stepscope.throttling import BULK_THROTTLES
 from trajectories.selectors import (
     step_get_for_user,
     trajectory_get_for_user,
@@ -130,7 +131,7 @@ class LabelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
         )
 
     @extend_schema(request=BulkLabelsSerializer, responses={200: StepLabelSerializer(many=True)})
-    @action(detail=False, methods=["post"])
+    @action(detail=False, methods=["post"], throttle_classes=BULK_THROTTLES)
     def bulk(self, request: Request, **kwargs: Any) -> Response:
         """Set many of your labels in one request (a whole trajectory's, or steps across
         trajectories): all or nothing. A refused batch answers with every refused item by

@@ -41,6 +41,7 @@ from scoring.serializers import (
 )
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
+from stepscope.throttling import BULK_THROTTLES
 from trajectories.models import Project, Step
 from trajectories.selectors import (
     TrajectoryFilters,
@@ -321,6 +322,7 @@ class ScoresImport(generics.GenericAPIView[Any]):
     index in ``scores``."""
 
     serializer_class = ScoresImportSerializer
+    throttle_classes = BULK_THROTTLES
 
     @extend_schema(request=ScoresImportSerializer, responses={201: dict[str, Any]})
     def post(self, request: Request) -> Response:

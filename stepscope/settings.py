@@ -220,6 +220,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon": env_str("STEPSCOPE_API_RATE_ANON", "60/minute"),
         "user": env_str("STEPSCOPE_API_RATE_USER", "3000/minute"),
+        # Bulk writes (stepscope/throttling.py) are counted here, not against "user".
+        "bulk": env_str("STEPSCOPE_API_RATE_BULK", "600/minute"),
     },
 }
 SPECTACULAR_SETTINGS = {
