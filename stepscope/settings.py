@@ -231,6 +231,12 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI is served from our own static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Names for choice sets whose field names other sets share.
+    "ENUM_NAME_OVERRIDES": {
+        "VerdictOutcomeEnum": "labeling.models.TrajectoryLabel.Outcome",
+        "VerdictStatusEnum": "labeling.models.TrajectoryLabel.Status",
+        "LeaseStatusEnum": "labeling.models.QueueAssignment.Status",
+    },
 }
 
 # --- Behind TLS (STEPSCOPE_SECURE_COOKIES=1): secure cookies, HSTS, HTTPS redirects. ------

@@ -153,3 +153,10 @@ def test_a_new_user_sees_only_their_own_page(db: None) -> None:
     client.force_login(user)
     assert client.get(reverse("token-list")).status_code == 200
     assert Client().get(reverse("token-list")).status_code == 302  # to the login page
+
+
+def test_the_schema_describes_token_authentication_and_the_token_routes(owner: User) -> None:
+    client = Client()
+    client.force_login(owner)
+    schema = client.get(reverse("api-schema")).content.decode()
+    assert "apiToken" in schema and "/api/v1/tokens/{key}/revoke/" in schema
