@@ -1,34 +1,50 @@
 """REST endpoints of this app, mounted under /api/v1/ by stepscope/api_urls.py.
 
 ``/labels/`` lists the labels the user may see (blind mode applies as on the pages) and
-upserts the user's own label through the same service as the pages;
-``/trajectories/{id}/labels/`` lists one trajectory's. ``/compare/`` compares a scorer with
-a label source, as ``manage.py compare --json`` prints it. Anything outside the user's
-projects is a 404.
+upserts the user's own label through the same service as the pages; ``/labels/bulk/``
+sets many in one all-or-nothing request; ``/trajectories/{id}/labels/`` lists one
+trajectory's and ``/trajectories/{id}/submit/`` finishes it (the labels then count as
+submitted: for ``human:<user>``, the majority, compare and exports). ``/queues/`` lists
+the queues the user can work on; ``{id}/lease/`` (GET), ``next/``, ``skip/`` and
+``submit/`` are the queue page's buttons. Every write goes through the labeling services
+the pages use. Anything outside the user's projects is a 404.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, pagination, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from labeling import selectors, services
-from labeling.models import StepLabel
+from labeling.models import Queue, QueueAssignment, StepLabel
 from labeling.serializers import (
+    BulkLabelsSerializer,
+    LeaseSerializer,
+    QueueSerializer,
     StepLabelSerializer,
     StepLabelWriteSerializer,
+    TrajectoryLabelSerializer,
+    TrajectorySubmitSerializer,
+    VerdictWriteSerializer,
 )
+from stepscope.pagination import ByIdCursor
+from stepscope.throttling import BULK_THROTTLES
 from trajectories.selectors import (
     step_get_for_user,
     trajectory_get_for_user,
 )
+
+_VERDICT_FIELDS = ("outcome", "finish_reason", "comment", "flagged")
 
 
 class LabelCursor(pagination.CursorPagination):
@@ -114,6 +130,181 @@ class LabelViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
             status=status.HTTP_201_CREATED if result.created else status.HTTP_200_OK,
         )
 
+    @extend_schema(request=BulkLabelsSerializer, responses={200: StepLabelSerializer(many=True)})
+    @action(detail=False, methods=["post"], throttle_classes=BULK_THROTTLES)
+    def bulk(self, request: Request, **kwargs: Any) -> Response:
+        """Set many of your labels in one request (a whole trajectory's, or steps across
+        trajectories): all or nothing. A refused batch answers with every refused item by
+        its index and field, ``{"labels": {"3": {"value": "…"}}}``, and writes nothing.
+        ``submit`` then submits each trajectory the labels touch."""
+        incoming = BulkLabelsSerializer(data=request.data)
+        if not incoming.is_valid():
+            return Response(_flat(incoming.errors), status=400)
+        data = incoming.validated_data
+        try:
+            result = services.step_labels_set(
+                user=request.user,
+                items=data["labels"],
+                queue_id=data.get("queue"),
+                schema_id=data.get("schema"),
+                submit=data["submit"],
+                verdict={name: data[name] for name in _VERDICT_FIELDS},
+            )
+        except services.BulkLabelsRejected as rejected:
+            errors: dict[str, Any] = {
+                "labels": {k: v for k, v in rejected.errors.items() if k != "submit"}
+            }
+            if "submit" in rejected.errors:
+                errors["submit"] = rejected.errors["submit"]
+            return Response({k: v for k, v in errors.items() if v}, status=rejected.status)
+        ids = [r.label_id for r in result.labels]
+        labels = StepLabel.objects.select_related("annotator", "schema", "step").in_bulk(ids)
+        return Response(
+            {
+                "created": sum(1 for r in result.labels if r.created),
+                "updated": sum(1 for r in result.labels if not r.created),
+                "labels": StepLabelSerializer([labels[pk] for pk in ids], many=True).data,
+                "submitted": TrajectoryLabelSerializer(result.submitted, many=True).data,
+            }
+        )
+
+
+def _flat(errors: Any) -> Any:
+    """DRF's error lists as one sentence per field, the shape the label service's own
+    refusals have, so a client reads one format."""
+    if isinstance(errors, dict):
+        return {str(key): _flat(value) for key, value in errors.items()}
+    if isinstance(errors, list) and all(isinstance(e, str) for e in errors):
+        return " ".join(errors)
+    if isinstance(errors, list):
+        return [_flat(e) for e in errors]
+    return errors
+
+
+class TrajectorySubmit(generics.GenericAPIView[Any]):
+    """Finish your work on a trajectory, as the page's finish button does: your labels,
+    verdict and lease become submitted (which also lifts blind mode for you). Every step
+    you were asked to label needs a label unless ``finish_reason`` is ``give_up`` or
+    ``bad_problem``."""
+
+    serializer_class = TrajectorySubmitSerializer
+
+    @extend_schema(request=TrajectorySubmitSerializer, responses={200: TrajectoryLabelSerializer})
+    def post(self, request: Request, pk: int) -> Response:
+        state = selectors.labeling_state_for_user(request.user, pk)
+        incoming = TrajectorySubmitSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        if data.get("queue") is not None:
+            state = selectors.labeling_state_for_user(request.user, pk, queue_id=data["queue"])
+        return _submit(state, data)
+
+
+def _submit(state: selectors.LabelingState, data: dict[str, Any]) -> Response:
+    try:
+        verdict = services.trajectory_submit(
+            state=state, **{name: data[name] for name in _VERDICT_FIELDS}
+        )
+    except services.LabelingError as error:
+        return Response({error.field or "detail": error.message}, status=error.status)
+    return Response(TrajectoryLabelSerializer(verdict).data)
+
+
+class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """The queues you can work on (``?project=SLUG`` narrows them). Work through one as
+    the queue page does: ``next/`` leases the next trajectory (your open lease first),
+    label it with ``queue`` set, then ``submit/``; ``skip/`` gives it back."""
+
+    serializer_class = QueueSerializer
+    pagination_class = ByIdCursor
+    lookup_value_regex = "[0-9]+"
+
+    def get_queryset(self) -> QuerySet[Queue]:
+        queryset = selectors.queues_for_user(self.request.user)
+        if self.request.query_params.get("project"):
+            queryset = queryset.filter(project__slug=self.request.query_params["project"])
+        return queryset
+
+    def _queue(self, pk: str | None) -> Queue:
+        queue, _ = selectors.queue_get_for_user(self.request.user, int(pk or 0))
+        return queue
+
+    def _open_lease(self, queue: Queue) -> QueueAssignment | None:
+        return (
+            QueueAssignment.objects.filter(
+                item__queue=queue,
+                annotator_id=self.request.user.pk,
+                status=QueueAssignment.Status.LEASED,
+            )
+            .select_related("item")
+            .order_by("-leased_at")
+            .first()
+        )
+
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        queue = self._queue(kwargs.get("pk"))
+        progress = selectors.queue_progress(queue, request.user)
+        return Response(
+            {
+                **QueueSerializer(queue).data,
+                "progress": {
+                    "items": progress.items,
+                    "complete": progress.complete,
+                    "mine": progress.mine,
+                },
+            }
+        )
+
+    @extend_schema(responses={200: LeaseSerializer})
+    @action(detail=True, methods=["get"])
+    def lease(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Your open lease in this queue; ``{"lease": null}`` when you hold none."""
+        lease = self._open_lease(self._queue(pk))
+        return Response({"lease": LeaseSerializer(lease).data if lease else None})
+
+    @extend_schema(request=None, responses={200: LeaseSerializer})
+    @action(detail=True, methods=["post"])
+    def next(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Lease the next trajectory for you: your open lease while you have one (submit
+        or skip it to move on), else the next item with room under the queue's overlap.
+        ``{"lease": null}`` when nothing is left for you."""
+        queue = self._queue(pk)
+        try:
+            lease = services.queue_item_take(queue=queue, annotator=cast(User, request.user))
+        except services.LabelingError as error:
+            return Response({"detail": error.message}, status=error.status)
+        if lease is None:
+            return Response({"lease": None, "detail": f"Nothing left for you in {queue.name}."})
+        return Response({"lease": LeaseSerializer(lease).data})
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def skip(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Give back your open lease; it will not come back to you. Your labels on it
+        are kept."""
+        released = services.queue_assignment_release(
+            queue=self._queue(pk), annotator=cast(User, request.user)
+        )
+        return Response({"skipped": released})
+
+    @extend_schema(request=VerdictWriteSerializer, responses={200: TrajectoryLabelSerializer})
+    @action(detail=True, methods=["post"])
+    def submit(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        """Submit the trajectory of your open lease (the verdict fields as in
+        ``/trajectories/{id}/submit/``)."""
+        queue = self._queue(pk)
+        incoming = VerdictWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        lease = self._open_lease(queue)
+        if lease is None:
+            raise ValidationError(
+                {"detail": "You hold no lease in this queue; take one with next/."}, code="lease"
+            )
+        state = selectors.labeling_state_for_user(
+            request.user, lease.item.trajectory_id, queue_id=queue.pk
+        )
+        return _submit(state, incoming.validated_data)
+
 
 class TrajectoryLabelList(generics.ListAPIView[StepLabel]):
     """The labels on one trajectory that you may see, in step order."""
@@ -133,8 +324,10 @@ class TrajectoryLabelList(generics.ListAPIView[StepLabel]):
 
 router = DefaultRouter()
 router.register("labels", LabelViewSet, basename="label")
+router.register("queues", QueueViewSet, basename="api-queue")
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("trajectories/<int:pk>/labels/", TrajectoryLabelList.as_view(), name="trajectory-labels"),
+    path("trajectories/<int:pk>/submit/", TrajectorySubmit.as_view(), name="api-trajectory-submit"),
     path("", include(router.urls)),
 ]

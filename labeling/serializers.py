@@ -3,9 +3,13 @@ service, which the pages use too."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
-from labeling.models import StepLabel
+from labeling.models import Queue, QueueAssignment, StepLabel, TrajectoryLabel
+from labeling.services import LABEL_BATCH_MAX
+from stepscope.serializers import StrictSerializer
 
 
 class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
@@ -39,19 +43,141 @@ class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
         read_only_fields = fields
 
 
-class StepLabelWriteSerializer(serializers.Serializer[dict[str, object]]):
+SCHEMA_HELP = (
+    "The id of the label schema the label was made with (``schema`` in the labels and"
+    " schemas you read; its version is ``schema_version``). Left out: the project's active"
+    " schema. An id of a schema that is no longer active is refused (409)."
+)
+
+
+class StepLabelWriteSerializer(StrictSerializer):
     """Create or update your own label on a step (an upsert: posting twice leaves one)."""
 
     step = serializers.IntegerField(min_value=1)
     value = serializers.IntegerField(required=False, allow_null=True)
     first_error = serializers.BooleanField(required=False, default=False)
-    schema = serializers.IntegerField(
-        required=False,
-        allow_null=True,
-        help_text="The schema version the label was made with; a stale one is refused (409).",
-    )
+    schema = serializers.IntegerField(required=False, allow_null=True, help_text=SCHEMA_HELP)
     tags = serializers.ListField(child=serializers.CharField(max_length=60), required=False)
     rationale = serializers.CharField(required=False, allow_blank=True)
     correction = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
     time_spent_ms = serializers.IntegerField(required=False, allow_null=True, min_value=0)
     queue = serializers.IntegerField(required=False, allow_null=True)
+
+
+class BulkLabelItemSerializer(StrictSerializer):
+    """One label of a batch: the step by ``step`` (id), or by ``trajectory`` (id) and
+    ``index``. Fields left out keep what is stored, as in a single label post."""
+
+    step = serializers.IntegerField(min_value=1, required=False)
+    trajectory = serializers.IntegerField(min_value=1, required=False)
+    index = serializers.IntegerField(min_value=0, required=False)
+    value = serializers.IntegerField(required=False, allow_null=True)
+    first_error = serializers.BooleanField(required=False)
+    schema = serializers.IntegerField(required=False, allow_null=True, help_text=SCHEMA_HELP)
+    tags = serializers.ListField(child=serializers.CharField(max_length=60), required=False)
+    rationale = serializers.CharField(required=False, allow_blank=True)
+    correction = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    time_spent_ms = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if "step" not in attrs and not ("trajectory" in attrs and "index" in attrs):
+            raise serializers.ValidationError({"step": ["Give step, or trajectory and index."]})
+        if "step" in attrs and ("trajectory" in attrs or "index" in attrs):
+            raise serializers.ValidationError(
+                {"step": ["Give step, or trajectory and index, not both."]}
+            )
+        if attrs.get("value") is None:
+            attrs.pop("value", None)
+        if attrs.get("time_spent_ms") is None:
+            attrs.pop("time_spent_ms", None)
+        return attrs
+
+
+class VerdictWriteSerializer(StrictSerializer):
+    """Finish a trajectory, as the labeling page's finish panel does."""
+
+    outcome = serializers.ChoiceField(TrajectoryLabel.Outcome.choices, required=False, default="")
+    finish_reason = serializers.ChoiceField(
+        TrajectoryLabel.FinishReason.choices,
+        required=False,
+        default="",
+        help_text="Left out: found_error when a step is marked as the first error, else solution.",
+    )
+    comment = serializers.CharField(required=False, allow_blank=True, default="")
+    flagged = serializers.BooleanField(required=False, default=False)
+
+
+class TrajectorySubmitSerializer(VerdictWriteSerializer):
+    queue = serializers.IntegerField(
+        required=False, allow_null=True, help_text="the queue you leased the trajectory from"
+    )
+
+
+class BulkLabelsSerializer(VerdictWriteSerializer):
+    """Many labels in one request, all or nothing. ``submit`` then submits every
+    trajectory they touch, with the verdict fields given."""
+
+    labels = serializers.ListField(
+        child=BulkLabelItemSerializer(), allow_empty=False, max_length=LABEL_BATCH_MAX
+    )
+    queue = serializers.IntegerField(
+        required=False, allow_null=True, help_text="the queue you leased the trajectories from"
+    )
+    schema = serializers.IntegerField(required=False, allow_null=True, help_text=SCHEMA_HELP)
+    submit = serializers.BooleanField(required=False, default=False)
+
+
+class TrajectoryLabelSerializer(serializers.ModelSerializer[TrajectoryLabel]):
+    annotator: serializers.SlugRelatedField[TrajectoryLabel] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
+    class Meta:
+        model = TrajectoryLabel
+        fields = [
+            "id",
+            "trajectory",
+            "annotator",
+            "status",
+            "outcome",
+            "finish_reason",
+            "first_error_index",
+            "comment",
+            "flagged",
+            "submitted_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class QueueSerializer(serializers.ModelSerializer[Queue]):
+    project: serializers.SlugRelatedField[Queue] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
+
+    class Meta:
+        model = Queue
+        fields = [
+            "id",
+            "project",
+            "name",
+            "description",
+            "overlap",
+            "lease_seconds",
+            "order",
+            "is_active",
+            "created_at",
+        ]
+        read_only_fields = fields
+
+
+class LeaseSerializer(serializers.ModelSerializer[QueueAssignment]):
+    """Your hold on one trajectory of a queue; label it with ``queue`` set to the queue."""
+
+    queue = serializers.IntegerField(source="item.queue_id", read_only=True)
+    trajectory = serializers.IntegerField(source="item.trajectory_id", read_only=True)
+
+    class Meta:
+        model = QueueAssignment
+        fields = ["id", "queue", "trajectory", "status", "leased_at", "expires_at"]
+        read_only_fields = fields

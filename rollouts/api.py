@@ -1,6 +1,10 @@
 """REST endpoints for policies and rollout jobs, mounted under /api/v1/ by
 stepscope/api_urls.py. Querysets start from the user's projects, so anything outside
-them is a 404; starting and cancelling need the researcher or admin role."""
+them is a 404; starting and cancelling need the researcher or admin role.
+
+``/trajectories/{id}/mc-values/`` reads one trajectory's Monte Carlo step values under
+the trajectory page's rule: an annotator of a project that hides model scores sees them
+once they have submitted the trajectory."""
 
 from __future__ import annotations
 
@@ -9,20 +13,22 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from rest_framework import generics, mixins, status, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 from rest_framework.serializers import BaseSerializer
 
+from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
-from rollouts.models import Policy, RolloutJob
+from rollouts.models import Policy, RolloutJob, StepMC
 from rollouts.serializers import (
     PolicySerializer,
     RolloutJobCreateSerializer,
     RolloutJobDetailSerializer,
     RolloutJobSerializer,
+    StepMCSerializer,
 )
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
@@ -150,6 +156,26 @@ class RolloutJobViewSet(
         return services.rollout_job_cancel(job=job)
 
 
+class TrajectoryMCList(generics.ListAPIView[StepMC]):
+    """One trajectory's Monte Carlo step values, every policy's (``?policy=`` a name or
+    id narrows them), in step order."""
+
+    serializer_class = StepMCSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[StepMC]:
+        state = labeling_state_for_user(self.request.user, int(self.kwargs["pk"]))
+        if not state.show_model_scores:
+            raise PermissionDenied(
+                "This project hides model scores from annotators until they submit the trajectory."
+            )
+        values = StepMC.objects.filter(step__trajectory_id=state.trajectory.pk)
+        wanted = self.request.query_params.get("policy")
+        if wanted:
+            values = values.filter(policy=_policy_by_name_or_id(state.project, wanted))
+        return values.select_related("step", "policy").order_by("step__index", "policy_id")
+
+
 def _policy_by_name_or_id(project: Project, value: str) -> Policy:
     policy = (
         selectors.policies_for_project(project).filter(pk=int(value)).first()
@@ -166,4 +192,7 @@ router = SimpleRouter()
 router.register("policies", PolicyViewSet, basename="policy")
 router.register("rollouts", RolloutJobViewSet, basename="rollout")
 
-urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("trajectories/<int:pk>/mc-values/", TrajectoryMCList.as_view(), name="trajectory-mc"),
+    path("", include(router.urls)),
+]

@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from rollouts import answers
-from rollouts.models import Policy, RolloutJob, RolloutSearch
+from rollouts.models import Policy, RolloutJob, RolloutSearch, StepMC
 from rollouts.services import MAX_K
 from trajectories.models import Project
 from trajectories.serializers import TrajectoryFiltersSerializer
@@ -143,3 +143,13 @@ class RolloutJobCreateSerializer(serializers.Serializer[Any]):
         if data["critical"] and not isinstance(data["steps"], list):
             raise serializers.ValidationError({"critical": "a critical-step check needs step ids"})
         return data
+
+
+class StepMCSerializer(serializers.ModelSerializer[StepMC]):
+    index = serializers.IntegerField(source="step.index", read_only=True)
+    policy_name = serializers.CharField(source="policy.name", read_only=True)
+
+    class Meta:
+        model = StepMC
+        fields = ["step", "index", "policy", "policy_name", "job", "k", "successes", "soft", "hard"]
+        read_only_fields = fields

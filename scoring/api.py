@@ -1,6 +1,13 @@
 """REST endpoints for scorers, scoring runs and attribution runs, mounted under /api/v1/ by
 stepscope/api_urls.py. Querysets start from the user's projects, so anything outside
-them is a 404; starting, cancelling and training need the researcher or admin role."""
+them is a 404; starting, cancelling, training and importing scores need the researcher
+or admin role.
+
+``/trajectories/{id}/scores/`` and ``/trajectories/{id}/credits/`` read one trajectory's
+step scores and credits under the trajectory page's rule: an annotator of a project that
+hides model scores sees them once they have submitted the trajectory.
+``/step-scores/import/`` stores scores computed elsewhere, as ``manage.py import_scores``
+does."""
 
 from __future__ import annotations
 
@@ -9,7 +16,7 @@ from typing import Any
 from django.db.models import Q, QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, pagination, status, viewsets
+from rest_framework import generics, mixins, pagination, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -17,20 +24,24 @@ from rest_framework.response import Response
 from rest_framework.routers import SimpleRouter
 
 from labeling.models import Queue
-from labeling.selectors import can_compare
+from labeling.selectors import LabelingState, can_compare, labeling_state_for_user
 from scoring import selectors, services
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.serializers import (
     AttributionRunCreateSerializer,
     AttributionRunSerializer,
     ScorerSerializer,
     ScorerTrainSerializer,
+    ScoresImportSerializer,
     ScoringRunCreateSerializer,
     ScoringRunSerializer,
     StepCreditSerializer,
+    StepScoreSerializer,
+    TrajectoryCreditSerializer,
 )
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
+from stepscope.throttling import BULK_THROTTLES
 from trajectories.models import Project, Step
 from trajectories.selectors import (
     TrajectoryFilters,
@@ -249,9 +260,106 @@ class AttributionRunViewSet(
             .select_related("step")
             .only("id", "step_id", "step__trajectory_id", "step__index", "value", "level", "detail")
         )
+        # Narrowed to one trajectory or step when asked; unknown parameters are refused
+        # rather than ignored (an ignored ``trajectory`` once answered with every credit of
+        # the run, other trajectories' included).
+        for name, lookup in (("trajectory", "step__trajectory_id"), ("step", "step_id")):
+            raw = request.query_params.get(name)
+            if raw is not None:
+                credits = credits.filter(**{lookup: _id_param(name, raw)})
         page = self.paginate_queryset(credits)
         rows = StepCreditSerializer(page if page is not None else credits, many=True).data
         return self.get_paginated_response(rows) if page is not None else Response(rows)
+
+
+def _id_param(name: str, raw: str) -> int:
+    if not raw.isdigit():
+        raise ValidationError({name: f"expected an id, got {raw!r}"})
+    return int(raw)
+
+
+def _evidence_state(request: Request, pk: int) -> LabelingState:
+    """The user's labeling state on the trajectory (404 outside their projects); 403
+    while the project hides model scores (and what is made from them) from them."""
+    state = labeling_state_for_user(request.user, pk)
+    if not state.show_model_scores:
+        raise PermissionDenied(
+            "This project hides model scores from annotators until they submit the trajectory."
+        )
+    return state
+
+
+class TrajectoryScoreList(generics.ListAPIView[StepScore]):
+    """One trajectory's step scores, every scorer's (``?scorer=`` a name or id narrows
+    them), in step order."""
+
+    serializer_class = StepScoreSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[StepScore]:
+        state = _evidence_state(self.request, int(self.kwargs["pk"]))
+        scores = StepScore.objects.filter(step__trajectory_id=state.trajectory.pk)
+        wanted = self.request.query_params.get("scorer")
+        if wanted:
+            scores = scores.filter(scorer=_scorer_by_name_or_id(state.project, wanted))
+        return scores.select_related("step", "scorer").order_by("step__index", "scorer_id")
+
+
+class TrajectoryCreditList(generics.ListAPIView[StepCredit]):
+    """One trajectory's step credits, from every attribution run (``?run=ID`` narrows
+    them), in step order."""
+
+    serializer_class = TrajectoryCreditSerializer
+    pagination_class = None
+
+    def get_queryset(self) -> QuerySet[StepCredit]:
+        state = _evidence_state(self.request, int(self.kwargs["pk"]))
+        credits = StepCredit.objects.filter(
+            step__trajectory_id=state.trajectory.pk, run__project_id=state.project.pk
+        )
+        run = self.request.query_params.get("run")
+        if run is not None:
+            credits = credits.filter(run_id=_id_param("run", run))
+        return credits.select_related("step", "run").order_by("step__index", "run_id")
+
+
+class ScoresImport(generics.GenericAPIView[Any]):
+    """Store step scores computed elsewhere (what ``manage.py import_scores`` does with a
+    file): ``scores`` holds ``{trajectory: external id, step: index, value: 0..1}``
+    objects. All or nothing unless ``skip_invalid``; a rejected record is named by its
+    index in ``scores``."""
+
+    serializer_class = ScoresImportSerializer
+    throttle_classes = BULK_THROTTLES
+
+    @extend_schema(request=ScoresImportSerializer, responses={201: dict[str, Any]})
+    def post(self, request: Request) -> Response:
+        incoming = ScoresImportSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        project = _managed_project(request, data["project"])
+        try:
+            run, problems = services.scores_import_records(
+                project=project,
+                scorer_name=data["scorer"],
+                records=data["scores"],
+                user=request.user,  # type: ignore[arg-type]
+                skip_invalid=data["skip_invalid"],
+            )
+        except services.ScoresRejected as rejected:
+            return Response(
+                {"scores": {str(p.line): p.message for p in rejected.problems}}, status=400
+            )
+        return Response(
+            {
+                "stored": run.done,
+                "rejected": {str(p.line): p.message for p in problems},
+                "run": run.pk,
+                "scorer": run.scorer.name if run.scorer else None,
+                "scorer_id": run.scorer_id,
+            },
+            status=status.HTTP_201_CREATED,
+        )
 
 
 def _scorer_by_name_or_id(project: Project, value: str) -> Scorer:
@@ -280,4 +388,11 @@ router.register("scorers", ScorerViewSet, basename="scorer")
 router.register("scoring-runs", ScoringRunViewSet, basename="scoring-run")
 router.register("attribution-runs", AttributionRunViewSet, basename="attribution-run")
 
-urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]
+urlpatterns: list[URLPattern | URLResolver] = [
+    path("trajectories/<int:pk>/scores/", TrajectoryScoreList.as_view(), name="trajectory-scores"),
+    path(
+        "trajectories/<int:pk>/credits/", TrajectoryCreditList.as_view(), name="trajectory-credits"
+    ),
+    path("step-scores/import/", ScoresImport.as_view(), name="scores-import"),
+    path("", include(router.urls)),
+]

@@ -6,8 +6,9 @@ from rest_framework import serializers
 
 from scoring import prm
 from scoring.methods import METHODS
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.services import NEUTRAL_CHOICES
+from stepscope.serializers import StrictSerializer
 from trajectories.models import Project
 from trajectories.serializers import TrajectoryFiltersSerializer
 
@@ -157,3 +158,39 @@ class StepCreditSerializer(serializers.ModelSerializer[StepCredit]):
         model = StepCredit
         fields = ["id", "step", "trajectory", "index", "value", "level", "detail"]
         read_only_fields = fields
+
+
+class StepScoreSerializer(serializers.ModelSerializer[StepScore]):
+    index = serializers.IntegerField(source="step.index", read_only=True)
+    scorer_name = serializers.CharField(source="scorer.name", read_only=True)
+    scorer_revision = serializers.CharField(source="scorer.revision", read_only=True)
+
+    class Meta:
+        model = StepScore
+        fields = ["step", "index", "scorer", "scorer_name", "scorer_revision", "run", "value"]
+        read_only_fields = fields
+
+
+class TrajectoryCreditSerializer(serializers.ModelSerializer[StepCredit]):
+    index = serializers.IntegerField(source="step.index", read_only=True)
+    method = serializers.CharField(source="run.method", read_only=True)
+
+    class Meta:
+        model = StepCredit
+        fields = ["step", "index", "run", "method", "value", "level", "detail"]
+        read_only_fields = fields
+
+
+class ScoresImportSerializer(StrictSerializer):
+    """Scores computed elsewhere, stored as ``scorer``'s (created, kind ``external``, when
+    the project has no scorer of that name). All or nothing unless ``skip_invalid``."""
+
+    project = serializers.SlugField()
+    scorer = serializers.CharField(max_length=100)
+    scores = serializers.ListField(
+        child=serializers.JSONField(),
+        allow_empty=False,
+        max_length=100_000,
+        help_text="objects {trajectory: external id, step: index, value: 0..1}",
+    )
+    skip_invalid = serializers.BooleanField(default=False)

@@ -45,11 +45,13 @@ INSTALLED_APPS = [
     "template_partials",
     "rest_framework",
     "rest_framework.authtoken",
+    "knox",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "pgtrigger",
     "pghistory",
     "axes",
+    "accounts",
     "trajectories",
     "labeling",
     "scoring",
@@ -186,8 +188,17 @@ MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
 STEPSCOPE_UPLOAD_MAX_BYTES = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPSCOPE_UPLOAD_MAX_BYTES
 
+# API tokens: ours (accounts.ApiToken on django-rest-knox: named, stored as a SHA-512
+# digest, optional expiry) start with ``ssk_``; keys without it are DRF authtoken keys
+# (``manage.py drf_create_token``), which keep working.
+KNOX_TOKEN_MODEL = "accounts.ApiToken"
+# Knox's own migrations would create its default token table, which nothing uses (and
+# which a test database flush, skipping swapped models, could not empty).
+MIGRATION_MODULES = {"knox": None}
+REST_KNOX = {"TOKEN_PREFIX": "ssk_", "TOKEN_TTL": None, "AUTH_HEADER_PREFIX": "Token"}
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
@@ -210,6 +221,8 @@ REST_FRAMEWORK = {
     "DEFAULT_THROTTLE_RATES": {
         "anon": env_str("STEPSCOPE_API_RATE_ANON", "60/minute"),
         "user": env_str("STEPSCOPE_API_RATE_USER", "3000/minute"),
+        # Bulk writes (stepscope/throttling.py) are counted here, not against "user".
+        "bulk": env_str("STEPSCOPE_API_RATE_BULK", "600/minute"),
     },
 }
 SPECTACULAR_SETTINGS = {
@@ -219,6 +232,12 @@ SPECTACULAR_SETTINGS = {
     # Swagger UI is served from our own static files, never a CDN.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Names for choice sets whose field names other sets share.
+    "ENUM_NAME_OVERRIDES": {
+        "VerdictOutcomeEnum": "labeling.models.TrajectoryLabel.Outcome",
+        "VerdictStatusEnum": "labeling.models.TrajectoryLabel.Status",
+        "LeaseStatusEnum": "labeling.models.QueueAssignment.Status",
+    },
 }
 
 # --- Behind TLS (STEPSCOPE_SECURE_COOKIES=1): secure cookies, HSTS, HTTPS redirects. ------

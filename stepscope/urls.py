@@ -15,6 +15,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("stepscope.api_urls")),
     path("", include("home.urls")),
+    path("", include("accounts.urls")),
     path("", include("trajectories.urls")),
     path("", include("labeling.urls")),
     path("", include("scoring.urls")),

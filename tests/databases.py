@@ -23,6 +23,7 @@ from typing import Any
 
 import psycopg
 from django.apps import apps
+from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
 
@@ -32,9 +33,14 @@ TEMPLATE_LOCK = "stepscope-test-template"
 
 
 def migrations_digest() -> str:
-    """Changes whenever any installed app's migrations change (ours or a library's)."""
+    """Changes whenever any installed app's migrations change (ours or a library's), or
+    which apps' migrations run (``MIGRATION_MODULES``)."""
     digest = hashlib.sha256()
+    modules = getattr(settings, "MIGRATION_MODULES", {})
+    digest.update(repr(sorted(modules.items())).encode())
     for config in sorted(apps.get_app_configs(), key=lambda config: config.label):
+        if config.label in modules and modules[config.label] is None:
+            continue
         for path in sorted(Path(config.path).glob("migrations/*.py")):
             digest.update(f"{config.label}/{path.name}\0".encode())
             digest.update(path.read_bytes())

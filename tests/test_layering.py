@@ -36,6 +36,8 @@ pytestmark = pytest.mark.xdist_group("layering")
 # Lowest first. Units in one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("stepscope", "metrics"),
+    # Users' own things (API tokens), below every app that holds project data.
+    ("accounts",),
     ("trajectories",),
     ("labeling",),
     ("scoring",),

@@ -14,9 +14,11 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
+from rest_framework.throttling import BaseThrottle
 
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
+from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
 from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.selectors import (
@@ -94,6 +96,12 @@ class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, JobViewSet
 
     def job_cancel(self, job: Any) -> Any:
         return services.import_batch_cancel(batch=job)
+
+    def get_throttles(self) -> list[BaseThrottle]:
+        # A push of many trajectories is one bulk write, not a stream of small calls.
+        if self.action == "create":
+            return [throttle() for throttle in BULK_THROTTLES]
+        return super().get_throttles()
 
     def get_queryset(self) -> QuerySet[ImportBatch]:
         return ImportBatch.objects.filter(

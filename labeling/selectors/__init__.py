@@ -12,6 +12,7 @@ from labeling.selectors.queues import (
     queue_items_page,
     queue_progress,
     queues_for_project,
+    queues_for_user,
 )
 from labeling.selectors.review import (
     REVIEW_PAGE_SIZE,
@@ -67,6 +68,7 @@ __all__ = [
     "queue_items_page",
     "queue_progress",
     "queues_for_project",
+    "queues_for_user",
     "review_candidates",
     "review_table",
     "step_label_history",

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, Subquery
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
@@ -19,6 +19,7 @@ from labeling.models import (
 )
 from labeling.selectors.surface import (
     QUEUE_PROGRESS_SQL,
+    REVIEWER_ROLES,
     AnyUser,
     QueueProgress,
     is_reviewer,
@@ -172,3 +173,21 @@ def queue_items_page(
     if len(items) > QUEUE_ITEMS_PAGE_SIZE:
         return items[:QUEUE_ITEMS_PAGE_SIZE], items[QUEUE_ITEMS_PAGE_SIZE - 1].pk
     return items, None
+
+
+def queues_for_user(user: AnyUser) -> QuerySet[Queue]:
+    """The queues of every project of ``user`` that they can work on, the rule of
+    :func:`queues_for_project`: reviewers see all of their project's queues, annotators
+    those with no assignees or with them among the assignees."""
+    if not user.is_authenticated:
+        return Queue.objects.none()
+    uid = int(user.pk)
+    assigned = Queue.assignees.through.objects.filter(queue=OuterRef("pk"))
+    reviewing = Membership.objects.filter(
+        project=OuterRef("project"), user_id=uid, role__in=REVIEWER_ROLES
+    )
+    return (
+        Queue.objects.filter(project__in=projects_for_user(user))
+        .filter(Exists(reviewing) | ~Exists(assigned) | Exists(assigned.filter(user_id=uid)))
+        .select_related("project")
+    )

@@ -1,14 +1,20 @@
 """Writes for labeling, by topic: step labels, undo from history, trajectory verdicts and
-final (adjudicated) labels (``labels.py``), schemas, project labeling settings and
-guidelines (``schemas.py``), queues and their leases (``queues.py``), and what they share
-(``common.py``). The names below are the app's service interface; callers import them
-from here.
+final (adjudicated) labels (``labels.py``), many labels in one request (``bulk.py``),
+schemas, project labeling settings and guidelines (``schemas.py``), queues and their
+leases (``queues.py``), and what they share (``common.py``). The names below are the
+app's service interface; callers import them from here.
 
 Every function here is a ``<thing>_<verb>`` service with keyword-only arguments that runs
 in one transaction. A request that breaks a rule raises :class:`LabelingError` with an
 HTTP status and a sentence for the annotator, before anything is written.
 """
 
+from labeling.services.bulk import (
+    LABEL_BATCH_MAX,
+    BulkLabelsRejected,
+    BulkLabelsResult,
+    step_labels_set,
+)
 from labeling.services.common import (
     MAX_CORRECTION_CHARS,
     MAX_RATIONALE_CHARS,
@@ -41,9 +47,12 @@ from labeling.services.schemas import (
 )
 
 __all__ = [
+    "LABEL_BATCH_MAX",
     "MAX_CORRECTION_CHARS",
     "MAX_RATIONALE_CHARS",
     "MAX_TIME_SPENT_MS",
+    "BulkLabelsRejected",
+    "BulkLabelsResult",
     "LabelingError",
     "LeaseLost",
     "NotAllowed",
@@ -62,5 +71,6 @@ __all__ = [
     "queues_uncertainty_refresh",
     "step_label_set",
     "step_label_undo",
+    "step_labels_set",
     "trajectory_submit",
 ]

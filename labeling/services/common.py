@@ -27,13 +27,18 @@ MAX_TIME_SPENT_MS = 24 * 3600 * 1000
 
 
 class LabelingError(Exception):
-    """A request the rules refuse; ``status`` is the HTTP status to answer with."""
+    """A request the rules refuse; ``status`` is the HTTP status to answer with and
+    ``field`` the input it is about (``value``, ``tags``, ``schema``; ``None`` for the
+    request as a whole), so an API can name it."""
 
     status = 400
 
-    def __init__(self, message: str, *, status: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status: int | None = None, field: str | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
+        self.field = field
         if status is not None:
             self.status = status
 
@@ -143,8 +148,9 @@ def check_schema(state: LabelingState, schema_id: int | None) -> LabelSchema:
         return schema
     other = LabelSchema.objects.filter(pk=schema_id).only("project_id", "version").first()
     if other is None or other.project_id != state.project.pk:
-        raise LabelingError("That label schema does not belong to this project.")
+        raise LabelingError("That label schema does not belong to this project.", field="schema")
     raise StaleSchema(
-        f"The label schema changed (this page uses v{other.version}, the project now uses"
-        f" v{schema.version}). Reload the page to label with the new version."
+        field="schema",
+        message=f"The label schema changed (this page uses v{other.version}, the project now uses"
+        f" v{schema.version}). Reload the page to label with the new version.",
     )

@@ -61,25 +61,33 @@ def step_label_set(
     require_can_label(state)
     schema = check_schema(state, schema_id)
     if step.trajectory_id != state.trajectory.pk:
-        raise LabelingError("That step belongs to another trajectory.")
+        raise LabelingError("That step belongs to another trajectory.", field="step")
     if not step.labelable:
-        raise LabelingError(f"Step {step.index} is not labelable.")
+        raise LabelingError(f"Step {step.index} is not labelable.", field="step")
     if first_error:
         if schema.error_value is None:
-            raise LabelingError(f"The schema {schema} has no error value to mark.")
+            raise LabelingError(
+                f"The schema {schema} has no error value to mark.", field="first_error"
+            )
         value = schema.error_value
     if value is not None and value not in schema.allowed_values:
         names = ", ".join(f"{e['value']} ({e['name']})" for e in schema.entries)
-        raise LabelingError(f"{value} is not a value of {schema}; use one of {names}.")
+        raise LabelingError(
+            f"{value} is not a value of {schema}; use one of {names}.", field="value"
+        )
     if tags is not None:
         unknown = sorted(set(tags) - set(schema.error_tags or []))
         if unknown:
-            raise LabelingError(f"Unknown tag: {', '.join(unknown)}.")
+            raise LabelingError(f"Unknown tag: {', '.join(unknown)}.", field="tags")
         tags = [t for t in schema.error_tags if t in set(tags)]  # schema order, no repeats
     if rationale is not None and len(rationale) > MAX_RATIONALE_CHARS:
-        raise LabelingError(f"A rationale is at most {MAX_RATIONALE_CHARS} characters.")
+        raise LabelingError(
+            f"A rationale is at most {MAX_RATIONALE_CHARS} characters.", field="rationale"
+        )
     if correction is not None and len(correction) > MAX_CORRECTION_CHARS:
-        raise LabelingError(f"A correction is at most {MAX_CORRECTION_CHARS} characters.")
+        raise LabelingError(
+            f"A correction is at most {MAX_CORRECTION_CHARS} characters.", field="correction"
+        )
     if time_spent_ms is not None:
         time_spent_ms = max(0, min(int(time_spent_ms), MAX_TIME_SPENT_MS))
 
@@ -91,7 +99,8 @@ def step_label_set(
             sets, params = _label_assignments(tags, rationale, correction, time_spent_ms)
             if not sets:
                 raise LabelingError(
-                    "Nothing to change: give a value, tags, a rationale or a correction."
+                    "Nothing to change: give a value, tags, a rationale or a correction.",
+                    field="value",
                 )
             cursor.execute(
                 f"UPDATE labeling_steplabel AS l SET {', '.join(sets)}, updated_at = %s"
@@ -101,7 +110,9 @@ def step_label_set(
             )
             row = cursor.fetchone()
             if row is None:
-                raise LabelingError(f"Label step {step.index} first, then add to the label.")
+                raise LabelingError(
+                    f"Label step {step.index} first, then add to the label.", field="value"
+                )
             label_id, current_value = row
             created = False
         else:
@@ -138,7 +149,9 @@ def step_label_set(
             label_id, created = inserted
             current_value = value
         if correction and current_value != schema.error_value:
-            raise LabelingError("A correction goes with a step labelled as an error.")
+            raise LabelingError(
+                "A correction goes with a step labelled as an error.", field="correction"
+            )
         _verdict_refresh(state, schema, found_error=first_error)
     return StepLabelResult(label_id=label_id, created=bool(created))
 
@@ -291,9 +304,9 @@ def trajectory_submit(
     were asked to label must carry a label unless they give up or flag a bad problem."""
     require_can_label(state)
     if outcome and outcome not in TrajectoryLabel.Outcome.values:
-        raise LabelingError(f"Unknown outcome {outcome!r}.")
+        raise LabelingError(f"Unknown outcome {outcome!r}.", field="outcome")
     if finish_reason and finish_reason not in TrajectoryLabel.FinishReason.values:
-        raise LabelingError(f"Unknown finish reason {finish_reason!r}.")
+        raise LabelingError(f"Unknown finish reason {finish_reason!r}.", field="finish_reason")
     if flagged and not finish_reason:
         finish_reason = TrajectoryLabel.FinishReason.BAD_PROBLEM
     if not finish_reason:

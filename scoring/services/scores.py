@@ -389,8 +389,52 @@ def scores_import(
     """Store scores computed elsewhere, one JSON object a line:
     ``{"trajectory": external_id, "step": index, "value": p}``, the step index as
     Stepscope numbers the trajectory's steps. The scorer is created (kind ``external``)
-    if the project has none of that name. All or nothing unless ``skip_invalid``."""
+    if the project has none of that name. All or nothing unless ``skip_invalid``; a
+    problem's ``line`` is the file's line number."""
     problems: list[ImportProblem] = []
+    return _scores_store(
+        project=project,
+        scorer_name=scorer_name,
+        user=user,
+        skip_invalid=skip_invalid,
+        rows=_score_lines(path, problems),
+        problems=problems,
+        selection={"file": path.name},
+    )
+
+
+def scores_import_records(
+    *,
+    project: Project,
+    scorer_name: str,
+    records: Iterable[Any],
+    user: User | None = None,
+    skip_invalid: bool = False,
+) -> tuple[ScoringRun, list[ImportProblem]]:
+    """:func:`scores_import` for records already parsed (the API's JSON list); a
+    problem's ``line`` is the record's 0-based index in ``records``."""
+    problems: list[ImportProblem] = []
+    return _scores_store(
+        project=project,
+        scorer_name=scorer_name,
+        user=user,
+        skip_invalid=skip_invalid,
+        rows=_score_records(enumerate(records), problems),
+        problems=problems,
+        selection={"api": True},
+    )
+
+
+def _scores_store(
+    *,
+    project: Project,
+    scorer_name: str,
+    user: User | None,
+    skip_invalid: bool,
+    rows: Iterator[tuple[int, str, int, float]],
+    problems: list[ImportProblem],
+    selection: dict[str, Any],
+) -> tuple[ScoringRun, list[ImportProblem]]:
     stored = 0
     try:
         with transaction.atomic():
@@ -400,11 +444,11 @@ def scores_import(
                 scorer=scorer,
                 kind=ScoringRun.Kind.IMPORT,
                 status=ScoringRun.Status.RUNNING,
-                selection={"file": path.name},
+                selection=selection,
                 created_by=user,
                 started_at=timezone.now(),
             )
-            for batch in _batched(_score_lines(path, problems), IMPORT_BATCH):
+            for batch in _batched(rows, IMPORT_BATCH):
                 results = _resolve_steps(project, batch, problems)
                 if problems and not skip_invalid:
                     continue  # keep reading to report every problem, write nothing
@@ -416,7 +460,7 @@ def scores_import(
             run.finished_at = timezone.now()
             run.save(update_fields=["status", "total", "done", "finished_at"])
     except _Rollback:
-        raise ScoresRejected(problems) from None
+        raise ScoresRejected(sorted(problems, key=lambda p: p.line)) from None
     return run, problems
 
 
@@ -443,11 +487,18 @@ def _score_lines(
             except json.JSONDecodeError as error:
                 problems.append(ImportProblem(number, f"not JSON: {error.msg}"))
                 continue
-            problem = _score_record_problem(record)
-            if problem:
-                problems.append(ImportProblem(number, problem))
-                continue
-            yield number, str(record["trajectory"]), record["step"], float(record["value"])
+            yield from _score_records([(number, record)], problems)
+
+
+def _score_records(
+    records: Iterable[tuple[int, Any]], problems: list[ImportProblem]
+) -> Iterator[tuple[int, str, int, float]]:
+    for number, record in records:
+        problem = _score_record_problem(record)
+        if problem:
+            problems.append(ImportProblem(number, problem))
+            continue
+        yield number, str(record["trajectory"]), record["step"], float(record["value"])
 
 
 def _score_record_problem(record: Any) -> str:

@@ -45,6 +45,10 @@ _API_LIST = {"GET": "401 200 200 200 200", "POST": "401 405 405 405 405"}
 _API_LIST_CREATE = {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"}
 _API_OBJECT = {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"}
 _API_CANCEL = {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"}
+# API writes checked before any project is named: an empty body is a 400 for everyone.
+_API_POST_ONLY = {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"}
+# Queue moves any member may make (the world's queue takes everyone).
+_API_MEMBER_MOVE = {"GET": "401 405 405 405 405", "POST": "401 404 200 200 200"}
 # Open to anyone: probes for load balancers, and the API's description.
 _PUBLIC = {"GET": "200 200 200 200 200", "POST": "405 405 405 405 405"}
 
@@ -55,6 +59,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "admin-status": {"GET": "302 302 302 302 302", "POST": "302 302 302 302 302"},
     "login": {"GET": "200 200 200 200 200", "POST": "200 200 200 200 200"},
     "logout": {"GET": "405 405 405 405 405", "POST": "login login login login login"},
+    # Your own API tokens: every signed-in user has the page; a token of another user
+    # (the world's is the admin's) is a 404. An empty form re-renders with its errors.
+    "token-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
+    "token-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 404 404 302"},
     # Browse pages.
     "project-list": {"GET": "login 200 200 200 200", "POST": "login 405 405 405 405"},
     "project-home": _GET_ONLY,
@@ -142,6 +150,24 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
+    "api:label-bulk": _API_POST_ONLY,
+    # The annotator holds no lease on the world's trajectory (403); researchers and admins
+    # may submit it, but not with its steps unlabelled (400).
+    "api:api-trajectory-submit": {"GET": "401 405 405 405 405", "POST": "401 404 403 400 400"},
+    "api:api-queue-list": _API_LIST,
+    "api:api-queue-detail": _API_OBJECT,
+    "api:api-queue-lease": _API_OBJECT,
+    "api:api-queue-next": _API_MEMBER_MOVE,
+    "api:api-queue-skip": _API_MEMBER_MOVE,
+    # Nobody holds a lease in the world's queue: nothing to submit (400).
+    "api:api-queue-submit": {"GET": "401 405 405 405 405", "POST": "401 404 400 400 400"},
+    # Scores, credits and MC values of one trajectory (the world hides no scores).
+    "api:trajectory-scores": _API_OBJECT,
+    "api:trajectory-credits": _API_OBJECT,
+    "api:trajectory-mc": _API_OBJECT,
+    "api:scores-import": _API_POST_ONLY,
+    "api:api-token-list": {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"},
+    "api:api-token-revoke": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 200"},
     "api:scorer-list": _API_LIST_CREATE,
     "api:scorer-detail": _API_OBJECT,
     "api:scorer-train": {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"},

@@ -26,6 +26,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
@@ -61,6 +62,8 @@ class World:
     rollout_job: RolloutJob
     label: StepLabel
     export_file: str
+    # The start of the admin's API token (``accounts.ApiToken.token_key``).
+    api_token_key: str
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -77,6 +80,8 @@ class World:
             values["format"] = "json"
         if "pk" in _names(route):
             values["pk"] = self._pk_for(route)
+        if "key" in _names(route):
+            values["key"] = self.api_token_key
         return values
 
     def _pk_for(self, route: str) -> Any:
@@ -86,6 +91,7 @@ class World:
             ("t/", self.trajectory.pk),
             ("trajectories", self.trajectory.pk),
             ("q/", self.queue.pk),
+            ("queues", self.queue.pk),
             ("imports", self.import_batch.pk),
             ("exports", self.export_job.pk),
             ("selections", self.selection.pk),
@@ -398,6 +404,7 @@ def build_world(
         error=f"rollout error {text}",
         created_by=users["admin"],
     )
+    api_token, _ = api_token_create(user=users["admin"], name=f"token {text}")
     return World(
         project=project,
         users=users,
@@ -416,4 +423,5 @@ def build_world(
         rollout_job=rollout_job,
         label=label,
         export_file="train.jsonl",
+        api_token_key=api_token.token_key,
     )

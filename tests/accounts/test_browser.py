@@ -1,0 +1,44 @@
+"""The tokens page in Chromium: make a token (the form swaps in with the secret shown
+once), at a desktop and a phone width, then revoke it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from accounts.models import ApiToken
+from tests.factories import UserFactory
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "pw-for-tests"
+
+
+@pytest.mark.parametrize("size", [(1440, 900), (390, 844)], ids=["desktop", "phone"])
+def test_make_and_revoke_a_token_in_the_browser(
+    page: Any, live_server: Any, tmp_path: Path, size: tuple[int, int]
+) -> None:
+    UserFactory.create(username="ann")
+    page.set_viewport_size({"width": size[0], "height": size[1]})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "ann")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.click("header >> text=API tokens")
+    page.wait_for_selector("#token-form")
+    page.fill("#token-form input[name=name]", "training job")
+    page.fill("#token-form input[name=expires_in_days]", "30")
+    page.click("#token-form button[type=submit]")
+    secret = page.text_content("#token-secret .token-value", timeout=10_000)
+    token = ApiToken.objects.get(name="training job")
+    assert secret is not None and secret.startswith(token.token_key)
+    assert page.is_visible(f"#token-{token.token_key}")
+    page.screenshot(path=str(tmp_path / f"tokens-{size[0]}x{size[1]}.png"), full_page=True)
+
+    page.click(f"#token-{token.token_key} button")
+    page.wait_for_selector("text=Token 'training job' revoked")
+    assert not ApiToken.objects.exists()
+    assert page.locator("#token-secret").count() == 0
