@@ -24,13 +24,6 @@ from trajectories.models import ImportBatch, Membership, Project, Trajectory
 HTMX = {"HX-Request": "true"}
 
 
-@pytest.fixture
-def researcher(project: Project) -> User:
-    user = UserFactory.create(username="researcher")
-    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
-    return user
-
-
 @pytest.fixture(autouse=True)
 def media_in_tmp(settings: Any, tmp_path: Path) -> None:
     settings.MEDIA_ROOT = tmp_path / "media"

@@ -15,18 +15,10 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.conftest import REALDATA
-from tests.factories import MembershipFactory, UserFactory
 from tests.waiting import import_finished
-from trajectories.models import ImportBatch, Membership, Project, Trajectory
+from trajectories.models import ImportBatch, Project, Trajectory
 
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
-
-
-@pytest.fixture
-def researcher(project: Project) -> User:
-    user = UserFactory.create(username="researcher")
-    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
-    return user
 
 
 @pytest.fixture(autouse=True)

@@ -15,14 +15,14 @@ one is a FileError naming the record where reading stopped.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import ijson
 
 from trajectories.formats import jsonio
-from trajectories.formats.base import FileError, RecordError
+from trajectories.formats.base import FieldError, FileError, ParsedTrajectory, RecordError
 
 # One record of a file: where it is and its decoded value, or the error for a line that
 # could not be decoded.
@@ -217,3 +217,20 @@ def _ijson_message(error: Exception) -> str:
     if isinstance(message, bytes):
         message = message.decode("utf-8", "replace")
     return str(message).strip().split("\n")[0]
+
+
+def records_built(
+    path: Path, build: Callable[[Any, str], ParsedTrajectory]
+) -> Iterator[ParsedTrajectory | RecordError]:
+    """Each record of ``path`` (see :func:`iter_records`) made a trajectory by ``build``
+    (record, location); a record it refuses with a FieldError comes out as a RecordError
+    naming the record's location and the field."""
+    for entry in iter_records(path):
+        if isinstance(entry, RecordError):
+            yield entry
+            continue
+        location, record = entry
+        try:
+            yield build(record, location)
+        except FieldError as error:
+            yield RecordError(location, error.field, error.message)

@@ -27,7 +27,6 @@ from trajectories.formats.base import (
     FieldError,
     ParsedTrajectory,
     ParseResult,
-    RecordError,
     require,
 )
 from trajectories.formats.chat_content import decode, first_user_text, output_text_and_calls
@@ -50,15 +49,7 @@ TOKEN_KEYS = ("input", "output", "total")
 
 @register("langfuse")
 def parse(path: Path) -> Iterator[ParseResult]:
-    for entry in jsonstream.iter_records(path):
-        if isinstance(entry, RecordError):
-            yield entry
-            continue
-        location, record = entry
-        try:
-            yield _trajectory(record, location)
-        except FieldError as error:
-            yield RecordError(location, error.field, error.message)
+    yield from jsonstream.records_built(path, _trajectory)
 
 
 def _trajectory(record: Any, location: str) -> ParsedTrajectory:

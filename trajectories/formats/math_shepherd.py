@@ -29,7 +29,6 @@ from trajectories.formats.base import (
     ParsedStep,
     ParsedTrajectory,
     ParseResult,
-    RecordError,
     require,
 )
 
@@ -41,15 +40,7 @@ FIRST_STEP = "Step 1:"
 
 @register("math-shepherd")
 def parse(path: Path) -> Iterator[ParseResult]:
-    for entry in jsonstream.iter_records(path):
-        if isinstance(entry, RecordError):
-            yield entry
-            continue
-        location, record = entry
-        try:
-            yield _trajectory(record, location)
-        except FieldError as error:
-            yield RecordError(location, error.field, error.message)
+    yield from jsonstream.records_built(path, _trajectory)
 
 
 def _digest(text: str) -> str:

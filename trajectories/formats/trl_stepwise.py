@@ -21,7 +21,6 @@ from trajectories.formats.base import (
     ParsedStep,
     ParsedTrajectory,
     ParseResult,
-    RecordError,
     require,
 )
 
@@ -30,15 +29,7 @@ ANNOTATOR = "import:trl-stepwise"
 
 @register("trl-stepwise")
 def parse(path: Path) -> Iterator[ParseResult]:
-    for entry in jsonstream.iter_records(path):
-        if isinstance(entry, RecordError):
-            yield entry
-            continue
-        location, record = entry
-        try:
-            yield _trajectory(record, location)
-        except FieldError as error:
-            yield RecordError(location, error.field, error.message)
+    yield from jsonstream.records_built(path, _trajectory)
 
 
 def _digest(value: Any) -> str:
