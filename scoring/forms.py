@@ -79,6 +79,9 @@ class AttributionRunForm(forms.Form):
     )
 
     def __init__(self, *args: Any, scorers: list[Scorer], **kwargs: Any) -> None:
+        # Ids of its own: the scoring form beside it on the page has a "scorer" too, and
+        # two controls with one id leave the second's label pointing at the first.
+        kwargs.setdefault("auto_id", "id_attribution_%s")
         super().__init__(*args, **kwargs)
         field = self.fields["scorer"]
         assert isinstance(field, forms.ModelChoiceField)
