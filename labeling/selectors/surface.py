@@ -30,7 +30,12 @@ from labeling.models import (
     TrajectoryLabel,
 )
 from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import STEP_PREVIEW_CHARS, membership_role, projects_for_user
+from trajectories.selectors import (
+    MANAGING_ROLES,
+    STEP_PREVIEW_CHARS,
+    membership_role,
+    projects_for_user,
+)
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 ModelT = TypeVar("ModelT", bound=models.Model)
@@ -136,6 +141,12 @@ class LabelingState:
     @property
     def reviewer(self) -> bool:
         return is_reviewer(self.role)
+
+    @property
+    def manages_data(self) -> bool:
+        """Researchers and admins: they run the project's jobs (scoring, rollouts), so the
+        page offers those actions to them and to nobody else."""
+        return self.role in MANAGING_ROLES
 
     @property
     def submitted(self) -> bool:

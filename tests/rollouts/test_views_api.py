@@ -187,6 +187,20 @@ def test_annotator_sees_the_panel_but_cannot_start(
     assert not RolloutJob.objects.exists()
 
 
+def test_roll_out_from_here_is_offered_only_to_those_who_may_start_one(
+    owner: User, annotator: User, step: Step
+) -> None:
+    link = b'href="/steps/%d/rollouts/"' % step.pk
+    trajectory = f"/t/{step.trajectory_id}/"
+    owners_page = browser(owner).get(trajectory)
+    assert owners_page.status_code == 200 and link in owners_page.content
+    annotators_page = browser(annotator).get(trajectory)
+    assert annotators_page.status_code == 200
+    assert (
+        link not in annotators_page.content and b"roll out from here" not in annotators_page.content
+    )
+
+
 def test_the_demo_policy_is_offered_only_on_the_demo_projects(
     owner: User, project: Project, step: Step, make_policy: Callable[..., Policy]
 ) -> None:
