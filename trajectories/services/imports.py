@@ -68,8 +68,10 @@ def trajectory_import(
     user: User | None = None,
     skip_invalid: bool = False,
     mapping: dict[str, Any] | None = None,
+    internal: bool = False,
 ) -> ImportBatch:
-    """Import one file into ``project``, in this process.
+    """Import one file into ``project``, in this process. ``internal`` marks a batch an
+    app's own job writes (a rollout job's continuations), kept out of the list of imports.
 
     Re-importing a trajectory already present (same content hash) changes nothing. By
     default the import is all-or-nothing: if any record is malformed, nothing from the
@@ -86,6 +88,7 @@ def trajectory_import(
         mapping=mapping,
         skip_invalid=skip_invalid,
         file_size=path.stat().st_size,
+        internal=internal,
     )
     _import_into(batch, path)
     if batch.status == ImportBatch.Status.FAILED:
