@@ -116,6 +116,17 @@ class QueueProgress:
     complete: int = 0  # items labelled by as many annotators as the overlap asks
     mine: int = 0  # items this user has submitted
 
+    @property
+    def finished(self) -> bool:
+        """Every item is labelled by as many annotators as the overlap asks: nothing is
+        left to lease, to anyone."""
+        return self.items > 0 and self.complete >= self.items
+
+    @property
+    def done_by_me(self) -> bool:
+        """This user has submitted every item: nothing is left to lease to them."""
+        return self.items > 0 and self.mine >= self.items
+
 
 @dataclass
 class LabelingState:

@@ -348,6 +348,38 @@ def test_queue_flow_next_label_submit_next(
     assert "Nothing left for you" in detail
 
 
+def label_and_submit(user: User, queue: Queue) -> None:
+    current = leased_state(user, queue)
+    for step in current.trajectory.steps.filter(labelable=True):
+        step_label_set(state=current, step=step, value=1)
+    trajectory_submit(state=state(user, current.trajectory, queue))
+
+
+def test_a_finished_queue_says_so_instead_of_offering_to_start(
+    client: Client, queue: Queue, annotator: User, annotator2: User, owner: User
+) -> None:
+    """The queue has one item and asks for two labellings of it."""
+    detail, listing = (
+        reverse("queue-detail", args=[queue.pk]),
+        reverse("queue-list", args=[queue.project.slug]),
+    )
+    client.force_login(annotator)
+    assert "Start labeling" in client.get(detail).content.decode()
+    label_and_submit(annotator, queue)
+    mine_done = client.get(detail).content.decode()
+    assert "Start labeling" not in mine_done and "You have submitted all 1 item" in mine_done
+    client.force_login(annotator2)
+    assert "Start labeling" in client.get(listing, headers=HTMX).content.decode()
+    label_and_submit(annotator2, queue)
+    for user in (annotator, annotator2, owner):
+        client.force_login(user)
+        page = client.get(detail).content.decode()
+        assert "Start labeling" not in page and 'id="queue-start"' not in page
+        assert 'id="queue-finished"' in page and "This queue is finished" in page
+        row = client.get(listing, headers=HTMX).content.decode()
+        assert "Start labeling" not in row and "queue-finished" in row
+
+
 def test_queue_assignees_limit_who_sees_it(
     client: Client,
     project: Project,
