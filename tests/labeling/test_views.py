@@ -297,6 +297,23 @@ def test_without_blind_mode_annotators_see_each_other(
     assert label.saw_model_scores is True
 
 
+def test_the_automatic_finish_reason_follows_the_first_error(
+    client: Client, owner: User, trajectory: Trajectory
+) -> None:
+    """The finish panel is not swapped with a step's row, so the row's response brings the
+    automatic choice up to date out of band."""
+    client.force_login(owner)
+    assert "automatic (solution)" in page(client, trajectory)
+    marked = post_label(client, step_at(trajectory, 2).pk, value="-1").content.decode()
+    assert (
+        '<option value="" id="finish-automatic" hx-swap-oob="true">automatic (found error)'
+        in marked
+    )
+    assert "automatic (found error)" in page(client, trajectory)
+    cleared = post_label(client, step_at(trajectory, 2).pk, value="1").content.decode()
+    assert 'hx-swap-oob="true">automatic (solution)</option>' in cleared
+
+
 # --- Queues -----------------------------------------------------------------------------
 
 
