@@ -713,3 +713,26 @@ def test_thousand_step_page_renders_in_constant_queries(
         f"\n1,000-step trajectory: first page ({STEPS_PAGE_SIZE} steps) {first_page * 1000:.0f} ms,"
         f" all {pages} pages {(first_page + rest) * 1000:.0f} ms, {counts[1]} queries per page"
     )
+
+
+def test_go_to_step_without_javascript_redirects_to_its_page(
+    client: Client, owner: User, project: Project
+) -> None:
+    long = trajectory_with_steps(project, [f"step {i}" for i in range(STEPS_PAGE_SIZE + 30)])
+    client.force_login(owner)
+    html = page(client, long)
+    assert 'id="step-goto"' in html and 'name="step"' in html
+    url = reverse("trajectory-steps", args=[long.pk])
+    target = Step.objects.get(trajectory=long, index=STEPS_PAGE_SIZE + 7)
+    response = client.get(url, {"step": target.index})
+    assert response["Location"] == f"{url}?start={STEPS_PAGE_SIZE}#step-{target.pk}"
+    landed = client.get(response["Location"]).content.decode()
+    assert f'id="step-{target.pk}"' in landed and 'id="steps-before"' in landed
+    assert f'id="step-{Step.objects.get(trajectory=long, index=0).pk}"' not in landed
+    # With HTMX: the page in place of the steps shown, scrolled to the step.
+    swapped = client.get(url, {"step": target.index}, headers=HTMX)
+    assert swapped["HX-Reswap"] == f"innerHTML show:#step-{target.pk}:top"
+    assert f'id="step-{target.pk}"' in swapped.content.decode()
+    # A short trajectory, one page long, needs no such control.
+    short = trajectory_with_steps(project, ["only"])
+    assert 'id="step-goto"' not in page(client, short)
