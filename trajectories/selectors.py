@@ -323,7 +323,15 @@ def trajectory_list_page(
         queryset = queryset.filter(id__lt=after)
     rows: list[Trajectory] = list(
         queryset.only(
-            "id", "external_id", "task_key", "model_name", "step_count", "success", "outcome_reward"
+            "id",
+            "external_id",
+            "task_key",
+            "model_name",
+            "step_count",
+            "success",
+            "outcome_reward",
+            "parent_id",
+            "branch_index",
         )
         .annotate(task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"))
         .order_by("-id")[: size + 1]
