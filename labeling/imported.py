@@ -1,6 +1,8 @@
-"""Where the step labels that come with imported records go: trajectories' import writer
-calls the writer below (registered from ``LabelingConfig.ready()``) once the steps are
-written, inside the import's transaction."""
+"""Where the labels that come with imported records go: trajectories' import writer calls
+the writers below (registered from ``LabelingConfig.ready()``) once the trajectories are
+written, inside the import's transaction. Step labels become submitted ``StepLabel`` rows;
+a record's first error becomes a submitted ``TrajectoryLabel`` (``found_error`` at that
+step, or ``solution`` with no first error for -1), as an annotator's own verdict would be."""
 
 from __future__ import annotations
 
@@ -9,9 +11,9 @@ from typing import Any
 from django.db import connection
 from django.utils import timezone
 
-from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel
+from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel, TrajectoryLabel
 from trajectories.models import Project
-from trajectories.services.imports import LabelRows, imported_labels_writer_register
+from trajectories.services.imports import ImportedLabels, imported_labels_writer_register
 
 COLUMNS = (
     "step_id, annotator_id, schema_id, value, tags, rationale, status, saw_model_scores,"
@@ -20,9 +22,10 @@ COLUMNS = (
 
 
 @imported_labels_writer_register
-def imported_labels_writer(project: Project) -> LabelRows:
-    """The labels' writer for one import into ``project``: submitted labels in its active
-    schema (a ternary one is made for a project that has none)."""
+def imported_labels_writer(project: Project) -> ImportedLabels:
+    """The labels' writer for one import into ``project``: submitted step labels in its
+    active schema (a ternary one is made for a project that has none) and submitted
+    verdicts."""
     schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
     if schema is None:
         schema = LabelSchema.objects.create(project=project, values=TERNARY_VALUES)
@@ -49,4 +52,30 @@ def imported_labels_writer(project: Project) -> LabelRows:
             )
             assert cursor.rowcount == len(trajectories), "a label's step was not written"
 
-    return insert
+    def verdicts(trajectories: list[int], annotators: list[int], first_errors: list[int]) -> None:
+        """The trajectories are new to the project, so no annotator has a verdict on them
+        yet."""
+        if not trajectories:
+            return
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO labeling_trajectorylabel (trajectory_id, annotator_id,"
+                " first_error_index, finish_reason, status, submitted_at, created_at, updated_at)"
+                " SELECT v.trajectory_id, v.annotator_id, NULLIF(v.first_error, -1),"
+                " CASE WHEN v.first_error >= 0 THEN %s ELSE %s END, %s, %s, %s, %s"
+                " FROM unnest(%s::bigint[], %s::int[], %s::int[])"
+                " AS v(trajectory_id, annotator_id, first_error)",
+                [
+                    TrajectoryLabel.FinishReason.FOUND_ERROR.value,
+                    TrajectoryLabel.FinishReason.SOLUTION.value,
+                    TrajectoryLabel.Status.SUBMITTED.value,
+                    now,
+                    now,
+                    now,
+                    trajectories,
+                    annotators,
+                    first_errors,
+                ],
+            )
+
+    return ImportedLabels(steps=insert, verdicts=verdicts)

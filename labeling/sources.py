@@ -93,6 +93,16 @@ def label_source_parse(text: str, *, threshold: float = 0.5, scorer: str = "") -
     return LabelSource(kind, name, threshold=threshold)
 
 
+def label_source_annotator(source: LabelSource) -> str | None:
+    """The username of the one annotator whose labels ``source`` is (``human:<user>``,
+    ``import:<source>``), or None for the sources that gather many or none."""
+    if source.kind == "human" and source.name not in ("majority", "adjudicated"):
+        return source.name
+    if source.kind == "import":
+        return IMPORTED_PREFIX + source.name
+    return None
+
+
 def label_source_sql(
     project: Project, source: LabelSource, *, scoped: bool = True
 ) -> tuple[str, list[Any]]:

@@ -37,6 +37,8 @@ from trajectories import synthetic
 # training seeds start far from it.
 TRAINING_SEED = 1000
 VERSION = 1
+# The policy's name in the database: one global policy that the demo projects share.
+POLICY_NAME = "demo-policy"
 # How the policy renders a prompt; stored as the Policy's parameters.
 PARAMETERS: dict[str, Any] = {
     "prompt_format": "plain",

@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from django.db.models import F, Q, QuerySet
+from django.db.models import Exists, F, Q, QuerySet
 from django.http import Http404
 
+from rollouts import demo_policy
 from rollouts.models import (
     Continuation,
     DemoPolicyTraining,
@@ -31,8 +32,13 @@ def can_run_rollouts(user: AnyUser, project: Project) -> bool:
 
 
 def policies_for_project(project: Project) -> QuerySet[Policy]:
-    """Policies a project may use: its own and the global ones."""
-    return Policy.objects.filter(Q(project=project) | Q(project__isnull=True))
+    """Policies a project may use: its own and the global ones. The toy demo policy is
+    global so that the demo projects share one trained model, but it only knows their
+    arithmetic: it is offered to the projects the demo trained it for, and no others."""
+    demo_project = Exists(DemoPolicyTraining.objects.filter(project=project))
+    return Policy.objects.filter(Q(project=project) | Q(project__isnull=True)).exclude(
+        Q(project__isnull=True, name=demo_policy.POLICY_NAME) & ~Q(demo_project)
+    )
 
 
 def policies_for_user(user: AnyUser) -> QuerySet[Policy]:

@@ -64,6 +64,10 @@ class ImportBatch(Job):
     stored_path = models.CharField(max_length=500, blank=True)
     mapping = models.JSONField(null=True, blank=True)
     skip_invalid = models.BooleanField(default=False)
+    # Written by an app's own job through the import machinery (a rollout job's
+    # continuations), not by a person: such batches are listed where that job is (the
+    # rollouts section), not among the project's imports.
+    internal = models.BooleanField(default=False, db_default=False)
     # Records read so far, written from outside the import transaction for progress bars.
     processed_count = models.PositiveIntegerField(default=0)
     file_size = models.PositiveBigIntegerField(null=True, blank=True)

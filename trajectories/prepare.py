@@ -62,6 +62,8 @@ class Prepared:
     source: str
     # (step index, annotator, value) of each label that came with the record.
     labels: list[tuple[int, str, int]]
+    # The record's trajectory-level first error (-1: no step is wrong), or None.
+    first_error_index: int | None = None
 
 
 # The trajectory columns in Prepared.fields; the importer writes the id, project, batch,
@@ -138,6 +140,7 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
         fields=fields,
         source=source,
         labels=[(label.step_index, label.annotator, label.value) for label in record.labels],
+        first_error_index=record.first_error_index,
     )
 
 

@@ -147,9 +147,10 @@ def import_batches_recent(
     project: Project, limit: int = RECENT_IMPORT_BATCHES
 ) -> list[ImportBatch]:
     """The latest import batches with ``error_count`` and the first few errors
-    (``first_errors``); a batch's full error list can be long, so it is not loaded."""
+    (``first_errors``); a batch's full error list can be long, so it is not loaded.
+    Batches an app's own job wrote (rollout continuations) are not people's imports."""
     return list(
-        ImportBatch.objects.filter(project=project)
+        ImportBatch.objects.filter(project=project, internal=False)
         .defer("errors")
         .annotate(
             error_count=Func(
@@ -322,7 +323,15 @@ def trajectory_list_page(
         queryset = queryset.filter(id__lt=after)
     rows: list[Trajectory] = list(
         queryset.only(
-            "id", "external_id", "task_key", "model_name", "step_count", "success", "outcome_reward"
+            "id",
+            "external_id",
+            "task_key",
+            "model_name",
+            "step_count",
+            "success",
+            "outcome_reward",
+            "parent_id",
+            "branch_index",
         )
         .annotate(task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"))
         .order_by("-id")[: size + 1]

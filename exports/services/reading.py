@@ -23,11 +23,12 @@ from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
-from labeling.sources import label_source_sql
+from labeling.sources import label_source_annotator, label_source_sql
 from scoring.selectors import scorer_id_for
 from trajectories import selectors
 from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
+from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
 
 # Trajectories read per round trip.
 EXPORT_CHUNK = 200
@@ -37,6 +38,19 @@ EXPORT_CHUNK = 200
 HEADS_SQL = (
     "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
     " success, metadata, source_format FROM trajectories_trajectory WHERE id = ANY(%s)"
+)
+
+
+# For the lossless format, the label source's annotator's verdict on each trajectory of a
+# chunk (the last two parameters, a username and an id array): its first error, or -1 for a
+# verdict that found none (a solution). The verdict an import writes for a record's
+# ``first_error_index`` reads back the same way (labeling/imported.py).
+VERDICTS_SQL = (
+    "SELECT tl.trajectory_id, COALESCE(tl.first_error_index, -1)"
+    " FROM labeling_trajectorylabel tl JOIN auth_user u ON u.id = tl.annotator_id"
+    " WHERE u.username = %s AND tl.status = 'submitted'"
+    " AND (tl.first_error_index IS NOT NULL OR tl.finish_reason = 'solution')"
+    " AND tl.trajectory_id = ANY(%s)"
 )
 
 
@@ -69,15 +83,16 @@ def export_trajectories(
     else:
         chunks = _read_chunks(project, request, order)
     try:
-        for ids, heads, rows in chunks:
-            yield from trajectories_from_rows(ids, heads, rows, lossless)
+        for ids, heads, rows, first_errors in chunks:
+            yield from trajectories_from_rows(ids, heads, rows, lossless, first_errors)
             progress_tick(progress, len(ids))
     finally:
         chunks.close()
 
 
-# What one chunk reads: the trajectory ids in order, their rows, and their steps' rows.
-Chunk = tuple[list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]]]
+# What one chunk reads: the trajectory ids in order, their rows, their steps' rows, and
+# (for the lossless format) their first errors by id.
+Chunk = tuple[list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]], dict[int, int]]
 
 
 # Chunks the reading thread may hold before this thread takes them (bounded memory).
@@ -92,6 +107,7 @@ def _read_chunks(
 ) -> Generator[Chunk, None, None]:
     """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
     connection, with each step's values from :func:`step_values_table`."""
+    verdicts_of = label_source_annotator(request.labels) if request.format == "stepscope" else None
     with step_values_table(project, request) as table:
         steps_sql, extra_params = _steps_sql(project, request, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -99,8 +115,12 @@ def _read_chunks(
             with connection.cursor() as cursor:
                 cursor.execute(HEADS_SQL, [ids])
                 heads = {row[0]: row for row in cursor.fetchall()}
+                first_errors: dict[int, int] = {}
+                if verdicts_of is not None:
+                    cursor.execute(VERDICTS_SQL, [verdicts_of, ids])
+                    first_errors = dict(cursor.fetchall())
                 cursor.execute(steps_sql, [*extra_params, ids])
-                yield ids, heads, cursor.fetchall()
+                yield ids, heads, cursor.fetchall(), first_errors
 
 
 @contextlib.contextmanager
@@ -191,9 +211,16 @@ def trajectories_from_rows(
     heads: dict[int, tuple[Any, ...]],
     rows: list[tuple[Any, ...]],
     lossless: bool,
+    first_errors: dict[int, int] | None = None,
 ) -> Iterator[ExportTrajectory]:
     """Snapshots of the trajectories ``ids``, in that order, from their rows (``heads``,
-    by id) and their steps' rows (in the column order of :func:`_steps_sql`)."""
+    by id), their steps' rows (in the column order of :func:`_steps_sql`) and, for the
+    lossless format, their first errors by id.
+
+    The lossless format writes each annotator under the name an import maps back to the
+    same user: the ``import:`` prefix the importer adds is taken off again, so a file
+    that said ``alice`` says ``alice`` once more (and re-imports as ``import:alice``)."""
+    first_errors = first_errors or {}
     steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
     annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
     for row in rows:
@@ -234,7 +261,12 @@ def trajectories_from_rows(
             )
         )
         if lossless:
-            annotators[trajectory_id].append([(n, v) for n, v in (_json(by_annotator) or [])])
+            annotators[trajectory_id].append(
+                sorted(
+                    (name.removeprefix(IMPORTED_ANNOTATOR_PREFIX), value)
+                    for name, value in (_json(by_annotator) or [])
+                )
+            )
     for trajectory_id in ids:
         (
             _,
@@ -262,6 +294,7 @@ def trajectories_from_rows(
             source_format=source_format,
             steps=steps[trajectory_id],
             labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
+            first_error_index=first_errors.get(trajectory_id),
         )
 
 

@@ -101,7 +101,38 @@ def build_manifest(
             for file in result.files
         },
         "writer": writer,
+        "warnings": export_warnings(result),
     }
+
+
+def export_warnings(result: ExportResult) -> list[str]:
+    """What a person reading the manifest (or the export's page) should know about an
+    export that may not hold what was asked for: an output that came out empty, and a
+    DPO export without sibling pairs (rollouts of a task that branch at a step)."""
+    warnings: list[str] = []
+    outputs = sorted({file.output for file in result.files})
+    if result.format == "dpo" and result.notes["sibling_pairs"] == 0:
+        kept = result.counts["records:dpo"]
+        warnings.append(
+            "No sibling pairs: no two rollouts of one task share a prefix and then differ"
+            f" by at least {result.options.min_margin:g} in {result.options.pair_value}"
+            f" at the next step ({result.counts['tasks']} tasks,"
+            f" {result.counts['trajectories']} trajectories)."
+            + (
+                f" Only the {kept} correction pairs were written."
+                if kept
+                else " The files are empty: roll out several continuations of a task's"
+                " steps, or add corrections, to make pairs."
+            )
+        )
+    for name in outputs:
+        if result.counts[f"records:{name}"] == 0 and not (result.format == "dpo" and warnings):
+            notes = ", ".join(f"{key} {count}" for key, count in sorted(result.notes.items()))
+            warnings.append(
+                f"No {name} records: the selection's {result.counts['trajectories']}"
+                " trajectories gave none" + (f" ({notes})." if notes else ".")
+            )
+    return warnings
 
 
 def write_manifest(directory: Path, manifest: Mapping[str, Any]) -> WrittenFile:

@@ -30,7 +30,12 @@ from labeling.models import (
     TrajectoryLabel,
 )
 from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import STEP_PREVIEW_CHARS, membership_role, projects_for_user
+from trajectories.selectors import (
+    MANAGING_ROLES,
+    STEP_PREVIEW_CHARS,
+    membership_role,
+    projects_for_user,
+)
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 ModelT = TypeVar("ModelT", bound=models.Model)
@@ -111,6 +116,17 @@ class QueueProgress:
     complete: int = 0  # items labelled by as many annotators as the overlap asks
     mine: int = 0  # items this user has submitted
 
+    @property
+    def finished(self) -> bool:
+        """Every item is labelled by as many annotators as the overlap asks: nothing is
+        left to lease, to anyone."""
+        return self.items > 0 and self.complete >= self.items
+
+    @property
+    def done_by_me(self) -> bool:
+        """This user has submitted every item: nothing is left to lease to them."""
+        return self.items > 0 and self.mine >= self.items
+
 
 @dataclass
 class LabelingState:
@@ -136,6 +152,12 @@ class LabelingState:
     @property
     def reviewer(self) -> bool:
         return is_reviewer(self.role)
+
+    @property
+    def manages_data(self) -> bool:
+        """Researchers and admins: they run the project's jobs (scoring, rollouts), so the
+        page offers those actions to them and to nobody else."""
+        return self.role in MANAGING_ROLES
 
     @property
     def submitted(self) -> bool:

@@ -51,6 +51,9 @@ def surface_context(state: LabelingState, *, start: int = 0) -> dict[str, Any]:
         "schema": state.schema,
         "steps": steps,
         "next_start": next_start,
+        # A page that does not start at step 0 links back to the page before it.
+        "previous_start": max(start - selectors.STEPS_PAGE_SIZE, 0) if start > 0 else None,
+        "steps_page_size": selectors.STEPS_PAGE_SIZE,
         "preview_chars": STEP_PREVIEW_CHARS,
         "queue_id": state.queue_id,
     }

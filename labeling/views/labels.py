@@ -8,6 +8,8 @@ Each write answers HTMX with only what changed: the step row and the progress co
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
@@ -148,13 +150,40 @@ def trajectory_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_GET
 def trajectory_steps(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """The next page of step rows, for a long trajectory loaded as the annotator scrolls."""
+    """The next page of step rows, for a long trajectory loaded as the annotator scrolls;
+    with ``step`` ("go to step"), the page that holds that step, scrolled to it."""
     state = selectors.labeling_state_for_user(request.user, pk, queue_id=queue_param(request))
+    goto = request.GET.get("step", "").strip()
+    if goto.isdigit():
+        return _step_goto(request, state, int(goto))
     start = request.GET.get("start", "0")
     context = surface_context(state, start=int(start) if start.isdigit() else 0)
     if request.htmx:
         return render(request, "labeling/trajectory_detail.html#steps-page", context)
-    return render(request, "labeling/trajectory_detail.html", context)
+    return render(request, "labeling/trajectory_detail.html", {**context, "jumped": True})
+
+
+def _step_goto(request: HtmxHttpRequest, state: LabelingState, index: int) -> HttpResponse:
+    """The page of steps that holds step ``index`` (the last step, past the end). HTMX
+    gets the page in place of the steps shown, scrolled to the step; a plain GET is
+    redirected to that page with the step as its anchor, so the browser scrolls there."""
+    trajectory = state.trajectory
+    index = min(index, max(trajectory.step_count - 1, 0))
+    start = index - index % selectors.STEPS_PAGE_SIZE
+    step_pk = (
+        Step.objects.filter(trajectory_id=trajectory.pk, index=index)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    anchor = f"step-{step_pk}" if step_pk is not None else "steps"
+    if not request.htmx:
+        query = {"start": start, **({"queue": state.queue_id} if state.queue_id else {})}
+        url = reverse("trajectory-steps", args=[trajectory.pk])
+        return HttpResponseRedirect(f"{url}?{urlencode(query)}#{anchor}")
+    context = {**surface_context(state, start=start), "jumped": True}
+    response = render(request, "labeling/trajectory_detail.html#steps-page", context)
+    response["HX-Reswap"] = f"innerHTML show:#{anchor}:top"
+    return response
 
 
 @login_required

@@ -343,6 +343,7 @@ def _continuations_import(job: RolloutJob, generated: _Generated) -> dict[str, i
             source_format=continuations.FORMAT,
             path=path,
             user=job.created_by,
+            internal=True,
         )
     wanted = [r["id"] for r in generated.records]
     ids = dict(

@@ -25,7 +25,7 @@ from trajectories.models import Project
 
 logger = logging.getLogger(__name__)
 
-POLICY_NAME = "demo-policy"
+POLICY_NAME = demo_policy.POLICY_NAME
 # Continuations per step; the demo's synthetic tasks are ``arith-<seed>-<n>``.
 DEMO_K = 8
 DEMO_SEED = 7

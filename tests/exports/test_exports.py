@@ -107,6 +107,90 @@ def test_stepscope_export_round_trips_the_real_files(tmp_path: Path, path: Path,
     assert snapshot(copy) == snapshot(source)
 
 
+def full_record(external_id: str, first_error_index: int | None) -> dict[str, Any]:
+    """A Stepscope record with every field written out, as the export writes it."""
+    return {
+        "id": external_id,
+        "task": f"Count the r's ({external_id}).",
+        "task_key": "strawberry",
+        "ground_truth": "3",
+        "model": "gpt-4o",
+        "outcome": {"reward": 0.5, "success": False},
+        "first_error_index": first_error_index,
+        "metadata": {"seed": 7, "nested": {"list": [1, None, "x"]}},
+        "steps": [
+            {
+                "kind": "message",
+                "role": "user",
+                "content": "How many r's are in strawberry?",
+                "labelable": False,
+                "agent": "",
+                "tool_name": "",
+                "tool_args": None,
+                "metadata": {},
+                "labels": [],
+            },
+            {
+                "kind": "tool_call",
+                "role": "assistant",
+                "content": "Let me count with code.",
+                "labelable": True,
+                "agent": "solver",
+                "tool_name": "python",
+                "tool_args": {"code": "'strawberry'.count('r')"},
+                "metadata": {"latency_ms": 812},
+                "labels": [
+                    {"annotator": "alice", "value": 1},
+                    {"annotator": "bob", "value": 0},
+                    {"annotator": "stepscope", "value": 1},
+                ],
+            },
+            {
+                "kind": "answer",
+                "role": "assistant",
+                "content": "Il y a 2 « r ».",
+                "labelable": True,
+                "agent": "solver",
+                "tool_name": "",
+                "tool_args": None,
+                "metadata": {},
+                "labels": [{"annotator": "alice", "value": -1}],
+            },
+        ],
+    }
+
+
+@pytest.mark.django_db
+def test_stepscope_file_round_trips_every_field(tmp_path: Path) -> None:
+    originals = [full_record("found", 2), full_record("clean", -1), full_record("unjudged", None)]
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in originals))
+    project = project_create(slug="own", name="own")
+    trajectory_import(project=project, source_format="stepscope", path=source)
+    assert set(StepLabel.objects.values_list("annotator__username", flat=True)) == {
+        "import:alice",
+        "import:bob",
+        "import:stepscope",
+    }
+
+    def exported(slug: str, out: str) -> list[dict[str, Any]]:
+        args = ["--project", slug, "--format", "stepscope", "--labels", "import:stepscope"]
+        export(*args, "--neutral", "keep", "--out", str(tmp_path / out))
+        text = (tmp_path / out / "stepscope.jsonl").read_text()
+        return [json.loads(line) for line in text.splitlines()]
+
+    first = exported("own", "first")
+    assert sorted(first, key=lambda r: r["id"]) == sorted(originals, key=lambda r: r["id"])
+
+    # Import -> export -> import -> export is stable: the same users, the same records.
+    copy = project_create(slug="copy", name="copy")
+    trajectory_import(
+        project=copy, source_format="stepscope", path=tmp_path / "first" / "stepscope.jsonl"
+    )
+    assert exported("copy", "second") == first
+    assert snapshot(copy) == snapshot(project)
+
+
 @pytest.mark.django_db
 def test_exports_are_deterministic_and_splits_never_share_a_task(tmp_path: Path) -> None:
     project = project_create(slug="pb", name="pb")

@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import transaction
+from django.test import Client
 from rest_framework.test import APIClient
 
 from exports.models import ExportJob
@@ -315,3 +316,48 @@ def test_dpo_pairs_come_from_sibling_rollouts_read_from_the_database(tmp_path: P
         chosen, rejected = pair["chosen"], pair["rejected"]
         assert chosen.split("=")[0] == rejected.split("=")[0]
         assert chosen != rejected
+
+
+@pytest.mark.django_db
+def test_a_dpo_export_without_sibling_pairs_says_so(
+    settings: Any, tmp_path: Path, researcher: User
+) -> None:
+    """One rollout per task: no branch point, so no pair. The files are empty, and the
+    manifest and the export's page say why instead of nothing."""
+    settings.MEDIA_ROOT = tmp_path
+    project = project_create(slug="lone", name="lone")
+    path = tmp_path / "lone.jsonl"
+    synthetic.write_jsonl(
+        path, synthetic.rollouts(tasks=3, rollouts_per_task=1, steps_per_task=3, seed=3)
+    )
+    trajectory_import(project=project, source_format="stepscope", path=path)
+    MembershipFactory.create(user=researcher, project=project, role=Membership.Role.RESEARCHER)
+    api = APIClient()
+    api.force_authenticate(researcher)
+    body = {"project": "lone", "format": "dpo", "labels": "import:synthetic-truth"}
+    response = api.post("/api/v1/exports/", {**body, "neutral": "drop"}, format="json")
+    assert response.status_code == 202, response.content
+    job = export_job_run(job_id=response.json()["id"])
+    assert job.status == ExportJob.Status.DONE, job.error
+    assert job.row_count == 0
+    manifest = json.loads((Path(job.out_dir) / "manifest.json").read_text())
+    [warning] = manifest["warnings"]
+    assert warning.startswith("No sibling pairs")
+    assert "3 tasks, 3 trajectories" in warning and "The files are empty" in warning
+
+    client = Client()
+    client.force_login(researcher)
+    page = client.get(f"/exports/{job.pk}/").content.decode()
+    assert 'id="export-warnings"' in page and "No sibling pairs" in page
+
+    # With siblings there is nothing to warn about.
+    rollouts_project(tmp_path)
+    MembershipFactory.create(
+        user=researcher, project=Project.objects.get(slug="arith"), role="researcher"
+    )
+    response = api.post(
+        "/api/v1/exports/", {**body, "project": "arith", "neutral": "drop"}, format="json"
+    )
+    job = export_job_run(job_id=response.json()["id"])
+    assert job.row_count > 0
+    assert job.manifest is not None and job.manifest["warnings"] == []

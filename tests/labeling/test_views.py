@@ -297,6 +297,23 @@ def test_without_blind_mode_annotators_see_each_other(
     assert label.saw_model_scores is True
 
 
+def test_the_automatic_finish_reason_follows_the_first_error(
+    client: Client, owner: User, trajectory: Trajectory
+) -> None:
+    """The finish panel is not swapped with a step's row, so the row's response brings the
+    automatic choice up to date out of band."""
+    client.force_login(owner)
+    assert "automatic (solution)" in page(client, trajectory)
+    marked = post_label(client, step_at(trajectory, 2).pk, value="-1").content.decode()
+    assert (
+        '<option value="" id="finish-automatic" hx-swap-oob="true">automatic (found error)'
+        in marked
+    )
+    assert "automatic (found error)" in page(client, trajectory)
+    cleared = post_label(client, step_at(trajectory, 2).pk, value="1").content.decode()
+    assert 'hx-swap-oob="true">automatic (solution)</option>' in cleared
+
+
 # --- Queues -----------------------------------------------------------------------------
 
 
@@ -346,6 +363,38 @@ def test_queue_flow_next_label_submit_next(
     assert last["Location"] == reverse("queue-detail", args=[queue.pk])
     detail = client.get(last["Location"]).content.decode()
     assert "Nothing left for you" in detail
+
+
+def label_and_submit(user: User, queue: Queue) -> None:
+    current = leased_state(user, queue)
+    for step in current.trajectory.steps.filter(labelable=True):
+        step_label_set(state=current, step=step, value=1)
+    trajectory_submit(state=state(user, current.trajectory, queue))
+
+
+def test_a_finished_queue_says_so_instead_of_offering_to_start(
+    client: Client, queue: Queue, annotator: User, annotator2: User, owner: User
+) -> None:
+    """The queue has one item and asks for two labellings of it."""
+    detail, listing = (
+        reverse("queue-detail", args=[queue.pk]),
+        reverse("queue-list", args=[queue.project.slug]),
+    )
+    client.force_login(annotator)
+    assert "Start labeling" in client.get(detail).content.decode()
+    label_and_submit(annotator, queue)
+    mine_done = client.get(detail).content.decode()
+    assert "Start labeling" not in mine_done and "You have submitted all 1 item" in mine_done
+    client.force_login(annotator2)
+    assert "Start labeling" in client.get(listing, headers=HTMX).content.decode()
+    label_and_submit(annotator2, queue)
+    for user in (annotator, annotator2, owner):
+        client.force_login(user)
+        page = client.get(detail).content.decode()
+        assert "Start labeling" not in page and 'id="queue-start"' not in page
+        assert 'id="queue-finished"' in page and "This queue is finished" in page
+        row = client.get(listing, headers=HTMX).content.decode()
+        assert "Start labeling" not in row and "queue-finished" in row
 
 
 def test_queue_assignees_limit_who_sees_it(
@@ -664,3 +713,26 @@ def test_thousand_step_page_renders_in_constant_queries(
         f"\n1,000-step trajectory: first page ({STEPS_PAGE_SIZE} steps) {first_page * 1000:.0f} ms,"
         f" all {pages} pages {(first_page + rest) * 1000:.0f} ms, {counts[1]} queries per page"
     )
+
+
+def test_go_to_step_without_javascript_redirects_to_its_page(
+    client: Client, owner: User, project: Project
+) -> None:
+    long = trajectory_with_steps(project, [f"step {i}" for i in range(STEPS_PAGE_SIZE + 30)])
+    client.force_login(owner)
+    html = page(client, long)
+    assert 'id="step-goto"' in html and 'name="step"' in html
+    url = reverse("trajectory-steps", args=[long.pk])
+    target = Step.objects.get(trajectory=long, index=STEPS_PAGE_SIZE + 7)
+    response = client.get(url, {"step": target.index})
+    assert response["Location"] == f"{url}?start={STEPS_PAGE_SIZE}#step-{target.pk}"
+    landed = client.get(response["Location"]).content.decode()
+    assert f'id="step-{target.pk}"' in landed and 'id="steps-before"' in landed
+    assert f'id="step-{Step.objects.get(trajectory=long, index=0).pk}"' not in landed
+    # With HTMX: the page in place of the steps shown, scrolled to the step.
+    swapped = client.get(url, {"step": target.index}, headers=HTMX)
+    assert swapped["HX-Reswap"] == f"innerHTML show:#step-{target.pk}:top"
+    assert f'id="step-{target.pk}"' in swapped.content.decode()
+    # A short trajectory, one page long, needs no such control.
+    short = trajectory_with_steps(project, ["only"])
+    assert 'id="step-goto"' not in page(client, short)

@@ -15,8 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.db.models import Count
+from django.test import Client
 
 from labeling.models import LabelSchema, StepLabel
 from labeling.sources import label_source_parse, label_source_sql
@@ -34,7 +36,8 @@ from rollouts.models import (
 from rollouts.services import chunks
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.rollouts.conftest import ScriptedGenerator, arithmetic, continue_correctly
-from trajectories.models import Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.services import trajectory_import
 
 pytestmark = pytest.mark.django_db
 
@@ -103,6 +106,32 @@ def test_continuations_are_trajectories_sharing_the_parent_prefix(
         assert child.steps.get(index=6).kind == "answer"
         assert child.step_count == len(own) == 7
     assert Continuation.objects.filter(branch__job=job).count() == 2
+
+
+def test_continuations_stay_out_of_the_projects_recent_imports(
+    project: Project,
+    owner: User,
+    make_policy: Callable[..., Policy],
+    scripted: Callable[..., ScriptedGenerator],
+    tmp_path: Path,
+) -> None:
+    """Rollouts write their continuations through the import machinery; those batches
+    are the job's, listed in the rollouts section, not among the people's imports."""
+    parent = arithmetic(project, slip=None, external_id="chain-1", task_key="chain")
+    upload = tmp_path / "mine.jsonl"
+    upload.write_text(json.dumps({"id": "a", "task": "t", "steps": [{"content": "hi"}]}) + "\n")
+    trajectory_import(project=project, source_format="stepscope", path=upload)
+    scripted(continue_correctly)
+    job = run_job(start(project, make_policy(), k=2, step_ids=[parent.steps.get(index=2).pk]))
+    assert job.status == RolloutJob.Status.DONE, job.error
+    written = ImportBatch.objects.filter(project=project, source_format="rollout")
+    assert written.exists() and all(batch.internal for batch in written)
+    client = Client()
+    client.force_login(owner)
+    home = client.get(f"/p/{project.slug}/").content.decode()
+    section = home[home.index('id="import-batches"') :]
+    assert "mine.jsonl" in section
+    assert "rollouts-job" not in section and ">rollout<" not in section
 
 
 def test_hard_and_soft_mc_values_of_a_hand_checked_case(

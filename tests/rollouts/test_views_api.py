@@ -187,6 +187,53 @@ def test_annotator_sees_the_panel_but_cannot_start(
     assert not RolloutJob.objects.exists()
 
 
+def test_roll_out_from_here_is_offered_only_to_those_who_may_start_one(
+    owner: User, annotator: User, step: Step
+) -> None:
+    link = b'href="/steps/%d/rollouts/"' % step.pk
+    trajectory = f"/t/{step.trajectory_id}/"
+    owners_page = browser(owner).get(trajectory)
+    assert owners_page.status_code == 200 and link in owners_page.content
+    annotators_page = browser(annotator).get(trajectory)
+    assert annotators_page.status_code == 200
+    assert (
+        link not in annotators_page.content and b"roll out from here" not in annotators_page.content
+    )
+
+
+def test_the_demo_policy_is_offered_only_on_the_demo_projects(
+    owner: User, project: Project, step: Step, make_policy: Callable[..., Policy]
+) -> None:
+    from rollouts.models import DemoPolicyTraining
+
+    demo = make_policy("demo-policy")
+    shared = make_policy("shared")
+    client = browser(owner)
+
+    def offered(url: str) -> set[str]:
+        html = client.get(url, headers=HTMX).content.decode()
+        return {name for name in ("demo-policy", "shared") if f">{name}</option>" in html}
+
+    section, panel = f"/p/{project.slug}/rollouts/", f"/steps/{step.pk}/rollouts/"
+    assert offered(section) == offered(panel) == {"shared"}
+    refused = client.post(
+        f"/p/{project.slug}/rollouts/jobs/",
+        {"policy": demo.pk, "k": 2, "steps": "all", "answer_check": "numeric"},
+        headers=HTMX,
+    )
+    assert refused.status_code == 200 and not RolloutJob.objects.exists()
+    started = api(owner).post(
+        "/api/v1/rollouts/",
+        {"project": project.slug, "policy": "demo-policy", "k": 2},
+        format="json",
+    )
+    assert started.status_code == 400 and not RolloutJob.objects.exists()
+
+    DemoPolicyTraining.objects.create(project=project, rollout_tasks=1)
+    assert offered(section) == offered(panel) == {"demo-policy", "shared"}
+    assert shared.pk != demo.pk
+
+
 def test_roll_out_from_a_step_in_the_panel(
     owner: User, project: Project, step: Step, make_policy: Callable[..., Policy]
 ) -> None:

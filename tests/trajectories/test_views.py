@@ -442,3 +442,36 @@ def test_trajectory_page_query_count_does_not_grow_with_steps(
 
     with django_assert_max_num_queries(6):
         client.get(reverse("trajectory-detail", args=[long.pk]))
+
+
+@pytest.mark.django_db
+def test_prm800k_alternatives_link_to_the_step_of_the_path_they_branch_from(
+    client: Client, project: Project, owner: User
+) -> None:
+    from tests.conftest import REALDATA
+    from trajectories.services import trajectory_import
+
+    phase2 = REALDATA / "prm800k_sample" / "phase2_train_sample.jsonl"
+    trajectory_import(project=project, source_format="prm800k", path=phase2)
+    alternative = (
+        Trajectory.objects.filter(project=project, parent__isnull=False)
+        .select_related("parent")
+        .order_by("pk")
+        .first()
+    )
+    assert alternative is not None and alternative.parent is not None
+    client.force_login(owner)
+    page = client.get(reverse("trajectory-detail", args=[alternative.pk])).content.decode()
+    link = reverse("trajectory-steps", args=[alternative.parent.pk])
+    link += f"?step={alternative.branch_index}"
+    assert f'<a id="branch-parent" href="{link}"' in page
+    # The link lands on the parent's step where the alternative parts from it.
+    landed = client.get(link)
+    branch_step = Step.objects.get(
+        trajectory=alternative.parent,
+        index=min(alternative.branch_index or 0, alternative.parent.step_count - 1),
+    )
+    assert landed["Location"].endswith(f"#step-{branch_step.pk}")
+    listing = client.get(reverse("trajectory-list", args=[project.slug])).content.decode()
+    assert f'href="{link}"' in listing
+    assert f"branches from #{alternative.parent.pk} at step {alternative.branch_index}" in listing

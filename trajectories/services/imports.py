@@ -68,8 +68,10 @@ def trajectory_import(
     user: User | None = None,
     skip_invalid: bool = False,
     mapping: dict[str, Any] | None = None,
+    internal: bool = False,
 ) -> ImportBatch:
-    """Import one file into ``project``, in this process.
+    """Import one file into ``project``, in this process. ``internal`` marks a batch an
+    app's own job writes (a rollout job's continuations), kept out of the list of imports.
 
     Re-importing a trajectory already present (same content hash) changes nothing. By
     default the import is all-or-nothing: if any record is malformed, nothing from the
@@ -86,6 +88,7 @@ def trajectory_import(
         mapping=mapping,
         skip_invalid=skip_invalid,
         file_size=path.stat().st_size,
+        internal=internal,
     )
     _import_into(batch, path)
     if batch.status == ImportBatch.Status.FAILED:
@@ -265,12 +268,23 @@ class _Rollback(Exception):
     pass
 
 
-# Where the step labels that come with imported records go. Labels are labeling's: it
-# registers its writer from LabelingConfig.ready() (labeling/imported.py). The writer is
-# made once per import, for its project, and called with one row per label: trajectory
-# ids, step indexes, annotator user ids and values, after the steps are written.
-LabelRows = Callable[[list[int], list[int], list[int], list[int]], None]
-LabelWriter = Callable[[Project], LabelRows]
+# Where the labels that come with imported records go. Labels are labeling's: it registers
+# its writer from LabelingConfig.ready() (labeling/imported.py). The writer is made once per
+# import, for its project, and its two parts are called after the trajectories are written:
+# ``steps`` with one row per step label (trajectory ids, step indexes, annotator user ids,
+# values), ``verdicts`` with one row per trajectory-level first error (trajectory ids,
+# annotator user ids, first error indexes, -1 where no step is wrong).
+StepLabelRows = Callable[[list[int], list[int], list[int], list[int]], None]
+VerdictRows = Callable[[list[int], list[int], list[int]], None]
+
+
+@dataclasses.dataclass(frozen=True)
+class ImportedLabels:
+    steps: StepLabelRows
+    verdicts: VerdictRows
+
+
+LabelWriter = Callable[[Project], ImportedLabels]
 _LABEL_WRITERS: list[LabelWriter] = []  # labeling's, once it registers
 
 
@@ -279,10 +293,11 @@ def imported_labels_writer_register(writer: LabelWriter) -> LabelWriter:
     return writer
 
 
-def _labels_refused(
-    trajectories: list[int], indexes: list[int], annotators: list[int], values: list[int]
-) -> None:
-    raise RuntimeError("records carry step labels, and no app registered a label writer")
+def _labels_refused(*rows: list[int]) -> None:
+    raise RuntimeError("records carry labels, and no app registered a label writer")
+
+
+_LABELS_REFUSED = ImportedLabels(steps=_labels_refused, verdicts=_labels_refused)
 
 
 class _ChunkWriter:
@@ -290,9 +305,12 @@ class _ChunkWriter:
 
     def __init__(self, batch: ImportBatch, counts: _Counts) -> None:
         self.project_id = batch.project_id
-        self.labels_write = _LABEL_WRITERS[0](batch.project) if _LABEL_WRITERS else _labels_refused
+        self.labels_writer = _LABEL_WRITERS[0](batch.project) if _LABEL_WRITERS else _LABELS_REFUSED
         self.counts = counts
         self.annotators: dict[str, int] = {}
+        # A record's first error is the verdict of the import's own annotator
+        # (``import:<format>``, the one a label without an annotator belongs to).
+        self.verdict_annotator = batch.source_format
         self.now = timezone.now().isoformat()
         # The trajectory row's columns between its id and the prepared fields.
         self.head = (
@@ -354,7 +372,10 @@ class _ChunkWriter:
         if not new:
             return
         for item in new:
-            for _, annotator, _ in item.labels:
+            names = [annotator for _, annotator, _ in item.labels]
+            if item.first_error_index is not None:
+                names.append(self.verdict_annotator)
+            for annotator in names:
                 if annotator not in self.annotators:
                     self._steps_close()
                     self.annotators[annotator] = imported_annotator(annotator).pk
@@ -362,6 +383,7 @@ class _ChunkWriter:
 
         source_rows: list[str] = []
         labels: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
+        verdicts: tuple[list[int], list[int], list[int]] = ([], [], [])
         # Steps are streamed while the rows are built. Their foreign key to the
         # trajectory is deferred to commit (or not checked), so the trajectories may
         # follow later.
@@ -379,6 +401,10 @@ class _ChunkWriter:
                 labels[1].append(index)
                 labels[2].append(self.annotators[annotator])
                 labels[3].append(value)
+            if item.first_error_index is not None:
+                verdicts[0].append(trajectory_id)
+                verdicts[1].append(self.annotators[self.verdict_annotator])
+                verdicts[2].append(item.first_error_index)
             counts.steps += item.step_count
             if item.parent_external_id:
                 counts.children.append((trajectory_id, item.parent_external_id))
@@ -386,10 +412,13 @@ class _ChunkWriter:
         if source_rows:
             self._steps_close()
             _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
-        if labels[0]:
+        if labels[0] or verdicts[0]:
             # With the checks back on: the labels' triggers keep each step's majority.
             self.finish()
-            self.labels_write(*labels)
+            if labels[0]:
+                self.labels_writer.steps(*labels)
+            if verdicts[0]:
+                self.labels_writer.verdicts(*verdicts)
         elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
             self._steps_close()
             self._trajectories_flush()
