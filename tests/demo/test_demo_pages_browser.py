@@ -39,7 +39,8 @@ UNLABELLED = """() => Array.from(document.querySelectorAll(
 WIDEST = """width => Array.from(document.querySelectorAll('body *'))
   .filter(el => el.getBoundingClientRect().right > width + 1)
   .filter(el => !Array.from(el.children).some(c => c.getBoundingClientRect().right > width + 1))
-  .slice(0, 5).map(el => el.tagName + '.' + el.className + ' ' + Math.round(el.getBoundingClientRect().right))"""
+  .slice(0, 5)
+  .map(el => `${el.tagName}.${el.className} ${Math.round(el.getBoundingClientRect().right)}`)"""
 
 
 def test_the_demo_pages_read_well_at_both_sizes(
