@@ -7,7 +7,7 @@ import hashlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trajectories.services.imports import DigestFilter
+from trajectories.digests import DigestFilter
 
 
 def digest(number: int) -> str:
