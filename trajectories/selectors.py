@@ -11,6 +11,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
     Count,
+    Exists,
     F,
     Func,
     IntegerField,
@@ -23,6 +24,8 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
+from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
     ImportBatch,
     Membership,
@@ -30,6 +33,7 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
+from trajectories.search import SEARCH_MAX_LENGTH, search_condition
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -195,6 +199,18 @@ class TrajectoryFilters:
     credit_run: int | None = None
     credit_above: float | None = None
     credit_below: float | None = None
+    # Full-text search over the task and step text (``trajectories.search``'s syntax).
+    search: str = ""
+    # Some one step matches all of these that are set: its tool name, its agent, its
+    # kind, and whether its metadata has an ``error`` ("yes") or none of the steps has
+    # one ("no").
+    tool_name: str = ""
+    agent: str = ""
+    step_kind: str = ""
+    error_step: str = ""
+    # Conditions on the trajectory's metadata, ``trajectories.metadata_query``'s syntax:
+    # "metadata.level = 3, metadata.cost >= 0.5".
+    metadata: str = ""
 
 
 FILTER_CHOICES: dict[str, tuple[str, ...]] = {
@@ -202,6 +218,8 @@ FILTER_CHOICES: dict[str, tuple[str, ...]] = {
     "label_status": ("unlabelled", "partial", "complete"),
     "human_model": ("agree", "disagree"),
     "first_error": ("yes", "no"),
+    "step_kind": tuple(Step.Kind.values),
+    "error_step": ("yes", "no"),
 }
 _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "outcome": (str,),
@@ -218,6 +236,12 @@ _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "credit_run": (int,),
     "credit_above": (int, float),
     "credit_below": (int, float),
+    "search": (str,),
+    "tool_name": (str,),
+    "agent": (str,),
+    "step_kind": (str,),
+    "error_step": (str,),
+    "metadata": (str,),
 }
 
 
@@ -247,6 +271,12 @@ def trajectory_filters_from(definition: Mapping[str, Any]) -> TrajectoryFilters:
     has_bound = filters.credit_above is not None or filters.credit_below is not None
     if has_bound and filters.credit_run is None:
         raise ValueError("selection filters credit_above / credit_below need credit_run")
+    if len(filters.search) > SEARCH_MAX_LENGTH:
+        raise ValueError(f"selection filter search is longer than {SEARCH_MAX_LENGTH} characters")
+    try:
+        metadata_conditions_parse(filters.metadata)
+    except MetadataSyntaxError as error:
+        raise ValueError(f"selection filter metadata: {error}") from None
     return filters
 
 
@@ -299,11 +329,37 @@ def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> Query
         queryset = queryset.filter(step_count__gte=filters.min_steps)
     if filters.max_steps is not None:
         queryset = queryset.filter(step_count__lte=filters.max_steps)
+    for metadata_condition in metadata_conditions_parse(filters.metadata):
+        queryset = queryset.filter(metadata_condition_q(metadata_condition))
+    step_condition = _step_condition(filters)
+    if step_condition is not None:
+        queryset = queryset.filter(
+            Exists(Step.objects.filter(step_condition, trajectory=OuterRef("pk")))
+        )
+    if filters.error_step == "no":
+        errors = Step.objects.filter(trajectory=OuterRef("pk"), metadata__has_key="error")
+        queryset = queryset.filter(~Exists(errors))
+    if filters.search.strip():
+        queryset = queryset.filter(search_condition(project, filters.search))
     for condition in _FILTER_CONDITIONS.values():
         narrowed = condition(project, filters)
         if narrowed is not None:
             queryset = queryset.filter(narrowed)
     return queryset
+
+
+def _step_condition(filters: TrajectoryFilters) -> Q | None:
+    """What one step must match, or None when no step filter is set."""
+    fields: dict[str, Any] = {}
+    if filters.tool_name:
+        fields["tool_name"] = filters.tool_name
+    if filters.agent:
+        fields["agent"] = filters.agent
+    if filters.step_kind:
+        fields["kind"] = filters.step_kind
+    if filters.error_step == "yes":
+        fields["metadata__has_key"] = "error"
+    return Q(**fields) if fields else None
 
 
 def trajectory_list_page(
