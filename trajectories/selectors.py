@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +24,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
+from trajectories.columns import ListColumn, list_columns_all
 from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
 from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
@@ -368,21 +369,32 @@ def trajectory_list_page(
     *,
     after: int | None = None,
     size: int = TRAJECTORY_PAGE_SIZE,
+    columns: Sequence[ListColumn] | None = None,
 ) -> tuple[list[Trajectory], int | None]:
     """One page of the trajectory list, newest first, and the cursor for the next page
     (``None`` on the last page). Keyset pagination on id: the cost of a page does not grow
-    with how deep it is. Rows carry ``task_preview``; the task text itself, metadata and
-    the raw source are not loaded."""
+    with how deep it is. Rows carry ``task_preview`` and ``list_cells`` (a (column, text)
+    pair per column); the task text itself, metadata and the raw
+    source are not loaded. ``columns`` defaults to every registered column."""
     queryset = trajectories_filtered(project, filters)
     if after is not None:
         queryset = queryset.filter(id__lt=after)
+    if columns is None:
+        columns = list_columns_all()
+    annotations: dict[str, Any] = {}
+    for column in columns:
+        annotations.update(column.annotations(project))
     rows: list[Trajectory] = list(
         queryset.only(
             "id", "external_id", "task_key", "model_name", "step_count", "success", "outcome_reward"
         )
-        .annotate(task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"))
+        .annotate(
+            task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"), **annotations
+        )
         .order_by("-id")[: size + 1]
     )
+    for row in rows:
+        row.list_cells = [(column, column.cell(row)) for column in columns]  # type: ignore[attr-defined]
     if len(rows) > size:
         return rows[:size], rows[size - 1].pk
     return rows, None

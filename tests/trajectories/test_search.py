@@ -1,6 +1,6 @@
 """Search and the step and metadata filters of the trajectory list, on real files (tau-bench
-airline runs, Who&When multi-agent chats), through the page, saved selections and the API,
-at a constant query count."""
+airline runs, Who&When multi-agent chats), through the page, saved selections and the API;
+and the list's columns on labels, scores and cost at a constant query count."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from exports.services import selection_save
+from labeling.models import LabelSchema, StepLabel
+from scoring.models import Scorer, ScoringRun, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
 from tests.trajectories.test_views import row_ids
@@ -257,6 +259,47 @@ def test_the_api_takes_the_filters(tau: Project, researcher: User) -> None:
     }
 
 
+# The list's columns
+
+
+def test_columns_show_progress_first_error_score_and_cost(project: Project) -> None:
+    trajectory = trajectory_with_steps(
+        project, ["a", "b", "c", "d"], metadata={"cost": 0.25}, task="t"
+    )
+    steps = list(trajectory.steps.order_by("index"))
+    alice = User.objects.create(username="alice")
+    bob = User.objects.create(username="bob")
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    for step, value in zip(steps[:3], (1, -1, -1), strict=True):
+        for annotator in (alice, bob):
+            StepLabel.objects.create(step=step, annotator=annotator, schema=schema, value=value)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    old_run = ScoringRun.objects.create(project=project, scorer=scorer)
+    new_run = ScoringRun.objects.create(project=project, scorer=scorer)
+    other = Scorer.objects.create(project=project, name="other", kind=Scorer.Kind.EXTERNAL)
+    StepScore.objects.create(step=steps[0], scorer=other, run=old_run, value=0.01)
+    for step, score in zip(steps, (0.9, 0.4, 0.7, 0.8), strict=True):
+        StepScore.objects.create(step=step, scorer=scorer, run=new_run, value=score)
+    summed = trajectory_with_steps(project, ["x", "y"], task="u")
+    for step, cost in zip(summed.steps.order_by("index"), (0.5, 0.25), strict=True):
+        Step.objects.filter(pk=step.pk).update(metadata={"cost": cost})
+
+    rows, _ = trajectory_list_page(project, TrajectoryFilters())
+    cells = {row.pk: {c.name: text for c, text in row.list_cells} for row in rows}  # type: ignore[attr-defined]
+    assert cells[trajectory.pk] == {
+        "cost": "0.25",
+        "label_progress": "3/4",
+        "first_error": "step 1",
+        "latest_score": "0.400",
+    }
+    assert cells[summed.pk] == {
+        "cost": "0.75",
+        "label_progress": "0/2",
+        "first_error": "—",
+        "latest_score": "—",
+    }
+
+
 def test_the_list_query_count_does_not_grow_with_rows(project: Project) -> None:
     trajectory_with_steps(project, ["one"])
 
@@ -270,3 +313,52 @@ def test_the_list_query_count_does_not_grow_with_rows(project: Project) -> None:
     for number in range(30):
         trajectory_with_steps(project, [f"step {number}", "more"], metadata={"cost": number})
     assert queries() == few == 2
+
+
+def test_blind_and_hidden_score_projects_hide_those_columns_from_annotators(
+    project: Project, researcher: User, annotator: User
+) -> None:
+    trajectory_with_steps(project, ["a"])
+    url = reverse("trajectory-list", args=[project.slug])
+
+    def headers(user: User) -> list[str]:
+        client = Client()
+        client.force_login(user)
+        html = client.get(url).content.decode()
+        return re.findall(r'<td class="[^"]*" data-column="([a-z_]+)"', html)
+
+    assert headers(annotator) == ["cost", "label_progress", "first_error", "latest_score"]
+    project.settings = {"blind_labeling": True, "hide_model_scores": True}
+    project.save()
+    assert headers(annotator) == ["cost"]
+    assert headers(researcher) == ["cost", "label_progress", "first_error", "latest_score"]
+
+
+def test_the_list_page_query_count_does_not_grow_with_labelled_scored_rows(
+    project: Project, researcher: User
+) -> None:
+    client = Client()
+    client.force_login(researcher)
+    url = reverse("trajectory-list", args=[project.slug])
+    params = {"q": "step", "meta": "metadata.cost >= 0"}
+    trajectory_with_steps(project, ["step one"], metadata={"cost": 1})
+
+    def queries() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert client.get(url, params).status_code == 200
+        return len(captured)
+
+    few = queries()
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    run = ScoringRun.objects.create(project=project, scorer=scorer)
+    for number in range(20):
+        trajectory = trajectory_with_steps(
+            project, [f"step {number}", "step more"], metadata={"cost": number}
+        )
+        for step in trajectory.steps.all():
+            StepLabel.objects.create(step=step, annotator=researcher, schema=schema, value=-1)
+            StepScore.objects.create(step=step, scorer=scorer, run=run, value=0.5)
+    html_rows = row_ids(client.get(url, params).content.decode())
+    assert len(html_rows) == 21
+    assert queries() == few
