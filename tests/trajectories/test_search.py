@@ -18,6 +18,7 @@ from django.urls import reverse
 
 from exports.services import selection_save
 from labeling.models import LabelSchema, StepLabel
+from labeling.services import queue_create
 from scoring.models import Scorer, ScoringRun, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
@@ -192,6 +193,14 @@ def test_new_filters_round_trip_through_a_saved_selection(project: Project) -> N
     selection = selection_save(project=project, name="hard-ones", filters=FULL, user=None)
     selection.refresh_from_db()
     assert trajectory_filters_from(selection.definition) == FULL
+
+
+def test_a_queue_takes_the_trajectories_a_search_and_tool_filter_find(tau: Project) -> None:
+    filters = TrajectoryFilters(search="boston", tool_name="book_reservation")
+    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool_name="book_reservation"))
+    assert expected
+    queue = queue_create(project=tau, name="boston bookings", created_by=None, filters=filters)
+    assert set(queue.items.values_list("trajectory_id", flat=True)) == expected
 
 
 @pytest.mark.parametrize(
