@@ -209,8 +209,15 @@ class TrajectorySearch(models.Model):
     worker (``trajectory_search_index``), so that no import pays for it. A trajectory
     without a row is searched by reading its text (``trajectories.search``)."""
 
+    # No database constraint, as on StepSearch: the benches (and anyone) may delete a
+    # project's trajectories with plain SQL while a worker indexes them; a row left
+    # behind names an id that is never reused, and the ORM's cascade removes the rest.
     trajectory = models.OneToOneField(
-        Trajectory, primary_key=True, on_delete=models.CASCADE, related_name="+"
+        Trajectory,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="+",
     )
     document = SearchVectorField()
 

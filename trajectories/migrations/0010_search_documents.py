@@ -16,7 +16,7 @@ class Migration(migrations.Migration):
         migrations.CreateModel(
             name='TrajectorySearch',
             fields=[
-                ('trajectory', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to='trajectories.trajectory')),
+                ('trajectory', models.OneToOneField(db_constraint=False, on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='+', serialize=False, to='trajectories.trajectory')),
                 ('document', django.contrib.postgres.search.SearchVectorField()),
             ],
             options={
