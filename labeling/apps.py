@@ -6,7 +6,7 @@ class LabelingConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the trajectory filters on labels with trajectories_filtered, the
+        # Registers the trajectory filters and list columns on labels with trajectories, the
         # default label schema with project_create, and the imported labels' writer with
         # the import writer.
-        from labeling import filters, imported, projects  # noqa: F401
+        from labeling import columns, filters, imported, projects  # noqa: F401

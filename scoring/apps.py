@@ -6,7 +6,7 @@ class ScoringConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registers the trajectory filter on credits with trajectories_filtered, the
+        # Registers the trajectory filter on credits and the score column with trajectories, the
         # model: label source with labeling's label sources, and what labeling queues'
         # "most uncertain first" order ranks by.
-        from scoring import filters, queue_order, sources  # noqa: F401
+        from scoring import columns, filters, queue_order, sources  # noqa: F401

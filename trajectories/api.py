@@ -8,7 +8,7 @@ from typing import Any, cast
 from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, pagination, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
@@ -20,11 +20,13 @@ from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
+from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.selectors import (
     can_manage_data,
     project_get_for_user,
     projects_for_user,
+    trajectories_filtered,
 )
 from trajectories.serializers import (
     ImportBatchSerializer,
@@ -44,8 +46,38 @@ class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         return projects_for_user(self.request.user).order_by("name")
 
 
+# The trajectory list page's filters, by the names its query string uses.
+FILTER_PARAMETERS = {
+    "q": 'Full-text search over the task and step text: words, "a phrase", or, -word.',
+    "tool": "Some step calls this tool.",
+    "agent": "Some step is by this agent (with tool and kind: the same step).",
+    "kind": "Some step is of this kind (message, thought, action, tool_call, ...).",
+    "error_steps": "yes: some step's metadata has an error; no: none has.",
+    "meta": "Conditions on the trajectory's metadata: metadata.level = 3, metadata.cost >= 0.5",
+    "outcome": "success, failure or unknown.",
+    "model": "The model name.",
+    "task": "The task key.",
+    "min_steps": "At least this many steps.",
+    "max_steps": "At most this many steps.",
+}
+
+
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[
+            OpenApiParameter("project", str, description="A project's slug; filters need it."),
+            OpenApiParameter("external_id", str),
+            *(
+                OpenApiParameter(name, str, description=text)
+                for name, text in FILTER_PARAMETERS.items()
+            ),
+        ]
+    )
+)
 class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
-    """``?project=SLUG`` narrows the list to one project; ``?external_id=`` finds one."""
+    """``?project=SLUG`` narrows the list to one project; ``?external_id=`` finds one.
+    With a project, the list page's filters apply (``FILTER_PARAMETERS``); a bad one is
+    a 400 naming it."""
 
     serializer_class = TrajectorySerializer
     pagination_class = ByIdCursor
@@ -59,6 +91,18 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             queryset = queryset.filter(project__slug=params["project"])
         if params.get("external_id"):
             queryset = queryset.filter(external_id=params["external_id"])
+        given = {name: params[name] for name in FILTER_PARAMETERS if params.get(name)}
+        if given:
+            if not params.get("project"):
+                raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
+            form = TrajectoryFilterForm(given)
+            if not form.is_valid():
+                errors = form.errors.get_json_data()
+                raise ValidationError(
+                    {name: [error["message"] for error in items] for name, items in errors.items()}
+                )
+            project = project_get_for_user(self.request.user, params["project"])
+            queryset = queryset.filter(pk__in=trajectories_filtered(project, form.filters()))
         return queryset
 
 

@@ -8,7 +8,9 @@ from typing import Any
 
 from django import forms
 
-from trajectories.selectors import TrajectoryFilters
+from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+from trajectories.search import SEARCH_MAX_LENGTH
+from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
 
 
 class TrajectoryFilterForm(forms.Form):
@@ -25,7 +27,39 @@ class TrajectoryFilterForm(forms.Form):
     task = forms.CharField(required=False, max_length=300, label="Task key")
     min_steps = forms.IntegerField(required=False, min_value=0, label="Min steps")
     max_steps = forms.IntegerField(required=False, min_value=0, label="Max steps")
+    q = forms.CharField(
+        required=False,
+        max_length=SEARCH_MAX_LENGTH,
+        label="Search",
+        help_text='Words in the task or a step; "a phrase", or, -word.',
+    )
+    tool = forms.CharField(required=False, max_length=200, label="Tool")
+    agent = forms.CharField(required=False, max_length=100, label="Agent")
+    kind = forms.ChoiceField(
+        required=False,
+        label="Step kind",
+        choices=[("", "any"), *((kind, kind) for kind in FILTER_CHOICES["step_kind"])],
+    )
+    error_steps = forms.ChoiceField(
+        required=False,
+        label="Error steps",
+        choices=[("", "any"), ("yes", "some step has an error"), ("no", "no step has one")],
+    )
+    meta = forms.CharField(
+        required=False,
+        max_length=1000,
+        label="Metadata",
+        help_text="e.g. metadata.level = 3, metadata.cost >= 0.5",
+    )
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean_meta(self) -> str:
+        text: str = self.cleaned_data["meta"].strip()
+        try:
+            metadata_conditions_parse(text)
+        except MetadataSyntaxError as error:
+            raise forms.ValidationError(str(error)) from None
+        return text
 
     def filters(self) -> TrajectoryFilters:
         """The filters from the fields that validated; an invalid field filters nothing
@@ -38,6 +72,12 @@ class TrajectoryFilterForm(forms.Form):
             task_key=data.get("task") or "",
             min_steps=data.get("min_steps"),
             max_steps=data.get("max_steps"),
+            search=(data.get("q") or "").strip(),
+            tool_name=data.get("tool") or "",
+            agent=data.get("agent") or "",
+            step_kind=data.get("kind") or "",
+            error_step=data.get("error_steps") or "",
+            metadata=data.get("meta") or "",
         )
 
     def cursor(self) -> int | None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.conf import settings as django_settings
+from django.contrib.postgres.indexes import GinIndex
+from django.contrib.postgres.search import SearchVectorField
 from django.db import models
 from django.db.models.functions import MD5
 
@@ -205,4 +207,57 @@ class Step(models.Model):
         return f"step {self.index} of {self.trajectory_id}"
 
 
-__all__ = ["ImportBatch", "Membership", "Project", "Step", "Trajectory", "TrajectorySource"]
+class TrajectorySearch(models.Model):
+    """The search document of a trajectory's task text, and the mark that its steps have
+    their ``StepSearch`` rows: the search index is built after an import commits, by a
+    worker (``trajectory_search_index``), so that no import pays for it. A trajectory
+    without a row is searched by reading its text (``trajectories.search``)."""
+
+    # No database constraint, as on StepSearch: the benches (and anyone) may delete a
+    # project's trajectories with plain SQL while a worker indexes them; a row left
+    # behind names an id that is never reused, and the ORM's cascade removes the rest.
+    trajectory = models.OneToOneField(
+        Trajectory,
+        primary_key=True,
+        on_delete=models.CASCADE,
+        db_constraint=False,
+        related_name="+",
+    )
+    document = SearchVectorField()
+
+    class Meta:
+        indexes: ClassVar = [GinIndex(fields=["document"], name="trajsearch_document")]
+
+    def __str__(self) -> str:
+        return f"search document of {self.trajectory_id}"
+
+
+class StepSearch(models.Model):
+    """One step's search document (its first ``SEARCH_CHARS`` characters). Steps never
+    change after an import, so a row is written once. No relation to ``Step``: a step
+    goes only with its trajectory, whose deletion removes these rows by the
+    ``trajectory_id`` index without loading a step."""
+
+    step_id = models.BigIntegerField(primary_key=True)
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, db_constraint=False, related_name="+"
+    )
+    document = SearchVectorField()
+
+    class Meta:
+        indexes: ClassVar = [GinIndex(fields=["document"], name="stepsearch_document")]
+
+    def __str__(self) -> str:
+        return f"search document of step {self.step_id}"
+
+
+__all__ = [
+    "ImportBatch",
+    "Membership",
+    "Project",
+    "Step",
+    "StepSearch",
+    "Trajectory",
+    "TrajectorySearch",
+    "TrajectorySource",
+]

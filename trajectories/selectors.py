@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
     Count,
+    Exists,
     F,
     Func,
     IntegerField,
@@ -23,6 +24,9 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
 
+from trajectories.columns import ListColumn, list_columns_all
+from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
     ImportBatch,
     Membership,
@@ -30,6 +34,7 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
+from trajectories.search import SEARCH_MAX_LENGTH, search_condition
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -196,6 +201,18 @@ class TrajectoryFilters:
     credit_run: int | None = None
     credit_above: float | None = None
     credit_below: float | None = None
+    # Full-text search over the task and step text (``trajectories.search``'s syntax).
+    search: str = ""
+    # Some one step matches all of these that are set: its tool name, its agent, its
+    # kind, and whether its metadata has an ``error`` ("yes") or none of the steps has
+    # one ("no").
+    tool_name: str = ""
+    agent: str = ""
+    step_kind: str = ""
+    error_step: str = ""
+    # Conditions on the trajectory's metadata, ``trajectories.metadata_query``'s syntax:
+    # "metadata.level = 3, metadata.cost >= 0.5".
+    metadata: str = ""
 
 
 FILTER_CHOICES: dict[str, tuple[str, ...]] = {
@@ -203,6 +220,8 @@ FILTER_CHOICES: dict[str, tuple[str, ...]] = {
     "label_status": ("unlabelled", "partial", "complete"),
     "human_model": ("agree", "disagree"),
     "first_error": ("yes", "no"),
+    "step_kind": tuple(Step.Kind.values),
+    "error_step": ("yes", "no"),
 }
 _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "outcome": (str,),
@@ -219,6 +238,12 @@ _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "credit_run": (int,),
     "credit_above": (int, float),
     "credit_below": (int, float),
+    "search": (str,),
+    "tool_name": (str,),
+    "agent": (str,),
+    "step_kind": (str,),
+    "error_step": (str,),
+    "metadata": (str,),
 }
 
 
@@ -248,6 +273,12 @@ def trajectory_filters_from(definition: Mapping[str, Any]) -> TrajectoryFilters:
     has_bound = filters.credit_above is not None or filters.credit_below is not None
     if has_bound and filters.credit_run is None:
         raise ValueError("selection filters credit_above / credit_below need credit_run")
+    if len(filters.search) > SEARCH_MAX_LENGTH:
+        raise ValueError(f"selection filter search is longer than {SEARCH_MAX_LENGTH} characters")
+    try:
+        metadata_conditions_parse(filters.metadata)
+    except MetadataSyntaxError as error:
+        raise ValueError(f"selection filter metadata: {error}") from None
     return filters
 
 
@@ -300,11 +331,37 @@ def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> Query
         queryset = queryset.filter(step_count__gte=filters.min_steps)
     if filters.max_steps is not None:
         queryset = queryset.filter(step_count__lte=filters.max_steps)
+    for metadata_condition in metadata_conditions_parse(filters.metadata):
+        queryset = queryset.filter(metadata_condition_q(metadata_condition))
+    step_condition = _step_condition(filters)
+    if step_condition is not None:
+        queryset = queryset.filter(
+            Exists(Step.objects.filter(step_condition, trajectory=OuterRef("pk")))
+        )
+    if filters.error_step == "no":
+        errors = Step.objects.filter(trajectory=OuterRef("pk"), metadata__has_key="error")
+        queryset = queryset.filter(~Exists(errors))
+    if filters.search.strip():
+        queryset = queryset.filter(search_condition(project, filters.search))
     for condition in _FILTER_CONDITIONS.values():
         narrowed = condition(project, filters)
         if narrowed is not None:
             queryset = queryset.filter(narrowed)
     return queryset
+
+
+def _step_condition(filters: TrajectoryFilters) -> Q | None:
+    """What one step must match, or None when no step filter is set."""
+    fields: dict[str, Any] = {}
+    if filters.tool_name:
+        fields["tool_name"] = filters.tool_name
+    if filters.agent:
+        fields["agent"] = filters.agent
+    if filters.step_kind:
+        fields["kind"] = filters.step_kind
+    if filters.error_step == "yes":
+        fields["metadata__has_key"] = "error"
+    return Q(**fields) if fields else None
 
 
 def trajectory_list_page(
@@ -313,14 +370,21 @@ def trajectory_list_page(
     *,
     after: int | None = None,
     size: int = TRAJECTORY_PAGE_SIZE,
+    columns: Sequence[ListColumn] | None = None,
 ) -> tuple[list[Trajectory], int | None]:
     """One page of the trajectory list, newest first, and the cursor for the next page
     (``None`` on the last page). Keyset pagination on id: the cost of a page does not grow
-    with how deep it is. Rows carry ``task_preview``; the task text itself, metadata and
-    the raw source are not loaded."""
+    with how deep it is. Rows carry ``task_preview`` and ``list_cells`` (a (column, text)
+    pair per column); the task text itself, metadata and the raw
+    source are not loaded. ``columns`` defaults to every registered column."""
     queryset = trajectories_filtered(project, filters)
     if after is not None:
         queryset = queryset.filter(id__lt=after)
+    if columns is None:
+        columns = list_columns_all()
+    annotations: dict[str, Any] = {}
+    for column in columns:
+        annotations.update(column.annotations(project))
     rows: list[Trajectory] = list(
         queryset.only(
             "id",
@@ -333,9 +397,13 @@ def trajectory_list_page(
             "parent_id",
             "branch_index",
         )
-        .annotate(task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"))
+        .annotate(
+            task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"), **annotations
+        )
         .order_by("-id")[: size + 1]
     )
+    for row in rows:
+        row.list_cells = [(column, column.cell(row)) for column in columns]  # type: ignore[attr-defined]
     if len(rows) > size:
         return rows[:size], rows[size - 1].pk
     return rows, None

@@ -5,9 +5,15 @@ from __future__ import annotations
 from celery import shared_task
 
 from trajectories.services import import_batch_run
+from trajectories.services.search import trajectory_search_index
 
 
 @shared_task(name="trajectories.import_run", acks_late=True)
 def import_run(batch_id: int) -> dict[str, int | str]:
     batch = import_batch_run(batch_id=batch_id)
     return {"batch": batch.pk, "status": batch.status, "created": batch.created_count}
+
+
+@shared_task(name="trajectories.search_index", acks_late=True)
+def search_index(project_id: int) -> int:
+    return trajectory_search_index(project_id=project_id)

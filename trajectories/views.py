@@ -17,6 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.middleware import HtmxDetails
 
 from trajectories import prefix_tree, selectors, services
+from trajectories.columns import trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
 
@@ -30,8 +31,18 @@ class HtmxHttpRequest(HttpRequest):
 def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = selectors.project_get_for_user(request.user, slug)
     form = TrajectoryFilterForm(request.GET)
-    rows, next_after = selectors.trajectory_list_page(project, form.filters(), after=form.cursor())
-    context = {"project": project, "form": form, "rows": rows, "next_after": next_after}
+    role = selectors.membership_role(request.user, project)
+    columns = trajectory_list_columns(project, role)
+    rows, next_after = selectors.trajectory_list_page(
+        project, form.filters(), after=form.cursor(), columns=columns
+    )
+    context = {
+        "project": project,
+        "form": form,
+        "rows": rows,
+        "next_after": next_after,
+        "columns": columns,
+    }
     if request.htmx:
         # "Load more": the next rows, appended to the table, and the button for the page
         # after them (swapped out of band).

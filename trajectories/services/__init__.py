@@ -16,6 +16,7 @@ from trajectories.services.projects import (
     membership_set,
     project_create,
 )
+from trajectories.services.search import search_index_enqueue, trajectory_search_index
 
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
@@ -27,6 +28,8 @@ __all__ = [
     "membership_set",
     "parser_get",
     "project_create",
+    "search_index_enqueue",
     "trajectory_import",
     "trajectory_records_import",
+    "trajectory_search_index",
 ]

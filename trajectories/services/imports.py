@@ -28,6 +28,7 @@ from trajectories.formats.base import FileError, Parser, RecordError
 from trajectories.models import ImportBatch, Project, Trajectory
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import imported_annotator
+from trajectories.services.search import search_index_enqueue
 
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
@@ -94,6 +95,9 @@ def trajectory_import(
     _import_into(batch, path)
     if batch.status == ImportBatch.Status.FAILED:
         raise ImportRejected(batch)
+    if batch.created_count:
+        # The search index is built afterwards, off the import's path (trajectories.search).
+        transaction.on_commit(lambda: search_index_enqueue(project.pk))
     return batch
 
 

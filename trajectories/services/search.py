@@ -1,0 +1,68 @@
+"""The search index (``trajectories.search``): documents for the trajectories that have
+none yet, written by a worker after an import commits, a thousand trajectories per
+transaction, so a reader sees each trajectory indexed whole or not at all."""
+
+from __future__ import annotations
+
+import logging
+
+from django.db import connection, transaction
+
+from trajectories.search import SEARCH_CHARS
+
+logger = logging.getLogger(__name__)
+
+SEARCH_INDEX_CHUNK = 1000
+
+# The trajectory row goes in first, and ON CONFLICT makes a second worker on the same
+# project skip the trajectories the first has taken; only the trajectories this statement
+# marked get their step documents.
+_INDEX_CHUNK_SQL = f"""
+WITH chosen AS (
+    SELECT t.id, t.task FROM trajectories_trajectory t
+    WHERE t.project_id = %s
+      AND NOT EXISTS (SELECT 1 FROM trajectories_trajectorysearch x WHERE x.trajectory_id = t.id)
+    ORDER BY t.id LIMIT %s
+), marked AS (
+    INSERT INTO trajectories_trajectorysearch (trajectory_id, document)
+    SELECT id, to_tsvector('simple'::regconfig, left(task, {SEARCH_CHARS})) FROM chosen
+    ON CONFLICT DO NOTHING
+    RETURNING trajectory_id
+)
+INSERT INTO trajectories_stepsearch (step_id, trajectory_id, document)
+SELECT s.id, s.trajectory_id, to_tsvector('simple'::regconfig, left(s.content, {SEARCH_CHARS}))
+FROM trajectories_step s JOIN marked m ON s.trajectory_id = m.trajectory_id
+ON CONFLICT DO NOTHING
+"""
+
+
+def trajectory_search_index(*, project_id: int, chunk: int = SEARCH_INDEX_CHUNK) -> int:
+    """Index every trajectory of the project that has no search document; returns how
+    many step documents were written. Safe to run twice at once and to redeliver."""
+    written = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(_INDEX_CHUNK_SQL, [project_id, chunk])
+            steps = cursor.rowcount
+            cursor.execute(
+                "SELECT EXISTS (SELECT 1 FROM trajectories_trajectory t WHERE t.project_id = %s"
+                " AND NOT EXISTS (SELECT 1 FROM trajectories_trajectorysearch x"
+                " WHERE x.trajectory_id = t.id))",
+                [project_id],
+            )
+            more = cursor.fetchone()[0]
+        written += max(steps, 0)
+        if not more:
+            return written
+
+
+def search_index_enqueue(project_id: int) -> None:
+    """Queue the indexing of a project's new trajectories. A broker that is down costs
+    nothing but speed: unindexed trajectories are searched by reading their text."""
+    from stepscope.queueing import QueueUnavailable
+    from trajectories.tasks import search_index
+
+    try:
+        search_index.delay(project_id)
+    except QueueUnavailable as error:
+        logger.warning("search index of project %s not queued: %s", project_id, error)
