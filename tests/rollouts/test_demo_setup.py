@@ -61,7 +61,8 @@ def test_demo_setup_leaves_training_to_the_worker_then_queues_rollouts_against_t
     monkeypatch.setattr(demo_policy, "train", quick)
     with django_capture_on_commit_callbacks() as queued:
         first = setup_demo()
-    assert len(queued) == 1, "the training goes to the queue"
+    # The search indexing of what the import created, and the training.
+    assert len(queued) == 2, "the training goes to the queue"
     assert trained == [] and first["rollout_jobs"] == []
     training = DemoPolicyTraining.objects.get(pk=first["policy_training"])
     assert (training.status, training.percent) == (DemoPolicyTraining.Status.QUEUED, 0)
