@@ -210,7 +210,7 @@ class Client:
         neutral: str = "keep",
         **options: Any,
     ) -> Job:
-        """Queue an export (``format`` such as ``prm``, ``rl``, ``kto``; ``labels`` a
+        """Queue an export (``format`` such as ``trl-stepwise``, ``rl``, ``kto``; ``labels`` a
         label source such as ``human:majority`` or ``import:processbench``). Further
         fields (``selection``, ``split``, ``container``, ``scorer``…) pass as given."""
         body = {"project": project, "format": format, "labels": labels, "neutral": neutral}
@@ -242,7 +242,8 @@ class Client:
         return Job(kind, self._request("GET", f"{kind}/{job_id}/"))
 
     def cancel(self, job: Job) -> Job:
-        """Stop a queued or running job (nothing of a cancelled import stays)."""
+        """Stop a queued or running job through its ``cancel/`` endpoint (imports have one;
+        nothing of a cancelled import stays)."""
         return Job(job.kind, self._request("POST", f"{job.kind}/{job.id}/cancel/"))
 
     def wait(
