@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ import httpx
 
 from stepscope_client.errors import StepscopeError
 from stepscope_client.jobs import Job, ProgressBar
+from stepscope_client.records import trajectory_record
 
 T = TypeVar("T")
 Progress = Callable[[Job], None]
@@ -89,13 +89,22 @@ class Client:
         chunk_size: int = 500,
         skip_invalid: bool = False,
     ) -> PushResult:
-        """Import trajectories in Stepscope's own format (dicts, or dataclasses with the
-        same fields), ``chunk_size`` to a request. A retried push changes nothing: a
+        """Import trajectories in Stepscope's own format (dicts, Stepscope's
+        ``ParsedTrajectory``, or dataclasses with the format's fields), ``chunk_size`` to
+        a request. A retried push changes nothing: a
         trajectory already in the project counts as unchanged."""
         result = PushResult()
-        for chunk in _chunks((_as_dict(r) for r in records), chunk_size):
+        offset = 0
+        for chunk in _chunks((trajectory_record(r) for r in records), chunk_size):
             body = {"project": project, "trajectories": chunk, "skip_invalid": skip_invalid}
-            batch = self._request("POST", "imports/", json=body)
+            try:
+                batch = self._request("POST", "imports/", json=body)
+            except StepscopeError as error:
+                # The server counts lines within this request; say where the request began.
+                if offset:
+                    error.args = (f"{error.args[0]} (in the chunk from record {offset} on)",)
+                raise
+            offset += len(chunk)
             result.created += batch["created_count"]
             result.unchanged += batch["unchanged_count"]
             result.rejected += batch["rejected_count"]
@@ -295,15 +304,21 @@ def _error(response: httpx.Response) -> StepscopeError:
         body = {"detail": response.text[:500]}
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
         message = body["detail"]
+    elif isinstance(body, dict) and body.get("errors") and isinstance(body["errors"], list):
+        # A refused push answers with its import, whose errors name each bad record.
+        message = "; ".join(_record_error(e) for e in body["errors"][:3])
     else:
         message = f"{response.request.method} {response.request.url.path} refused: {body}"
     return StepscopeError(message, status=response.status_code, errors=body)
 
 
-def _as_dict(record: Any) -> dict[str, Any]:
-    if dataclasses.is_dataclass(record) and not isinstance(record, type):
-        return dataclasses.asdict(record)
-    return dict(record)
+def _record_error(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = error.get("location", "")
+    if error.get("field"):
+        where = f"{where}, field {error['field']!r}"
+    return f"{where}: {error.get('message', '')}"
 
 
 def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:

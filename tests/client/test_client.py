@@ -11,10 +11,14 @@ from typing import Any
 
 import pytest
 from stepscope_client import Client, Job, ProgressBar, StepscopeError
+from stepscope_client.records import trajectory_record
 
 from labeling.models import StepLabel
 from scoring.models import StepScore
 from tests.conftest import REALDATA
+from trajectories.formats import parser_for
+from trajectories.formats.base import ParsedTrajectory
+from trajectories.formats.stepscope import to_record
 from trajectories.models import Project, Trajectory
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -49,6 +53,46 @@ def test_push_is_chunked_and_a_retried_push_changes_nothing(
     again = client.push_trajectories(project.slug, records(5), chunk_size=2)
     assert (again.created, again.unchanged) == (0, 5)
     assert Trajectory.objects.filter(project=project).count() == 5
+
+
+def test_parsed_trajectories_are_pushed_as_stepscope_writes_them(
+    client: Client, project: Project
+) -> None:
+    parsed = [
+        r for r in parser_for("processbench")(PROCESSBENCH) if isinstance(r, ParsedTrajectory)
+    ]
+    assert len(parsed) == 400
+    # The client's copy of the format must write what Stepscope's own writer writes.
+    assert [trajectory_record(t) for t in parsed] == [to_record(t) for t in parsed]
+
+    pushed = client.push_trajectories(project.slug, parsed[:50], chunk_size=20)
+
+    assert (pushed.created, len(pushed.imports)) == (50, 3)
+    again = client.push_trajectories(project.slug, [to_record(t) for t in parsed[:50]])
+    assert again.unchanged == 50
+    first_errors = StepLabel.objects.filter(annotator__username="import:processbench")
+    assert first_errors.exists()
+
+
+def test_a_refused_push_names_the_record_and_writes_nothing(
+    client: Client, project: Project
+) -> None:
+    bad = records(3)
+    bad[1]["steps"] = 7
+
+    with pytest.raises(StepscopeError) as refused:
+        client.push_trajectories(project.slug, bad)
+
+    assert refused.value.status == 400
+    assert "field 'steps': expected list, got int" in str(refused.value)
+    assert refused.value.errors["rejected_count"] == 1
+    assert not Trajectory.objects.exists()
+
+    with pytest.raises(StepscopeError) as later:
+        client.push_trajectories(project.slug, [*records(4), *bad], chunk_size=4)
+    assert "in the chunk from record 4 on" in str(later.value)
+    # Each request is all or nothing: the chunk before the refused one stays.
+    assert Trajectory.objects.count() == 4
 
 
 def test_labels_are_pushed_in_one_request_and_submitted(client: Client, project: Project) -> None:
