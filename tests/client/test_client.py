@@ -19,7 +19,7 @@ from tests.conftest import REALDATA
 from trajectories.formats import parser_for
 from trajectories.formats.base import ParsedTrajectory
 from trajectories.formats.stepscope import to_record
-from trajectories.models import Project, Trajectory
+from trajectories.models import ImportBatch, Project, Trajectory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -205,3 +205,23 @@ def test_refusals_carry_the_status_and_the_reason(
         stranger.push_trajectories(project.slug, records(1))
     assert refused.value.status == 401
     assert "never issued" in str(refused.value)
+
+
+def test_a_queued_import_is_cancelled_and_wait_reports_how_it_ended(
+    client: Client, project: Project
+) -> None:
+    # A queued import no worker will take (no task was sent), so it stays queued.
+    batch = ImportBatch.objects.create(
+        project=project, file_name="later.jsonl", source_format="stepscope", status="queued"
+    )
+    job = client.job("imports", batch.pk)
+    assert (job.status, job.finished) == ("queued", False)
+    with pytest.raises(TimeoutError):
+        client.wait(job, poll=0.05, timeout=0.2)
+
+    cancelled = client.cancel(job)
+
+    assert cancelled.status == "cancelled"
+    assert client.wait(job, poll=0.05, check=False).status == "cancelled"
+    with pytest.raises(StepscopeError, match="cancelled"):
+        client.wait(job, poll=0.05)
