@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def records(count: int) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def stepscope(live_server: Any, token: str) -> Any:
+def stepscope(live_server: Any, token: str) -> Iterator[Client]:
     with Client(live_server.url, token) as stepscope:
         yield stepscope
 
