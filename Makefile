@@ -9,12 +9,14 @@ KATEX_SHA256 := 24da5a599eb2fcede2e270b99a6ff48bca816beecc95feeb84e8cccbd1bb34fd
 
 .PHONY: vendor-katex run stop test test-fast test-system test-system-all lint format typecheck bench bench-load install services worker migrate demo clean browser
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# The CPU build of torch that lies on this disk; a plain `torch` pulls a CUDA build.
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet -e '.[dev]'
+	# The Python client (client/), its own package; tests/client drives it against a live server.
+	$(PY) -m pip install --quiet -e ./client
 	touch $(STAMP)
 
 # The import helper's hot modules compiled with mypyc (skipped, with a word why, where

@@ -1,0 +1,9 @@
+"""A small client for Stepscope's REST API: push trajectories, labels and step scores,
+upload files, run exports and wait on jobs, from a training script."""
+
+from stepscope_client.client import Client, PushResult, ScoresResult
+from stepscope_client.errors import StepscopeError
+from stepscope_client.jobs import Job, ProgressBar
+
+__all__ = ["Client", "Job", "ProgressBar", "PushResult", "ScoresResult", "StepscopeError"]
+__version__ = "0.1.0"

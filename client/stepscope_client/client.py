@@ -1,0 +1,329 @@
+"""The Stepscope REST API (``/api/v1/``, docs/api.md) in a few calls for a training script."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import islice
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+
+from stepscope_client.errors import StepscopeError
+from stepscope_client.jobs import Job, ProgressBar
+from stepscope_client.records import trajectory_record
+
+T = TypeVar("T")
+Progress = Callable[[Job], None]
+
+# A retried request waits for the server's Retry-After, at most this many times.
+THROTTLE_RETRIES = 5
+
+
+@dataclass
+class PushResult:
+    """What a push of trajectories did, summed over its requests (one import each)."""
+
+    created: int = 0
+    unchanged: int = 0
+    rejected: int = 0
+    steps: int = 0
+    imports: list[Job] = field(default_factory=list)
+
+
+@dataclass
+class ScoresResult:
+    """What a push of step scores stored; ``rejected`` names refused records by their
+    index in the whole list (with ``skip_invalid``)."""
+
+    stored: int = 0
+    rejected: dict[int, str] = field(default_factory=dict)
+    runs: list[int] = field(default_factory=list)
+
+
+class Client:
+    """``Client("http://127.0.0.1:8000", "ssk_…")``; every call acts as the token's user.
+
+    Writes the server refuses raise ``StepscopeError`` with the status and the API's
+    field errors. A throttled request (429) is retried after its ``Retry-After``."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 60.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/") + "/api/v1/",
+            headers={"Authorization": f"Token {token}", "Accept": "application/json"},
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # Trajectories
+
+    def push_trajectories(
+        self,
+        project: str,
+        records: Iterable[Mapping[str, Any] | Any],
+        *,
+        chunk_size: int = 500,
+        skip_invalid: bool = False,
+    ) -> PushResult:
+        """Import trajectories in Stepscope's own format (dicts, Stepscope's
+        ``ParsedTrajectory``, or dataclasses with the format's fields), ``chunk_size`` to
+        a request. A retried push changes nothing: a
+        trajectory already in the project counts as unchanged."""
+        result = PushResult()
+        offset = 0
+        for chunk in _chunks((trajectory_record(r) for r in records), chunk_size):
+            body = {"project": project, "trajectories": chunk, "skip_invalid": skip_invalid}
+            try:
+                batch = self._request("POST", "imports/", json=body)
+            except StepscopeError as error:
+                # The server counts lines within this request; say where the request began.
+                if offset:
+                    error.args = (f"{error.args[0]} (in the chunk from record {offset} on)",)
+                raise
+            offset += len(chunk)
+            result.created += batch["created_count"]
+            result.unchanged += batch["unchanged_count"]
+            result.rejected += batch["rejected_count"]
+            result.steps += batch["step_count"]
+            result.imports.append(Job("imports", batch))
+        return result
+
+    def upload_file(
+        self,
+        project: str,
+        path: str | Path,
+        format: str = "stepscope",
+        *,
+        skip_invalid: bool = False,
+    ) -> Job:
+        """Send a file in any import format; a worker imports it. ``wait`` on the job."""
+        path = Path(path)
+        with path.open("rb") as handle:
+            batch = self._request(
+                "POST",
+                "imports/",
+                data={"project": project, "format": format, "skip_invalid": str(skip_invalid)},
+                files={"file": (path.name, handle)},
+            )
+        return Job("imports", batch)
+
+    def trajectory_id(self, project: str, external_id: str) -> int:
+        """The id the labels API takes for a trajectory you pushed under ``external_id``."""
+        found = self._request(
+            "GET", "trajectories/", params={"project": project, "external_id": external_id}
+        )
+        if not found["results"]:
+            raise StepscopeError(
+                f"no trajectory {external_id!r} in project {project!r}", status=404
+            )
+        return int(found["results"][0]["id"])
+
+    # Labels
+
+    def push_labels(
+        self,
+        labels: Sequence[Mapping[str, Any]],
+        *,
+        submit: bool = False,
+        queue: int | None = None,
+        **verdict: Any,
+    ) -> dict[str, Any]:
+        """Set many labels in one request, all or nothing (up to 10,000). Each names its
+        step by ``step`` (id) or ``trajectory`` (id) and ``index``. With ``submit`` each
+        trajectory they touch is then submitted, with ``outcome``, ``finish_reason``,
+        ``comment`` and ``flagged`` from ``verdict``."""
+        body: dict[str, Any] = {"labels": list(labels), "submit": submit, **verdict}
+        if queue is not None:
+            body["queue"] = queue
+        answer: dict[str, Any] = self._request("POST", "labels/bulk/", json=body)
+        return answer
+
+    def submit(self, trajectory: int, **verdict: Any) -> dict[str, Any]:
+        """Finish a trajectory (``outcome``, ``finish_reason``, ``comment``, ``flagged``,
+        ``queue``), so its labels count."""
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/submit/", json=verdict
+        )
+        return answer
+
+    # Scores
+
+    def push_scores(
+        self,
+        project: str,
+        scorer: str,
+        scores: Iterable[Mapping[str, Any]],
+        *,
+        chunk_size: int = 100_000,
+        skip_invalid: bool = False,
+    ) -> ScoresResult:
+        """Store step scores computed elsewhere: ``{"trajectory": external id, "step":
+        index, "value": probability the step is correct}``. The scorer is made (kind
+        external) if the project has none of that name."""
+        result = ScoresResult()
+        offset = 0
+        for chunk in _chunks((dict(s) for s in scores), chunk_size):
+            body = {
+                "project": project,
+                "scorer": scorer,
+                "scores": chunk,
+                "skip_invalid": skip_invalid,
+            }
+            try:
+                answer = self._request("POST", "step-scores/import/", json=body)
+            except StepscopeError as error:
+                # Name refused records by their index in the whole list, not the chunk.
+                if isinstance(error.errors, dict) and isinstance(error.errors.get("scores"), dict):
+                    error.errors["scores"] = {
+                        str(int(k) + offset): v for k, v in error.errors["scores"].items()
+                    }
+                raise
+            result.stored += answer["stored"]
+            result.rejected.update({int(k) + offset: v for k, v in answer["rejected"].items()})
+            result.runs.append(answer["run"])
+            offset += len(chunk)
+        return result
+
+    # Exports
+
+    def start_export(
+        self,
+        project: str,
+        format: str,
+        labels: str,
+        *,
+        neutral: str = "keep",
+        **options: Any,
+    ) -> Job:
+        """Queue an export (``format`` such as ``trl-stepwise``, ``rl``, ``kto``; ``labels`` a
+        label source such as ``human:majority`` or ``import:processbench``). Further
+        fields (``selection``, ``split``, ``container``, ``scorer``…) pass as given."""
+        body = {"project": project, "format": format, "labels": labels, "neutral": neutral}
+        return Job("exports", self._request("POST", "exports/", json={**body, **options}))
+
+    def download_export(self, job: Job, folder: str | Path) -> list[Path]:
+        """Wait for the export to finish, then save its files and ``manifest.json`` in
+        ``folder``; returns their paths."""
+        job = self.wait(job)
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        saved = []
+        for name in [f["name"] for f in job.data["files"]] + ["manifest.json"]:
+            target = folder / name
+            with self._http.stream("GET", f"exports/{job.id}/files/{name}/") as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error(response)
+                with target.open("wb") as out:
+                    for block in response.iter_bytes():
+                        out.write(block)
+            saved.append(target)
+        return saved
+
+    # Jobs
+
+    def job(self, kind: str, job_id: int) -> Job:
+        """A job as it is now, by its collection (``imports``, ``exports``…) and id."""
+        return Job(kind, self._request("GET", f"{kind}/{job_id}/"))
+
+    def cancel(self, job: Job) -> Job:
+        """Stop a queued or running job through its ``cancel/`` endpoint (imports have one;
+        nothing of a cancelled import stays)."""
+        return Job(job.kind, self._request("POST", f"{job.kind}/{job.id}/cancel/"))
+
+    def wait(
+        self,
+        job: Job,
+        *,
+        progress: Progress | bool | None = None,
+        poll: float = 0.5,
+        timeout: float | None = None,
+        check: bool = True,
+    ) -> Job:
+        """Poll ``job`` until it ends and return it as it ended. ``progress`` is called
+        with the job after each poll (``True``: a bar on stderr). With ``check`` a job
+        that failed or was cancelled raises ``StepscopeError``; past ``timeout`` seconds,
+        ``TimeoutError``."""
+        report: Progress | None = ProgressBar() if progress is True else progress or None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if report is not None:
+                report(job)
+            if job.finished:
+                break
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{job!r} has not ended after {timeout}s")
+            time.sleep(poll)
+            job = self.job(job.kind, job.id)
+        if check and job.status != "done":
+            reason = job.data.get("error") or job.data.get("errors") or job.status
+            raise StepscopeError(f"{job.kind} {job.id} {job.status}: {reason}", errors=job.data)
+        return job
+
+    # The wire
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        for _ in range(THROTTLE_RETRIES):
+            response = self._http.request(method, path, **kwargs)
+            if response.status_code != 429:
+                break
+            time.sleep(float(response.headers.get("Retry-After", "1")))
+        if response.status_code >= 400:
+            raise _error(response)
+        return response.json() if response.content else None
+
+
+def _error(response: httpx.Response) -> StepscopeError:
+    try:
+        body: Any = response.json()
+    except ValueError:
+        body = {"detail": response.text[:500]}
+    if isinstance(body, dict) and isinstance(body.get("detail"), str):
+        message = body["detail"]
+    elif isinstance(body, dict) and body.get("errors") and isinstance(body["errors"], list):
+        # A refused push answers with its import, whose errors name each bad record.
+        message = "; ".join(_record_error(e) for e in body["errors"][:3])
+    else:
+        message = f"{response.request.method} {response.request.url.path} refused: {body}"
+    return StepscopeError(message, status=response.status_code, errors=body)
+
+
+def _record_error(error: Any) -> str:
+    if not isinstance(error, dict):
+        return str(error)
+    where = error.get("location", "")
+    if error.get("field"):
+        where = f"{where}, field {error['field']!r}"
+    return f"{where}: {error.get('message', '')}"
+
+
+def _chunks(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    if size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk

@@ -1,0 +1,58 @@
+"""Trajectories as the JSON push takes them: Stepscope's own format (docs/formats.md).
+
+A record may be a dict already in that format, Stepscope's ``ParsedTrajectory`` dataclass
+(what its parsers return, recognised by its fields so the client needs no Stepscope code;
+written as ``trajectories.formats.stepscope.to_record`` writes it, which a test checks),
+or any other dataclass whose fields are the format's."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+
+def trajectory_record(record: Any) -> dict[str, Any]:
+    """The JSON object the push sends for ``record``."""
+    if isinstance(record, Mapping):
+        return dict(record)
+    if hasattr(record, "external_id") and hasattr(record, "steps"):
+        return _parsed_trajectory_record(record)
+    if dataclasses.is_dataclass(record) and not isinstance(record, type):
+        return dataclasses.asdict(record)
+    raise TypeError(f"expected a dict or a dataclass, got {type(record).__name__}")
+
+
+def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
+    steps = list(trajectory.steps)
+    labels_by_step: dict[int, list[dict[str, Any]]] = {}
+    for label in trajectory.labels:
+        if not 0 <= label.step_index < len(steps):
+            raise ValueError(f"label for step {label.step_index} is outside the trajectory")
+        labels_by_step.setdefault(label.step_index, []).append(
+            {"annotator": label.annotator, "value": label.value}
+        )
+    return {
+        "id": trajectory.external_id,
+        "task": trajectory.task,
+        "task_key": trajectory.task_key,
+        "ground_truth": trajectory.ground_truth,
+        "model": trajectory.model_name,
+        "outcome": {"reward": trajectory.outcome_reward, "success": trajectory.success},
+        "first_error_index": trajectory.first_error_index,
+        "metadata": trajectory.metadata,
+        "steps": [
+            {
+                "kind": step.kind,
+                "role": step.role,
+                "content": step.content,
+                "labelable": step.labelable,
+                "agent": step.agent,
+                "tool_name": step.tool_name,
+                "tool_args": step.tool_args,
+                "metadata": step.metadata,
+                "labels": labels_by_step.get(index, []),
+            }
+            for index, step in enumerate(steps)
+        ],
+    }
