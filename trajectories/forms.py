@@ -8,7 +8,18 @@ from typing import Any
 
 from django import forms
 
+from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters
+
+
+class ProjectCreateForm(forms.ModelForm):
+    """A new project; its slug is checked for uniqueness here (a form error on ``slug``)."""
+
+    class Meta:
+        model = Project
+        fields = ("name", "slug", "guidelines")
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 3})}
+        help_texts = {"slug": "Letters, digits, - and _; the project's address: /p/<slug>/."}
 
 
 class TrajectoryFilterForm(forms.Form):

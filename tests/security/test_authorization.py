@@ -64,7 +64,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "token-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
     "token-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 404 404 302"},
     # Browse pages.
-    "project-list": {"GET": "login 200 200 200 200", "POST": "login 405 405 405 405"},
+    # Any signed-in user may create a project (STEPSCOPE_PROJECT_CREATORS=any); an empty
+    # form re-renders with its errors.
+    "project-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
     "project-home": _GET_ONLY,
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
@@ -132,7 +134,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-root": _API_LIST,
     "api:api-schema": _PUBLIC,
     "api:api-docs": _PUBLIC,
-    "api:project-list": _API_LIST,
+    # Any signed-in user may create a project: an empty body is a 400.
+    "api:project-list": _API_LIST_CREATE,
     "api:project-detail": _API_OBJECT,
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,

@@ -15,6 +15,7 @@ from trajectories.services.projects import (
     imported_annotator,
     membership_set,
     project_create,
+    project_creation_allowed,
 )
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "membership_set",
     "parser_get",
     "project_create",
+    "project_creation_allowed",
     "trajectory_import",
     "trajectory_records_import",
 ]

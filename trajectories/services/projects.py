@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.contrib.auth.models import User
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
 from trajectories.models import Membership, Project
@@ -24,6 +25,14 @@ def project_created_register(name: str) -> Callable[[ProjectHook], ProjectHook]:
         return hook
 
     return register
+
+
+def project_creation_allowed(user: User | AnonymousUser) -> bool:
+    """Whether ``user`` may create projects: ``STEPSCOPE_PROJECT_CREATORS`` is ``any``
+    (every signed-in user) or ``staff``."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    return settings.STEPSCOPE_PROJECT_CREATORS == "any" or user.is_staff
 
 
 def project_create(
