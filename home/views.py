@@ -1,5 +1,6 @@
-"""The project list and a project's home, which gathers each app's numbers: trajectories
-and steps, labelled steps, and the scoring and rollout sections (their templates)."""
+"""The project list (and the form that creates a project), a project's home, which
+gathers each app's numbers: trajectories and steps, labelled steps, and the scoring and
+rollout sections (their templates), and the members page of the project's admins."""
 
 from __future__ import annotations
 
@@ -10,13 +11,21 @@ from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import redirect, render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.selectors import labelled_step_count
 from trajectories import selectors
-from trajectories.forms import ProjectCreateForm
-from trajectories.services import project_create, project_creation_allowed
+from trajectories.forms import MemberAddForm, MemberRoleForm, ProjectCreateForm
+from trajectories.models import Membership, Project
+from trajectories.services import (
+    MemberError,
+    member_add,
+    member_remove,
+    member_role_set,
+    project_create,
+    project_creation_allowed,
+)
 
 
 @login_required
@@ -57,3 +66,100 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
         "import_batches": selectors.import_batches_recent(project),
     }
     return render(request, "home/project_home.html", context)
+
+
+def _project_for_admin(request: HttpRequest, slug: str) -> Project:
+    """The project, for its admins: outsiders get 404, other members 403."""
+    project = selectors.project_get_for_user(request.user, slug)
+    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
+        raise PermissionDenied("Only project admins manage members.")
+    return project
+
+
+def _members_page(
+    request: HttpRequest,
+    project: Project,
+    *,
+    form: MemberAddForm | None = None,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    context = {
+        "project": project,
+        "members": selectors.project_members(project),
+        "events": selectors.membership_events_recent(project),
+        "form": form or MemberAddForm(),
+        "roles": Membership.Role.choices,
+        "error": error,
+    }
+    return render(request, "home/members.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def member_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """The members and their changes; the form adds an existing user with a role."""
+    project = _project_for_admin(request, slug)
+    if request.method != "POST":
+        return _members_page(request, project)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = member_add(
+                project=project,
+                actor=cast(User, request.user),
+                username=form.cleaned_data["username"],
+                role=form.cleaned_data["role"],
+            )
+        except MemberError as error:
+            form.add_error(error.field, error.message)
+        else:
+            name = membership.user.get_username()
+            messages.success(request, f"{name} added as {membership.role}.")
+            return redirect("member-list", slug=project.slug)
+    return _members_page(request, project, form=form, status=400)
+
+
+def _after_change(request: HttpRequest, project: Project) -> HttpResponse:
+    """Back to the members page, or to the project if the admin gave up their own role."""
+    if selectors.membership_role(request.user, project) == Membership.Role.ADMIN:
+        return redirect("member-list", slug=project.slug)
+    if selectors.membership_role(request.user, project) is not None:
+        return redirect("project-home", slug=project.slug)
+    return redirect("project-list")
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    project = _project_for_admin(request, slug)
+    membership = get_object_or_404(
+        Membership.objects.select_related("user"), pk=pk, project=project
+    )
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        roles = ", ".join(Membership.Role.values)
+        return _members_page(request, project, error=f"role: choose one of {roles}.", status=400)
+    try:
+        membership = member_role_set(
+            membership=membership, actor=cast(User, request.user), role=form.cleaned_data["role"]
+        )
+    except MemberError as error:
+        return _members_page(request, project, error=f"{error.field}: {error.message}", status=400)
+    messages.success(request, f"{membership.user.get_username()} is now {membership.role}.")
+    return _after_change(request, project)
+
+
+@login_required
+@require_POST
+def member_remove_view(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    project = _project_for_admin(request, slug)
+    membership = get_object_or_404(
+        Membership.objects.select_related("user"), pk=pk, project=project
+    )
+    try:
+        member_remove(membership=membership, actor=cast(User, request.user))
+    except MemberError as error:
+        return _members_page(request, project, error=f"{error.field}: {error.message}", status=400)
+    messages.success(request, f"{membership.user.get_username()} removed from the project.")
+    return _after_change(request, project)

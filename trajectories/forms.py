@@ -8,7 +8,7 @@ from typing import Any
 
 from django import forms
 
-from trajectories.models import Project
+from trajectories.models import Membership, Project
 from trajectories.selectors import TrajectoryFilters
 
 
@@ -20,6 +20,15 @@ class ProjectCreateForm(forms.ModelForm):
         fields = ("name", "slug", "guidelines")
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 3})}
         help_texts = {"slug": "Letters, digits, - and _; the project's address: /p/<slug>/."}
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="An existing account's username.")
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.ANNOTATOR)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)
 
 
 class TrajectoryFilterForm(forms.Form):

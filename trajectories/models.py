@@ -52,6 +52,47 @@ class Membership(models.Model):
         return f"{self.user} in {self.project} as {self.role}"
 
 
+class MembershipEvent(models.Model):
+    """One change to a project's members, kept for the members page: who made it, when,
+    and what (the member's role before and after; blank where there was none). The member
+    is named by username too, so the record outlives the account."""
+
+    class Action(models.TextChoices):
+        ADDED = "added"
+        ROLE_CHANGED = "role_changed"
+        REMOVED = "removed"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="membership_events")
+    actor = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    member = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    member_username = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=Action.choices)
+    role_before = models.CharField(max_length=20, blank=True)
+    role_after = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at", "-id"]
+        indexes: ClassVar = [
+            models.Index(fields=["project", "-created_at"], name="membership_event_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.member_username} in {self.project}"
+
+
 class ImportBatch(Job):
     KIND = "import"
 

@@ -26,6 +26,7 @@ from django.http import Http404
 from trajectories.models import (
     ImportBatch,
     Membership,
+    MembershipEvent,
     Project,
     Step,
     Trajectory,
@@ -55,6 +56,17 @@ def project_get_for_user(user: AnyUser, slug: str) -> Project:
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_members(project: Project) -> QuerySet[Membership]:
+    return (
+        Membership.objects.filter(project=project).select_related("user").order_by("user__username")
+    )
+
+
+def membership_events_recent(project: Project, limit: int = 200) -> QuerySet[MembershipEvent]:
+    """The project's latest member changes, newest first."""
+    return MembershipEvent.objects.filter(project=project).select_related("actor")[:limit]
 
 
 def trajectory_get_for_user(user: AnyUser, pk: int) -> Trajectory:

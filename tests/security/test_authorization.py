@@ -68,6 +68,11 @@ ACCESS: dict[str, dict[str, str]] = {
     # form re-renders with its errors.
     "project-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
     "project-home": _GET_ONLY,
+    # Members: the project admin's. An empty form or a missing role is a 400 that names the
+    # field; the world's second annotator can be removed (302 back to the page).
+    "member-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
+    "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    "member-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,

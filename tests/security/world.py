@@ -61,6 +61,8 @@ class World:
     policy: Policy
     rollout_job: RolloutJob
     label: StepLabel
+    # A member the admin may change or remove (the second annotator's membership).
+    membership: Membership
     export_file: str
     # The start of the admin's API token (``accounts.ApiToken.token_key``).
     api_token_key: str
@@ -103,6 +105,7 @@ class World:
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
             ("projects", self.project.slug),
+            ("p/<slug:slug>/members/", self.membership.pk),
         ]
         for prefix, pk in by_prefix:
             if plain.startswith(prefix):
@@ -285,7 +288,9 @@ def build_world(
         users[role] = user
     users["outsider"] = UserFactory.create(username="outsider")
     other = UserFactory.create(username="annotator2")
-    MembershipFactory.create(user=other, project=project, role=Membership.Role.ANNOTATOR)
+    other_membership = MembershipFactory.create(
+        user=other, project=project, role=Membership.Role.ANNOTATOR
+    )
 
     schema = LabelSchema.objects.get(project=project, is_active=True)
     schema.error_tags = ["calculation error", f"tag {text}"]
@@ -422,6 +427,7 @@ def build_world(
         policy=policy,
         rollout_job=rollout_job,
         label=label,
+        membership=other_membership,
         export_file="train.jsonl",
         api_token_key=api_token.token_key,
     )

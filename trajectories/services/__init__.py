@@ -10,6 +10,12 @@ from trajectories.services.imports import (
     trajectory_import,
     trajectory_records_import,
 )
+from trajectories.services.members import (
+    MemberError,
+    member_add,
+    member_remove,
+    member_role_set,
+)
 from trajectories.services.projects import (
     IMPORTED_ANNOTATOR_PREFIX,
     imported_annotator,
@@ -21,10 +27,14 @@ from trajectories.services.projects import (
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
     "ImportRejected",
+    "MemberError",
     "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",
     "imported_annotator",
+    "member_add",
+    "member_remove",
+    "member_role_set",
     "membership_set",
     "parser_get",
     "project_create",

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
-from trajectories.models import Membership, Project
+from trajectories.models import Membership, MembershipEvent, Project
 
 IMPORTED_ANNOTATOR_PREFIX = "import:"
 
@@ -46,6 +46,14 @@ def project_create(
             hook(project)
         if owner is not None:
             Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
+            MembershipEvent.objects.create(
+                project=project,
+                actor=owner,
+                member=owner,
+                member_username=owner.get_username(),
+                action=MembershipEvent.Action.ADDED,
+                role_after=Membership.Role.ADMIN,
+            )
     return project
 
 
