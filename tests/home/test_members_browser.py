@@ -1,0 +1,69 @@
+"""A new team's first minutes in a real browser: a user creates a project from the
+project list, lands on its home as admin, opens the members page, adds a colleague,
+changes the colleague's role and is refused removing the last admin. The pages fit a
+phone's width."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from tests.factories import UserFactory
+from tests.screens import shot
+from trajectories.models import Membership, MembershipEvent
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "pw-for-tests"
+
+
+def fits_the_screen(page: Any) -> bool:
+    return bool(
+        page.evaluate(
+            "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+    )
+
+
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_create_a_project_then_manage_its_members(
+    page: Any, live_server: Any, width: int, height: int
+) -> None:
+    UserFactory.create(username="founder")
+    colleague = UserFactory.create(username="colleague")
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "founder")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+
+    page.wait_for_selector("#project-form")
+    page.fill("#id_name", "Math PRM")
+    page.fill("#id_slug", "math-prm")
+    page.fill("#id_guidelines", "Mark the first wrong step.")
+    shot(page, f"project-create-{width}")
+    page.click("#project-form button[type=submit]")
+    page.wait_for_selector("#members-link")
+    assert "you are its admin" in page.inner_text("#flash")
+
+    page.click("#members-link")
+    page.wait_for_selector("#member-form")
+    page.fill("#id_username", "colleague")
+    page.select_option("#id_role", "annotator")
+    page.click("#member-form button[type=submit]")
+    page.wait_for_selector("#member-table >> text=colleague")
+    membership = Membership.objects.get(user=colleague)
+    page.select_option(f"#role-{membership.pk}", "researcher")
+    page.click(f"#member-{membership.pk} .member-role-form button")
+    page.wait_for_selector("#member-events >> text=changed colleague from annotator to researcher")
+    assert Membership.objects.get(user=colleague).role == "researcher"
+
+    founder = Membership.objects.get(user__username="founder")
+    page.click(f"#member-{founder.pk} .member-actions button")
+    page.wait_for_selector("#member-error")
+    assert "last admin" in page.inner_text("#member-error")
+    assert fits_the_screen(page)
+    shot(page, f"members-{width}")
+    assert MembershipEvent.objects.filter(project__slug="math-prm").count() == 3
