@@ -8,4 +8,6 @@ urlpatterns = [
     path("p/<slug:slug>/members/", views.member_list, name="member-list"),
     path("p/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("p/<slug:slug>/members/<int:pk>/remove/", views.member_remove_view, name="member-remove"),
+    path("p/<slug:slug>/members/invites/", views.invite_new, name="invite-new"),
+    path("invite/<str:secret>/", views.invite_accept_view, name="invite-accept"),
 ]

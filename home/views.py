@@ -7,19 +7,26 @@ from __future__ import annotations
 from typing import cast
 
 from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.selectors import labelled_step_count
 from trajectories import selectors
-from trajectories.forms import MemberAddForm, MemberRoleForm, ProjectCreateForm
+from trajectories.forms import InviteAcceptForm, MemberAddForm, MemberRoleForm, ProjectCreateForm
 from trajectories.models import Membership, Project
 from trajectories.services import (
+    INVITE_DAYS,
+    InviteUnusable,
     MemberError,
+    invite_accept,
+    invite_create,
+    invite_get_usable,
     member_add,
     member_remove,
     member_role_set,
@@ -82,14 +89,18 @@ def _members_page(
     *,
     form: MemberAddForm | None = None,
     error: str = "",
+    invite_link: str = "",
     status: int = 200,
 ) -> HttpResponse:
     context = {
         "project": project,
         "members": selectors.project_members(project),
         "events": selectors.membership_events_recent(project),
+        "invites": selectors.invites_pending(project),
         "form": form or MemberAddForm(),
         "roles": Membership.Role.choices,
+        "invite_days": INVITE_DAYS,
+        "invite_link": invite_link,
         "error": error,
     }
     return render(request, "home/members.html", context, status=status)
@@ -163,3 +174,63 @@ def member_remove_view(request: HttpRequest, slug: str, pk: int) -> HttpResponse
         return _members_page(request, project, error=f"{error.field}: {error.message}", status=400)
     messages.success(request, f"{membership.user.get_username()} removed from the project.")
     return _after_change(request, project)
+
+
+@login_required
+@require_POST
+def invite_new(request: HttpRequest, slug: str) -> HttpResponse:
+    """A one-time invite link with a role, shown once on the members page."""
+    project = _project_for_admin(request, slug)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        roles = ", ".join(Membership.Role.values)
+        return _members_page(request, project, error=f"role: choose one of {roles}.", status=400)
+    _, secret = invite_create(
+        project=project, actor=cast(User, request.user), role=form.cleaned_data["role"]
+    )
+    link = request.build_absolute_uri(reverse("invite-accept", args=[secret]))
+    return _members_page(request, project, invite_link=link, status=201)
+
+
+_UNUSABLE = {
+    "unknown": "This invite link is not known. Check that you copied all of it.",
+    "used": "This invite link has already been used; each link works once.",
+    "expired": "This invite link has expired.",
+}
+
+
+@require_http_methods(["GET", "POST"])
+def invite_accept_view(request: HttpRequest, secret: str) -> HttpResponse:
+    """Open to anyone with the link: choose a username and password, join, signed in."""
+    try:
+        invite = invite_get_usable(secret)
+    except InviteUnusable as unusable:
+        context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
+        status = 404 if unusable.reason == "unknown" else 410
+        return render(request, "home/invite_unusable.html", context, status=status)
+    form = InviteAcceptForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                membership = invite_accept(
+                    secret=secret,
+                    username=form.cleaned_data["username"],
+                    password=form.cleaned_data["password"],
+                )
+            except InviteUnusable as unusable:
+                context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
+                return render(request, "home/invite_unusable.html", context, status=410)
+            except MemberError as error:
+                form.add_error(error.field, error.message)
+            else:
+                login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+                messages.success(
+                    request,
+                    f"Welcome, {membership.user.get_username()}: you are {membership.role}.",
+                )
+                return redirect("project-home", slug=membership.project.slug)
+        status = 400
+    else:
+        status = 200
+    page = {"invite": invite, "form": form, "invited_project": invite.project}
+    return render(request, "home/invite_accept.html", page, status=status)

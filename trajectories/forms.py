@@ -31,6 +31,18 @@ class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(choices=Membership.Role.choices)
 
 
+class InviteAcceptForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput, strip=False)
+    password_again = forms.CharField(widget=forms.PasswordInput, strip=False, label="Again")
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        if cleaned.get("password") and cleaned.get("password") != cleaned.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return cleaned
+
+
 class TrajectoryFilterForm(forms.Form):
     outcome = forms.ChoiceField(
         required=False,

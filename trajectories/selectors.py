@@ -22,11 +22,13 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
+from django.utils import timezone
 
 from trajectories.models import (
     ImportBatch,
     Membership,
     MembershipEvent,
+    MembershipInvite,
     Project,
     Step,
     Trajectory,
@@ -67,6 +69,13 @@ def project_members(project: Project) -> QuerySet[Membership]:
 def membership_events_recent(project: Project, limit: int = 200) -> QuerySet[MembershipEvent]:
     """The project's latest member changes, newest first."""
     return MembershipEvent.objects.filter(project=project).select_related("actor")[:limit]
+
+
+def invites_pending(project: Project) -> QuerySet[MembershipInvite]:
+    """The project's invite links that can still be used, newest first."""
+    return MembershipInvite.objects.filter(
+        project=project, used_at__isnull=True, expires_at__gt=timezone.now()
+    ).select_related("created_by")
 
 
 def trajectory_get_for_user(user: AnyUser, pk: int) -> Trajectory:

@@ -27,6 +27,8 @@ pytestmark = pytest.mark.django_db
 
 # Free text of the world; an outsider or an anonymous visitor must never read it.
 MARK = "W0RLD-MARK"
+# Pages that show the project's name to whoever holds their link, which is the credential.
+LINK_HOLDER_PAGES = {"invite-accept"}
 
 # Read-only pages and partials: they refuse other methods.
 _GET_ONLY = {"GET": "login 404 200 200 200", "POST": "login 405 405 405 405"}
@@ -73,6 +75,11 @@ ACCESS: dict[str, dict[str, str]] = {
     "member-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
     "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
     "member-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    # An admin makes invite links (an empty form has no role: 400).
+    "invite-new": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    # The link is the credential: whoever holds it sees the form (and the project's name);
+    # an empty form is a 400.
+    "invite-accept": {"GET": "200 200 200 200 200", "POST": "400 400 400 400 400"},
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,
@@ -221,7 +228,8 @@ def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
                 got = outcome(response)
                 if got != want:
                     wrong.append(f"{method} {route.path(world)} as {role}: {got}, expected {want}")
-                if role in ("anonymous", "outsider") and MARK in body(response):
+                outside = role in ("anonymous", "outsider")
+                if outside and route.key not in LINK_HOLDER_PAGES and MARK in body(response):
                     leaks.append(f"{method} {route.path(world)} as {role}")
     assert not wrong, "\n".join(wrong)
     assert not leaks, "the project's content reached non-members:\n" + "\n".join(leaks)

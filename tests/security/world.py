@@ -37,7 +37,7 @@ from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
 from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters
-from trajectories.services import project_create
+from trajectories.services import invite_create, project_create
 
 ROLES = ("anonymous", "outsider", "annotator", "researcher", "admin")
 
@@ -63,6 +63,8 @@ class World:
     label: StepLabel
     # A member the admin may change or remove (the second annotator's membership).
     membership: Membership
+    # The secret of an open invite link (annotator role) made by the admin.
+    invite_secret: str
     export_file: str
     # The start of the admin's API token (``accounts.ApiToken.token_key``).
     api_token_key: str
@@ -84,6 +86,8 @@ class World:
             values["pk"] = self._pk_for(route)
         if "key" in _names(route):
             values["key"] = self.api_token_key
+        if "secret" in _names(route):
+            values["secret"] = self.invite_secret
         return values
 
     def _pk_for(self, route: str) -> Any:
@@ -410,6 +414,7 @@ def build_world(
         created_by=users["admin"],
     )
     api_token, _ = api_token_create(user=users["admin"], name=f"token {text}")
+    _, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
     return World(
         project=project,
         users=users,
@@ -428,6 +433,7 @@ def build_world(
         rollout_job=rollout_job,
         label=label,
         membership=other_membership,
+        invite_secret=invite_secret,
         export_file="train.jsonl",
         api_token_key=api_token.token_key,
     )

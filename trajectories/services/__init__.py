@@ -10,6 +10,13 @@ from trajectories.services.imports import (
     trajectory_import,
     trajectory_records_import,
 )
+from trajectories.services.invites import (
+    INVITE_DAYS,
+    InviteUnusable,
+    invite_accept,
+    invite_create,
+    invite_get_usable,
+)
 from trajectories.services.members import (
     MemberError,
     member_add,
@@ -26,12 +33,17 @@ from trajectories.services.projects import (
 
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
+    "INVITE_DAYS",
     "ImportRejected",
+    "InviteUnusable",
     "MemberError",
     "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",
     "imported_annotator",
+    "invite_accept",
+    "invite_create",
+    "invite_get_usable",
     "member_add",
     "member_remove",
     "member_role_set",

@@ -20,7 +20,7 @@ class MemberError(Exception):
         self.message = message
 
 
-def _role_checked(role: str) -> str:
+def role_checked(role: str) -> str:
     if role not in Membership.Role.values:
         raise MemberError("role", f"{role!r} is not a role (use {', '.join(Membership.Role)}).")
     return role
@@ -59,7 +59,7 @@ def _refuse_losing_the_last_admin(membership: Membership) -> None:
 
 
 def member_add(*, project: Project, actor: User, username: str, role: str) -> Membership:
-    _role_checked(role)
+    role_checked(role)
     user = User.objects.filter(username=username.strip(), is_active=True).first()
     if user is None:
         raise MemberError("username", f"No user is named {username.strip()!r}.")
@@ -82,7 +82,7 @@ def member_add(*, project: Project, actor: User, username: str, role: str) -> Me
 
 
 def member_role_set(*, membership: Membership, actor: User, role: str) -> Membership:
-    _role_checked(role)
+    role_checked(role)
     with transaction.atomic():
         membership = (
             Membership.objects.select_for_update().select_related("user").get(pk=membership.pk)
