@@ -13,6 +13,7 @@ from django.urls import reverse
 from tests.factories import UserFactory
 from tests.screens import shot
 from trajectories.models import Membership, MembershipEvent
+from trajectories.services import project_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -67,3 +68,40 @@ def test_create_a_project_then_manage_its_members(
     assert fits_the_screen(page)
     shot(page, f"members-{width}")
     assert MembershipEvent.objects.filter(project__slug="math-prm").count() == 3
+
+
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_an_invite_link_lets_a_newcomer_join_once(
+    page: Any, live_server: Any, width: int, height: int
+) -> None:
+    admin = UserFactory.create(username="founder")
+    project = project_create(slug="math-prm", name="Math PRM", owner=admin)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "founder")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(live_server.url + reverse("member-list", args=[project.slug]))
+    page.select_option("#invite-role", "researcher")
+    page.click("#invite-form button[type=submit]")
+    link = page.inner_text("#invite-link code")
+    assert fits_the_screen(page)
+    shot(page, f"members-invite-{width}")
+
+    newcomer = page.context.browser.new_context(viewport={"width": width, "height": height})
+    tab = newcomer.new_page()
+    tab.goto(link)
+    tab.fill("#id_username", "newbie")
+    tab.fill("#id_password", "a long passphrase 42")
+    tab.fill("#id_password_again", "a long passphrase 42")
+    assert fits_the_screen(tab)
+    shot(tab, f"invite-accept-{width}")
+    tab.click("#invite-form button[type=submit]")
+    tab.wait_for_selector("#project-stats")
+    assert "you are researcher" in tab.inner_text("#flash")
+    assert Membership.objects.get(user__username="newbie").role == "researcher"
+
+    tab.goto(link)
+    assert "already been used" in tab.inner_text("#invite-unusable")
+    shot(tab, f"invite-used-{width}")
+    newcomer.close()
