@@ -11,7 +11,7 @@ import pytest
 from django.urls import reverse
 
 from tests.factories import UserFactory
-from tests.screens import shot
+from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Membership, MembershipEvent
 from trajectories.services import project_create
 
@@ -20,12 +20,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 PASSWORD = "pw-for-tests"
 
 
-def fits_the_screen(page: Any) -> bool:
-    return bool(
-        page.evaluate(
-            "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
-        )
-    )
+def reads_well(page: Any) -> bool:
+    """One h1, every control labelled, nothing wider than the screen."""
+    assert page.locator("h1").count() == 1
+    assert page.evaluate(UNLABELLED) == []
+    assert page.evaluate(WIDEST, page.viewport_size["width"]) == []
+    return True
 
 
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
@@ -44,6 +44,7 @@ def test_create_a_project_then_manage_its_members(
     page.fill("#id_name", "Math PRM")
     page.fill("#id_slug", "math-prm")
     page.fill("#id_guidelines", "Mark the first wrong step.")
+    assert reads_well(page)
     shot(page, f"project-create-{width}")
     page.click("#project-form button[type=submit]")
     page.wait_for_selector("#members-link")
@@ -65,7 +66,7 @@ def test_create_a_project_then_manage_its_members(
     page.click(f"#member-{founder.pk} .member-actions button")
     page.wait_for_selector("#member-error")
     assert "last admin" in page.inner_text("#member-error")
-    assert fits_the_screen(page)
+    assert reads_well(page)
     shot(page, f"members-{width}")
     assert MembershipEvent.objects.filter(project__slug="math-prm").count() == 3
 
@@ -85,7 +86,7 @@ def test_an_invite_link_lets_a_newcomer_join_once(
     page.select_option("#invite-role", "researcher")
     page.click("#invite-form button[type=submit]")
     link = page.inner_text("#invite-link code")
-    assert fits_the_screen(page)
+    assert reads_well(page)
     shot(page, f"members-invite-{width}")
 
     newcomer = page.context.browser.new_context(viewport={"width": width, "height": height})
@@ -94,7 +95,7 @@ def test_an_invite_link_lets_a_newcomer_join_once(
     tab.fill("#id_username", "newbie")
     tab.fill("#id_password", "a long passphrase 42")
     tab.fill("#id_password_again", "a long passphrase 42")
-    assert fits_the_screen(tab)
+    assert reads_well(tab)
     shot(tab, f"invite-accept-{width}")
     tab.click("#invite-form button[type=submit]")
     tab.wait_for_selector("#project-stats")
@@ -103,5 +104,6 @@ def test_an_invite_link_lets_a_newcomer_join_once(
 
     tab.goto(link)
     assert "already been used" in tab.inner_text("#invite-unusable")
+    assert reads_well(tab)
     shot(tab, f"invite-used-{width}")
     newcomer.close()
