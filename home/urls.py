@@ -9,5 +9,8 @@ urlpatterns = [
     path("p/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
     path("p/<slug:slug>/members/<int:pk>/remove/", views.member_remove_view, name="member-remove"),
     path("p/<slug:slug>/members/invites/", views.invite_new, name="invite-new"),
+    path(
+        "p/<slug:slug>/members/invites/<int:pk>/revoke/", views.invite_revoke, name="invite-revoke"
+    ),
     path("invite/<str:secret>/", views.invite_accept_view, name="invite-accept"),
 ]

@@ -19,7 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from labeling.selectors import labelled_step_count
 from trajectories import selectors
 from trajectories.forms import InviteAcceptForm, MemberAddForm, MemberRoleForm, ProjectCreateForm
-from trajectories.models import Membership, Project
+from trajectories.models import Membership, MembershipInvite, Project
 from trajectories.services import (
     INVITE_DAYS,
     InviteUnusable,
@@ -190,6 +190,17 @@ def invite_new(request: HttpRequest, slug: str) -> HttpResponse:
     )
     link = request.build_absolute_uri(reverse("invite-accept", args=[secret]))
     return _members_page(request, project, invite_link=link, status=201)
+
+
+@login_required
+@require_POST
+def invite_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Deletes an open link: whoever opens it later is told it is not known."""
+    project = _project_for_admin(request, slug)
+    invite = get_object_or_404(MembershipInvite, pk=pk, project=project, used_at__isnull=True)
+    invite.delete()
+    messages.success(request, f"The {invite.role} invite link no longer works.")
+    return redirect("member-list", slug=project.slug)
 
 
 _UNUSABLE = {

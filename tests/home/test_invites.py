@@ -138,3 +138,17 @@ def test_a_role_that_does_not_exist_makes_no_link(project: Project, owner: User)
     assert response.status_code == 400
     assert "role: choose one of" in response.content.decode()
     assert not MembershipInvite.objects.exists()
+
+
+def test_an_admin_revokes_an_open_link(project: Project, owner: User, annotator: User) -> None:
+    invite, secret = invite_create(project=project, actor=owner, role="admin")
+    revoke = reverse("invite-revoke", args=[project.slug, invite.pk])
+    assert signed_in(annotator).post(revoke).status_code == 403
+
+    response = signed_in(owner).post(revoke)
+
+    assert response.status_code == 302
+    assert not MembershipInvite.objects.exists()
+    opened = Client().post(reverse("invite-accept", args=[secret]), GOOD)
+    assert opened.status_code == 404
+    assert not User.objects.filter(username="newbie").exists()

@@ -77,6 +77,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "member-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     # An admin makes invite links (an empty form has no role: 400).
     "invite-new": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    "invite-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     # The link is the credential: whoever holds it sees the form (and the project's name);
     # an empty form is a 400.
     "invite-accept": {"GET": "200 200 200 200 200", "POST": "400 400 400 400 400"},

@@ -35,7 +35,14 @@ from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepS
 from tests.factories import MembershipFactory, TrajectoryFactory, UserFactory
 from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
-from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
+from trajectories.models import (
+    ImportBatch,
+    Membership,
+    MembershipInvite,
+    Project,
+    Step,
+    Trajectory,
+)
 from trajectories.selectors import TrajectoryFilters
 from trajectories.services import invite_create, project_create
 
@@ -63,7 +70,8 @@ class World:
     label: StepLabel
     # A member the admin may change or remove (the second annotator's membership).
     membership: Membership
-    # The secret of an open invite link (annotator role) made by the admin.
+    # An open invite link (annotator role) made by the admin, and its secret.
+    invite: MembershipInvite
     invite_secret: str
     export_file: str
     # The start of the admin's API token (``accounts.ApiToken.token_key``).
@@ -109,6 +117,7 @@ class World:
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
             ("projects", self.project.slug),
+            ("p/<slug:slug>/members/invites/", self.invite.pk),
             ("p/<slug:slug>/members/", self.membership.pk),
         ]
         for prefix, pk in by_prefix:
@@ -414,7 +423,7 @@ def build_world(
         created_by=users["admin"],
     )
     api_token, _ = api_token_create(user=users["admin"], name=f"token {text}")
-    _, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
+    invite, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
     return World(
         project=project,
         users=users,
@@ -433,6 +442,7 @@ def build_world(
         rollout_job=rollout_job,
         label=label,
         membership=other_membership,
+        invite=invite,
         invite_secret=invite_secret,
         export_file="train.jsonl",
         api_token_key=api_token.token_key,
