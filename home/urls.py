@@ -5,4 +5,12 @@ from home import views
 urlpatterns = [
     path("", views.project_list, name="project-list"),
     path("p/<slug:slug>/", views.project_home, name="project-home"),
+    path("p/<slug:slug>/members/", views.member_list, name="member-list"),
+    path("p/<slug:slug>/members/<int:pk>/role/", views.member_role, name="member-role"),
+    path("p/<slug:slug>/members/<int:pk>/remove/", views.member_remove_view, name="member-remove"),
+    path("p/<slug:slug>/members/invites/", views.invite_new, name="invite-new"),
+    path(
+        "p/<slug:slug>/members/invites/<int:pk>/revoke/", views.invite_revoke, name="invite-revoke"
+    ),
+    path("invite/<str:secret>/", views.invite_accept_view, name="invite-accept"),
 ]

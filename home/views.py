@@ -1,22 +1,64 @@
-"""The project list and a project's home, which gathers each app's numbers: trajectories
-and steps, labelled steps, and the scoring and rollout sections (their templates)."""
+"""The project list (and the form that creates a project), a project's home, which
+gathers each app's numbers: trajectories and steps, labelled steps, and the scoring and
+rollout sections (their templates), and the members page of the project's admins."""
 
 from __future__ import annotations
 
+from typing import cast
+
+from django.contrib import messages
+from django.contrib.auth import login
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.selectors import labelled_step_count
 from trajectories import selectors
+from trajectories.forms import InviteAcceptForm, MemberAddForm, MemberRoleForm, ProjectCreateForm
+from trajectories.models import Membership, MembershipInvite, Project
+from trajectories.services import (
+    INVITE_DAYS,
+    InviteUnusable,
+    MemberError,
+    invite_accept,
+    invite_create,
+    invite_get_usable,
+    member_add,
+    member_remove,
+    member_role_set,
+    project_create,
+    project_creation_allowed,
+)
 
 
 @login_required
-@require_GET
+@require_http_methods(["GET", "POST"])
 def project_list(request: HttpRequest) -> HttpResponse:
-    projects = selectors.project_list_for_user(request.user)
-    return render(request, "home/project_list.html", {"projects": projects})
+    """The user's projects, and the form that creates one (its creator becomes its admin)."""
+    may_create = project_creation_allowed(request.user)
+    form = ProjectCreateForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        if not may_create:
+            raise PermissionDenied("Only staff create projects here.")
+        if form.is_valid():
+            project = project_create(
+                owner=cast(User, request.user),
+                slug=form.cleaned_data["slug"],
+                name=form.cleaned_data["name"],
+                guidelines=form.cleaned_data["guidelines"],
+            )
+            messages.success(request, f"Project {project.name!r} created; you are its admin.")
+            return redirect("project-home", slug=project.slug)
+    # A refused form re-renders with its errors.
+    context = {
+        "projects": selectors.project_list_for_user(request.user),
+        "form": form if may_create else None,
+    }
+    return render(request, "home/project_list.html", context)
 
 
 @login_required
@@ -31,3 +73,175 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
         "import_batches": selectors.import_batches_recent(project),
     }
     return render(request, "home/project_home.html", context)
+
+
+def _project_for_admin(request: HttpRequest, slug: str) -> Project:
+    """The project, for its admins: outsiders get 404, other members 403."""
+    project = selectors.project_get_for_user(request.user, slug)
+    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
+        raise PermissionDenied("Only project admins manage members.")
+    return project
+
+
+def _members_page(
+    request: HttpRequest,
+    project: Project,
+    *,
+    form: MemberAddForm | None = None,
+    error: str = "",
+    invite_link: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    context = {
+        "project": project,
+        "members": selectors.project_members(project),
+        "events": selectors.membership_events_recent(project),
+        "invites": selectors.invites_pending(project),
+        "form": form or MemberAddForm(),
+        "roles": Membership.Role.choices,
+        "invite_days": INVITE_DAYS,
+        "invite_link": invite_link,
+        "error": error,
+    }
+    return render(request, "home/members.html", context, status=status)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def member_list(request: HttpRequest, slug: str) -> HttpResponse:
+    """The members and their changes; the form adds an existing user with a role."""
+    project = _project_for_admin(request, slug)
+    if request.method != "POST":
+        return _members_page(request, project)
+    form = MemberAddForm(request.POST)
+    if form.is_valid():
+        try:
+            membership = member_add(
+                project=project,
+                actor=cast(User, request.user),
+                username=form.cleaned_data["username"],
+                role=form.cleaned_data["role"],
+            )
+        except MemberError as error:
+            form.add_error(error.field, error.message)
+        else:
+            name = membership.user.get_username()
+            messages.success(request, f"{name} added as {membership.role}.")
+            return redirect("member-list", slug=project.slug)
+    return _members_page(request, project, form=form, status=400)
+
+
+def _after_change(request: HttpRequest, project: Project) -> HttpResponse:
+    """Back to the members page, or to the project if the admin gave up their own role."""
+    if selectors.membership_role(request.user, project) == Membership.Role.ADMIN:
+        return redirect("member-list", slug=project.slug)
+    if selectors.membership_role(request.user, project) is not None:
+        return redirect("project-home", slug=project.slug)
+    return redirect("project-list")
+
+
+@login_required
+@require_POST
+def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    project = _project_for_admin(request, slug)
+    membership = get_object_or_404(
+        Membership.objects.select_related("user"), pk=pk, project=project
+    )
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        roles = ", ".join(Membership.Role.values)
+        return _members_page(request, project, error=f"role: choose one of {roles}.", status=400)
+    try:
+        membership = member_role_set(
+            membership=membership, actor=cast(User, request.user), role=form.cleaned_data["role"]
+        )
+    except MemberError as error:
+        return _members_page(request, project, error=f"{error.field}: {error.message}", status=400)
+    messages.success(request, f"{membership.user.get_username()} is now {membership.role}.")
+    return _after_change(request, project)
+
+
+@login_required
+@require_POST
+def member_remove_view(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    project = _project_for_admin(request, slug)
+    membership = get_object_or_404(
+        Membership.objects.select_related("user"), pk=pk, project=project
+    )
+    try:
+        member_remove(membership=membership, actor=cast(User, request.user))
+    except MemberError as error:
+        return _members_page(request, project, error=f"{error.field}: {error.message}", status=400)
+    messages.success(request, f"{membership.user.get_username()} removed from the project.")
+    return _after_change(request, project)
+
+
+@login_required
+@require_POST
+def invite_new(request: HttpRequest, slug: str) -> HttpResponse:
+    """A one-time invite link with a role, shown once on the members page."""
+    project = _project_for_admin(request, slug)
+    form = MemberRoleForm(request.POST)
+    if not form.is_valid():
+        roles = ", ".join(Membership.Role.values)
+        return _members_page(request, project, error=f"role: choose one of {roles}.", status=400)
+    _, secret = invite_create(
+        project=project, actor=cast(User, request.user), role=form.cleaned_data["role"]
+    )
+    link = request.build_absolute_uri(reverse("invite-accept", args=[secret]))
+    return _members_page(request, project, invite_link=link, status=201)
+
+
+@login_required
+@require_POST
+def invite_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Deletes an open link: whoever opens it later is told it is not known."""
+    project = _project_for_admin(request, slug)
+    invite = get_object_or_404(MembershipInvite, pk=pk, project=project, used_at__isnull=True)
+    invite.delete()
+    messages.success(request, f"The {invite.role} invite link no longer works.")
+    return redirect("member-list", slug=project.slug)
+
+
+_UNUSABLE = {
+    "unknown": "This invite link is not known. Check that you copied all of it.",
+    "used": "This invite link has already been used; each link works once.",
+    "expired": "This invite link has expired.",
+}
+
+
+@require_http_methods(["GET", "POST"])
+def invite_accept_view(request: HttpRequest, secret: str) -> HttpResponse:
+    """Open to anyone with the link: choose a username and password, join, signed in."""
+    try:
+        invite = invite_get_usable(secret)
+    except InviteUnusable as unusable:
+        context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
+        status = 404 if unusable.reason == "unknown" else 410
+        return render(request, "home/invite_unusable.html", context, status=status)
+    form = InviteAcceptForm(request.POST if request.method == "POST" else None)
+    if request.method == "POST":
+        if form.is_valid():
+            try:
+                membership = invite_accept(
+                    secret=secret,
+                    username=form.cleaned_data["username"],
+                    password=form.cleaned_data["password"],
+                )
+            except InviteUnusable as unusable:
+                context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
+                return render(request, "home/invite_unusable.html", context, status=410)
+            except MemberError as error:
+                form.add_error(error.field, error.message)
+            else:
+                login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
+                messages.success(
+                    request,
+                    f"Welcome, {membership.user.get_username()}: you are {membership.role}.",
+                )
+                return redirect("project-home", slug=membership.project.slug)
+        status = 400
+    else:
+        status = 200
+    page = {"invite": invite, "form": form, "invited_project": invite.project}
+    return render(request, "home/invite_accept.html", page, status=status)

@@ -9,7 +9,7 @@ from pathlib import Path
 import dj_database_url
 
 from stepscope import embedded
-from stepscope.env import ConfigError, env_bool, env_int, env_list, env_str
+from stepscope.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("STEPSCOPE_DATA_DIR", str(BASE_DIR / ".stepscope"))).resolve()
@@ -187,6 +187,10 @@ MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
 # 413 before reading a larger one; bigger files go through `import_trajectories`).
 STEPSCOPE_UPLOAD_MAX_BYTES = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPSCOPE_UPLOAD_MAX_BYTES
+
+# Who may create projects from the project list and the API: any signed-in user, or
+# Django staff only.
+STEPSCOPE_PROJECT_CREATORS = env_choice("STEPSCOPE_PROJECT_CREATORS", "any", ("any", "staff"))
 
 # API tokens: ours (accounts.ApiToken on django-rest-knox: named, stored as a SHA-512
 # digest, optional expiry) start with ``ssk_``; keys without it are DRF authtoken keys

@@ -37,13 +37,31 @@ from trajectories.serializers import (
 )
 
 
-class ProjectViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class ProjectViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.CreateModelMixin,
+    viewsets.GenericViewSet,
+):
+    """``POST`` creates a project (name, slug, guidelines) with its creator as admin, for
+    whoever ``STEPSCOPE_PROJECT_CREATORS`` allows; a taken slug is a 400 on ``slug``."""
+
     serializer_class = ProjectSerializer
     lookup_field = "slug"
     pagination_class = None
 
     def get_queryset(self) -> QuerySet[Project]:
         return projects_for_user(self.request.user).order_by("name")
+
+    def perform_create(self, serializer: Any) -> None:
+        if not services.project_creation_allowed(self.request.user):
+            raise PermissionDenied("Only staff create projects here.")
+        serializer.instance = services.project_create(
+            owner=cast(User, self.request.user),
+            slug=serializer.validated_data["slug"],
+            name=serializer.validated_data["name"],
+            guidelines=serializer.validated_data.get("guidelines", ""),
+        )
 
 
 # The trajectory list page's filters, by the names its query string uses.

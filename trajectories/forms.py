@@ -9,8 +9,40 @@ from typing import Any
 from django import forms
 
 from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+from trajectories.models import Membership, Project
 from trajectories.search import SEARCH_MAX_LENGTH
 from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
+
+
+class ProjectCreateForm(forms.ModelForm):
+    """A new project; its slug is checked for uniqueness here (a form error on ``slug``)."""
+
+    class Meta:
+        model = Project
+        fields = ("name", "slug", "guidelines")
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 3})}
+        help_texts = {"slug": "Letters, digits, - and _; the project's address: /p/<slug>/."}
+
+
+class MemberAddForm(forms.Form):
+    username = forms.CharField(max_length=150, help_text="An existing account's username.")
+    role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.ANNOTATOR)
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(choices=Membership.Role.choices)
+
+
+class InviteAcceptForm(forms.Form):
+    username = forms.CharField(max_length=150)
+    password = forms.CharField(widget=forms.PasswordInput, strip=False)
+    password_again = forms.CharField(widget=forms.PasswordInput, strip=False, label="Again")
+
+    def clean(self) -> dict[str, object]:
+        cleaned = super().clean() or {}
+        if cleaned.get("password") and cleaned.get("password") != cleaned.get("password_again"):
+            self.add_error("password_again", "The two passwords differ.")
+        return cleaned
 
 
 class TrajectoryFilterForm(forms.Form):

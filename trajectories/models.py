@@ -54,6 +54,77 @@ class Membership(models.Model):
         return f"{self.user} in {self.project} as {self.role}"
 
 
+class MembershipEvent(models.Model):
+    """One change to a project's members, kept for the members page: who made it, when,
+    and what (the member's role before and after; blank where there was none). The member
+    is named by username too, so the record outlives the account."""
+
+    class Action(models.TextChoices):
+        ADDED = "added"
+        ROLE_CHANGED = "role_changed"
+        REMOVED = "removed"
+        # Through an invite link: the actor is the admin who made the link.
+        JOINED = "joined"
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="membership_events")
+    actor = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    member = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    member_username = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=Action.choices)
+    role_before = models.CharField(max_length=20, blank=True)
+    role_after = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at", "-id"]
+        indexes: ClassVar = [
+            models.Index(fields=["project", "-created_at"], name="membership_event_project")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} {self.member_username} in {self.project}"
+
+
+class MembershipInvite(models.Model):
+    """A one-time link that lets someone make an account and join with ``role``. Only a
+    SHA-256 digest of the link's secret is kept; the admin sees the link once."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="invites")
+    role = models.CharField(max_length=20, choices=Membership.Role.choices)
+    secret_digest = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_by = models.ForeignKey(
+        django_settings.AUTH_USER_MODEL,
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+
+    class Meta:
+        ordering: ClassVar = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"invite to {self.project} as {self.role}"
+
+
 class ImportBatch(Job):
     KIND = "import"
 

@@ -23,6 +23,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Left, Length
 from django.http import Http404
+from django.utils import timezone
 
 from trajectories.columns import ListColumn, list_columns_all
 from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
@@ -30,6 +31,8 @@ from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
     ImportBatch,
     Membership,
+    MembershipEvent,
+    MembershipInvite,
     Project,
     Step,
     Trajectory,
@@ -60,6 +63,24 @@ def project_get_for_user(user: AnyUser, slug: str) -> Project:
     if project is None:
         raise Http404("No such project.")
     return project
+
+
+def project_members(project: Project) -> QuerySet[Membership]:
+    return (
+        Membership.objects.filter(project=project).select_related("user").order_by("user__username")
+    )
+
+
+def membership_events_recent(project: Project, limit: int = 200) -> QuerySet[MembershipEvent]:
+    """The project's latest member changes, newest first."""
+    return MembershipEvent.objects.filter(project=project).select_related("actor")[:limit]
+
+
+def invites_pending(project: Project) -> QuerySet[MembershipInvite]:
+    """The project's invite links that can still be used, newest first."""
+    return MembershipInvite.objects.filter(
+        project=project, used_at__isnull=True, expires_at__gt=timezone.now()
+    ).select_related("created_by")
 
 
 def trajectory_get_for_user(user: AnyUser, pk: int) -> Trajectory:

@@ -12,6 +12,8 @@ class ProjectSerializer(serializers.ModelSerializer[Project]):
     class Meta:
         model = Project
         fields = ["id", "slug", "name", "guidelines", "settings", "created_at"]
+        # Settings change on the settings page, not when a project is created.
+        read_only_fields = ["settings"]
 
 
 class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):

@@ -18,7 +18,7 @@ from demo.management.commands import demo_setup
 from exports.models import ExportJob
 from labeling.models import Queue
 from tests.conftest import celery_worker_log
-from tests.screens import shot
+from tests.screens import UNLABELLED, WIDEST, shot
 from tests.waiting import wait_until
 from trajectories import synthetic
 from trajectories.models import Project, Trajectory
@@ -26,21 +26,6 @@ from trajectories.models import Project, Trajectory
 pytestmark = [pytest.mark.browser, pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
 SIZES = {"laptop": (1440, 900), "phone": (390, 844)}
-# Controls without a name a screen reader could say.
-UNLABELLED = """() => Array.from(document.querySelectorAll(
-    'main input:not([type=hidden]), main select, main textarea, main button'))
-  .filter(el => el.offsetParent !== null)
-  .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label')
-    && !el.getAttribute('aria-labelledby') && !el.getAttribute('title')
-    && !(el.tagName === 'BUTTON' && el.textContent.trim()))
-  .map(el => el.outerHTML.slice(0, 120))"""
-
-# The innermost elements that reach past the screen's right edge, to name in a failure.
-WIDEST = """width => Array.from(document.querySelectorAll('body *'))
-  .filter(el => el.getBoundingClientRect().right > width + 1)
-  .filter(el => !Array.from(el.children).some(c => c.getBoundingClientRect().right > width + 1))
-  .slice(0, 5)
-  .map(el => `${el.tagName}.${el.className} ${Math.round(el.getBoundingClientRect().right)}`)"""
 
 
 def test_the_demo_pages_read_well_at_both_sizes(

@@ -27,6 +27,8 @@ pytestmark = pytest.mark.django_db
 
 # Free text of the world; an outsider or an anonymous visitor must never read it.
 MARK = "W0RLD-MARK"
+# Pages that show the project's name to whoever holds their link, which is the credential.
+LINK_HOLDER_PAGES = {"invite-accept"}
 
 # Read-only pages and partials: they refuse other methods.
 _GET_ONLY = {"GET": "login 404 200 200 200", "POST": "login 405 405 405 405"}
@@ -64,8 +66,21 @@ ACCESS: dict[str, dict[str, str]] = {
     "token-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
     "token-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 404 404 302"},
     # Browse pages.
-    "project-list": {"GET": "login 200 200 200 200", "POST": "login 405 405 405 405"},
+    # Any signed-in user may create a project (STEPSCOPE_PROJECT_CREATORS=any); an empty
+    # form re-renders with its errors.
+    "project-list": {"GET": "login 200 200 200 200", "POST": "login 200 200 200 200"},
     "project-home": _GET_ONLY,
+    # Members: the project admin's. An empty form or a missing role is a 400 that names the
+    # field; the world's second annotator can be removed (302 back to the page).
+    "member-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
+    "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    "member-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    # An admin makes invite links (an empty form has no role: 400).
+    "invite-new": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    "invite-revoke": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    # The link is the credential: whoever holds it sees the form (and the project's name);
+    # an empty form is a 400.
+    "invite-accept": {"GET": "200 200 200 200 200", "POST": "400 400 400 400 400"},
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,
@@ -132,7 +147,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-root": _API_LIST,
     "api:api-schema": _PUBLIC,
     "api:api-docs": _PUBLIC,
-    "api:project-list": _API_LIST,
+    # Any signed-in user may create a project: an empty body is a 400.
+    "api:project-list": _API_LIST_CREATE,
     "api:project-detail": _API_OBJECT,
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,
@@ -213,7 +229,8 @@ def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
                 got = outcome(response)
                 if got != want:
                     wrong.append(f"{method} {route.path(world)} as {role}: {got}, expected {want}")
-                if role in ("anonymous", "outsider") and MARK in body(response):
+                outside = role in ("anonymous", "outsider")
+                if outside and route.key not in LINK_HOLDER_PAGES and MARK in body(response):
                     leaks.append(f"{method} {route.path(world)} as {role}")
     assert not wrong, "\n".join(wrong)
     assert not leaks, "the project's content reached non-members:\n" + "\n".join(leaks)

@@ -35,9 +35,16 @@ from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepS
 from tests.factories import MembershipFactory, TrajectoryFactory, UserFactory
 from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
-from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory
+from trajectories.models import (
+    ImportBatch,
+    Membership,
+    MembershipInvite,
+    Project,
+    Step,
+    Trajectory,
+)
 from trajectories.selectors import TrajectoryFilters
-from trajectories.services import project_create
+from trajectories.services import invite_create, project_create
 
 ROLES = ("anonymous", "outsider", "annotator", "researcher", "admin")
 
@@ -61,6 +68,11 @@ class World:
     policy: Policy
     rollout_job: RolloutJob
     label: StepLabel
+    # A member the admin may change or remove (the second annotator's membership).
+    membership: Membership
+    # An open invite link (annotator role) made by the admin, and its secret.
+    invite: MembershipInvite
+    invite_secret: str
     export_file: str
     # The start of the admin's API token (``accounts.ApiToken.token_key``).
     api_token_key: str
@@ -82,6 +94,8 @@ class World:
             values["pk"] = self._pk_for(route)
         if "key" in _names(route):
             values["key"] = self.api_token_key
+        if "secret" in _names(route):
+            values["secret"] = self.invite_secret
         return values
 
     def _pk_for(self, route: str) -> Any:
@@ -103,6 +117,8 @@ class World:
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
             ("projects", self.project.slug),
+            ("p/<slug:slug>/members/invites/", self.invite.pk),
+            ("p/<slug:slug>/members/", self.membership.pk),
         ]
         for prefix, pk in by_prefix:
             if plain.startswith(prefix):
@@ -285,7 +301,9 @@ def build_world(
         users[role] = user
     users["outsider"] = UserFactory.create(username="outsider")
     other = UserFactory.create(username="annotator2")
-    MembershipFactory.create(user=other, project=project, role=Membership.Role.ANNOTATOR)
+    other_membership = MembershipFactory.create(
+        user=other, project=project, role=Membership.Role.ANNOTATOR
+    )
 
     schema = LabelSchema.objects.get(project=project, is_active=True)
     schema.error_tags = ["calculation error", f"tag {text}"]
@@ -405,6 +423,7 @@ def build_world(
         created_by=users["admin"],
     )
     api_token, _ = api_token_create(user=users["admin"], name=f"token {text}")
+    invite, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
     return World(
         project=project,
         users=users,
@@ -422,6 +441,9 @@ def build_world(
         policy=policy,
         rollout_job=rollout_job,
         label=label,
+        membership=other_membership,
+        invite=invite,
+        invite_secret=invite_secret,
         export_file="train.jsonl",
         api_token_key=api_token.token_key,
     )

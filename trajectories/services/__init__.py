@@ -10,24 +10,48 @@ from trajectories.services.imports import (
     trajectory_import,
     trajectory_records_import,
 )
+from trajectories.services.invites import (
+    INVITE_DAYS,
+    InviteUnusable,
+    invite_accept,
+    invite_create,
+    invite_get_usable,
+)
+from trajectories.services.members import (
+    MemberError,
+    member_add,
+    member_remove,
+    member_role_set,
+)
 from trajectories.services.projects import (
     IMPORTED_ANNOTATOR_PREFIX,
     imported_annotator,
     membership_set,
     project_create,
+    project_creation_allowed,
 )
 from trajectories.services.search import search_index_enqueue, trajectory_search_index
 
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
+    "INVITE_DAYS",
     "ImportRejected",
+    "InviteUnusable",
+    "MemberError",
     "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",
     "imported_annotator",
+    "invite_accept",
+    "invite_create",
+    "invite_get_usable",
+    "member_add",
+    "member_remove",
+    "member_role_set",
     "membership_set",
     "parser_get",
     "project_create",
+    "project_creation_allowed",
     "search_index_enqueue",
     "trajectory_import",
     "trajectory_records_import",

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.contrib.auth.models import User
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 
-from trajectories.models import Membership, Project
+from trajectories.models import Membership, MembershipEvent, Project
 
 IMPORTED_ANNOTATOR_PREFIX = "import:"
 
@@ -26,6 +27,14 @@ def project_created_register(name: str) -> Callable[[ProjectHook], ProjectHook]:
     return register
 
 
+def project_creation_allowed(user: User | AnonymousUser) -> bool:
+    """Whether ``user`` may create projects: ``STEPSCOPE_PROJECT_CREATORS`` is ``any``
+    (every signed-in user) or ``staff``."""
+    if not user.is_authenticated or not user.is_active:
+        return False
+    return settings.STEPSCOPE_PROJECT_CREATORS == "any" or user.is_staff
+
+
 def project_create(
     *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
 ) -> Project:
@@ -37,6 +46,14 @@ def project_create(
             hook(project)
         if owner is not None:
             Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
+            MembershipEvent.objects.create(
+                project=project,
+                actor=owner,
+                member=owner,
+                member_username=owner.get_username(),
+                action=MembershipEvent.Action.ADDED,
+                role_after=Membership.Role.ADMIN,
+            )
     return project
 
 
