@@ -36,11 +36,16 @@ def helper_always(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def helpers() -> list[psutil.Process]:
-    return [
-        child
-        for child in psutil.Process().children()
-        if "trajectories.prepare_process" in " ".join(child.cmdline())
-    ]
+    """This process's live helper processes. A child that has exited, or is a zombie not
+    yet reaped (another test's subprocess, under xdist), is not one."""
+    found = []
+    for child in psutil.Process().children():
+        try:
+            if "trajectories.prepare_process" in " ".join(child.cmdline()):
+                found.append(child)
+        except (psutil.ZombieProcess, psutil.NoSuchProcess):
+            continue
+    return found
 
 
 @pytest.mark.parametrize(
