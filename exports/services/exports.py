@@ -39,6 +39,7 @@ from exports.writers import (
 )
 from scoring.selectors import scorer_id_for
 from stepscope.jobs.lifecycle import job_cancel
+from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
 from trajectories import selectors
 from trajectories.models import Project
@@ -157,10 +158,6 @@ def export_start(*, project: Project, user: User, request: ExportRequest) -> Exp
     return job
 
 
-# pg_advisory_lock's first key for export jobs (the second is the job id).
-EXPORT_LOCK_CLASS = 7302
-
-
 def export_job_run(*, job_id: int) -> ExportJob:
     """The Celery task's body. A redelivered job starts again from an empty folder; a
     finished or cancelled one is left as it is.
@@ -169,16 +166,10 @@ def export_job_run(*, job_id: int) -> ExportJob:
     past the broker's visibility timeout): the session lock taken here lets only one
     worker write the job's folder. A worker that died lost its connection, and with it
     the lock, so its redelivered task runs again."""
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
-        (held,) = cursor.fetchone()
-    if not held:
-        return ExportJob.objects.get(pk=job_id)  # the worker holding the lock finishes it
-    try:
+    with session_lock_try(LockClass.EXPORT, job_id) as held:
+        if not held:
+            return ExportJob.objects.get(pk=job_id)  # the worker holding the lock finishes it
         return _export_job_run_locked(job_id)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [EXPORT_LOCK_CLASS, job_id])
 
 
 def _export_job_run_locked(job_id: int) -> ExportJob:

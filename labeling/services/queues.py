@@ -22,6 +22,7 @@ from labeling.services.common import (
     LabelingError,
     active_count,
 )
+from stepscope import locks
 from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
@@ -163,9 +164,8 @@ def queue_item_take(*, queue: Queue, annotator: User | AbstractBaseUser) -> Queu
     now = timezone.now()
     lease_for = dt.timedelta(seconds=queue.lease_seconds)
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # One taker per annotator and queue at a time (two tabs pressing n at once).
-            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [queue.pk, annotator.pk])
+        # One taker per annotator at a time (two tabs pressing n at once).
+        locks.xact_lock(locks.LockClass.QUEUE_TAKE, annotator.pk)
         mine = (
             QueueAssignment.objects.filter(
                 item__queue=queue, annotator_id=annotator.pk, status=QueueAssignment.Status.LEASED

@@ -13,12 +13,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from rollouts import demo_policy
 from rollouts.models import DemoPolicyTraining, Policy, RolloutJob
 from rollouts.services.jobs import rollout_job_start
+from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
 from trajectories import synthetic
 from trajectories.models import Project
@@ -30,9 +31,6 @@ POLICY_NAME = demo_policy.POLICY_NAME
 DEMO_K = 8
 DEMO_SEED = 7
 REPORT_NAME = "stepscope-demo-policy.json"
-# The first key of the advisory lock a worker holds while it trains (the second is the
-# training's id). Imports lock (7301, project) and exports (7302, job).
-TRAINING_LOCK = 7303
 # Progress is written at most this often (in percent) while the policy trains.
 PROGRESS_STEP = 2
 
@@ -125,19 +123,12 @@ def demo_policy_training_run(*, training_id: int) -> None:
     training = DemoPolicyTraining.objects.filter(pk=training_id).first()
     if training is None or training.status == DemoPolicyTraining.Status.DONE:
         return  # gone with its project, or trained by an earlier delivery
-    with connection.cursor() as cursor:
-        # Held for the task's whole life by this worker's session: a second delivery of
-        # the task (queued again by a second `make run`) leaves the training to the
-        # first while it lives, and takes it over when that worker is gone.
-        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", [TRAINING_LOCK, training.pk])
-        (taken,) = cursor.fetchone()
-    if not taken:
-        return
-    try:
-        _train(training)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", [TRAINING_LOCK, training.pk])
+    # Held for the task's whole life by this worker's session: a second delivery of the
+    # task (queued again by a second `make run`) leaves the training to the first while
+    # it lives, and takes it over when that worker is gone.
+    with session_lock_try(LockClass.DEMO_TRAINING, training.pk) as taken:
+        if taken:
+            _train(training)
 
 
 def _train(training: DemoPolicyTraining) -> None:

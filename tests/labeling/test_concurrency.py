@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from labeling.models import Queue, QueueAssignment, StepLabel, StepLabelEvent
@@ -23,6 +23,7 @@ from labeling.services import (
     step_label_set,
     trajectory_submit,
 )
+from stepscope.locks import LockClass
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters
@@ -210,3 +211,26 @@ def test_two_annotators_labelling_one_step_at_once_never_overwrite_each_other() 
     assert not [r for r in results if isinstance(r, Exception)], results
     stored = dict(StepLabel.objects.filter(step=step).values_list("annotator_id", "value"))
     assert stored == wanted
+
+
+def test_taking_an_item_never_waits_on_another_kind_of_lock() -> None:
+    """Queue takes lock under a class of their own: a queue whose id happens to equal the
+    import lock's class, taken while an import of a project with the annotator's id holds
+    its lock, is not kept waiting (it was, when takes locked ``(queue, annotator)``)."""
+    project = project_create(slug="locks", name="Locks")
+    trajectory_with_steps(project, ["a", "b"])
+    (user,) = members(project, 1)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval('labeling_queue_id_seq', %s, false)", [int(LockClass.IMPORT)])
+    queue = queue_create(project=project, name="q", created_by=None, filters=TrajectoryFilters())
+    assert queue.pk == LockClass.IMPORT
+    holder = connections.create_connection("default")
+    try:
+        with holder.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_lock(%s, %s)", [int(LockClass.IMPORT), user.pk])
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '5s'")
+            assert queue_item_take(queue=queue, annotator=user) is not None
+    finally:
+        holder.close()

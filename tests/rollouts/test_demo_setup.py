@@ -23,6 +23,7 @@ from rollouts import demo_policy
 from rollouts.models import DemoPolicyTraining, Policy, RolloutJob
 from rollouts.services import demo, rollout_job_cancel
 from rollouts.services.demo import DEMO_K, demo_policy_training_run
+from stepscope.locks import LockClass
 from tests.conftest import celery_worker_log
 from tests.rollouts.test_services import run_job
 from tests.waiting import wait_until
@@ -152,7 +153,8 @@ def test_a_training_another_worker_holds_is_left_to_it(
         port=settings_dict["PORT"],
     )
     with other:
-        other.execute("SELECT pg_advisory_lock(%s, %s)", (demo.TRAINING_LOCK, training_id))
+        lock = (int(LockClass.DEMO_TRAINING), training_id)
+        other.execute("SELECT pg_advisory_lock(%s, %s)", lock)
         demo_policy_training_run(training_id=training_id)
         assert trained == []
         assert DemoPolicyTraining.objects.get(pk=training_id).status == "queued"

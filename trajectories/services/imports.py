@@ -19,6 +19,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import connection, transaction
 from django.utils import timezone
 
+from stepscope import locks
 from stepscope.jobs.lifecycle import job_cancel
 from stepscope.queueing import broker_require
 from trajectories import pgcopy, prepare
@@ -211,8 +212,7 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
         with transaction.atomic():
             # One import per project at a time: the content-hash check and the COPY
             # must not interleave with another import of the same rows.
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [7301, batch.project_id])
+            locks.xact_lock(locks.LockClass.IMPORT, batch.project_id)
             # A task handed out twice (it ran past the broker's visibility timeout) waits
             # above while the first run finishes; then there is nothing left to do.
             # Or it was cancelled meanwhile.
