@@ -182,7 +182,7 @@ def parser_with_mapping(mapping: Mapping | Path | str | AnyMapping[str, Any]) ->
     return parse
 
 
-@register("mapped")
+@register("mapped", label="Anything, with a mapping")
 def parse(path: Path) -> Iterator[ParseResult]:
     """Registered so ``--format mapped`` is listed; without a mapping it cannot read."""
     raise ValueError(
