@@ -54,6 +54,7 @@ def _load() -> None:
     # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
     from trajectories.formats import (  # noqa: F401
         agent_session,
+        chatdev,
         inspect_ai,
         langfuse,
         langsmith,
