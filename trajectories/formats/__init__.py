@@ -60,6 +60,7 @@ def _load() -> None:
         langsmith,
         mapped,
         math_shepherd,
+        nemo_gym,
         openai_messages,
         openhands,
         otel,
