@@ -69,6 +69,7 @@ def _load() -> None:
         stepscope,
         swe_agent,
         trl_stepwise,
+        verifiers,
     )
 
 
