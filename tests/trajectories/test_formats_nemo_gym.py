@@ -162,7 +162,7 @@ def write_lines(tmp_path: Path, records: list[Any]) -> Path:
         (
             {"response": {"output": [{"type": "web_search"}]}},
             "response.output.0.type",
-            "is 'web_search'; expected message, reasoning, function_call",
+            "is 'web_search'; expected message, reasoning, a call (function_call, ...)",
         ),
         (
             {"response": {"output": [{"type": "function_call_output", "output": "x"}]}},
@@ -184,3 +184,21 @@ def test_bad_rollout_names_line_and_field(
     assert (error.location, error.field) == ("line 2", field)
     assert error.message.startswith(message)
     assert results[2] == RecordError("line 3", "_ng_rollout_index", "is missing")
+
+
+def test_built_in_tool_calls_are_tool_calls_named_by_type(tmp_path: Path) -> None:
+    output = [
+        {"type": "web_search_call", "id": "ws_1", "action": {"query": "1900 Olympics"}},
+        {"type": "custom_tool_call", "name": "apply_patch", "call_id": "c1", "input": "*** x"},
+        {"type": "custom_tool_call_output", "call_id": "c1", "output": "Done"},
+    ]
+    record = rollout(response={"output": output, "model": "m"})
+    [trajectory] = trajectories(parse(write_lines(tmp_path, [record])))
+    search, patch, done = trajectory.steps[1:]
+    assert (search.kind, search.tool_name, search.tool_args) == (
+        "tool_call",
+        "web_search",
+        {"query": "1900 Olympics"},
+    )
+    assert (patch.tool_name, patch.tool_args) == ("apply_patch", "*** x")
+    assert (done.kind, done.tool_name, done.metadata["parent"]) == ("tool_result", "apply_patch", 2)

@@ -7,8 +7,9 @@ A rollout is a trajectory. Its prompt (``instructions``, then ``input``: a strin
 Responses input items) gives steps that are inputs, not labelable: the policy did not
 write them in this rollout. The ``response.output`` items are the rollout: ``reasoning``
 (a ``thought``, when it has summary text), ``message`` (the policy's text),
-``function_call`` (a ``tool_call``), all labelable, and ``function_call_output`` (a
-``tool_result`` below its call, not labelable). A message's token ids and log
+``function_call`` and the built-in tools' ``*_call`` items (a ``tool_call``), all
+labelable, and their ``*_call_output`` (a ``tool_result`` below its call, not
+labelable). A message's token ids and log
 probabilities stay in the raw record; the step keeps their counts and the log
 probabilities' sum (``tokens``, ``logprob_sum``).
 
@@ -51,7 +52,7 @@ KNOWN_FIELDS = (
 )
 
 
-@register("nemo-gym", label="NeMo Gym rollouts (JSON Lines)")
+@register("nemo-gym", label="NeMo Gym rollouts (JSON Lines)", suffixes=(".jsonl",))
 def parse(path: Path) -> Iterator[ParseResult]:
     for entry in jsonstream.iter_lines(path):
         if isinstance(entry, RecordError):
@@ -163,8 +164,12 @@ def _item(
         step = ParsedStep(
             kind="thought", role="assistant", content=text, labelable=labelable, metadata=metadata
         )
-    elif kind == "function_call":
-        name = require(item, "name", str, path)
+    elif kind.endswith("_call"):
+        # A built-in tool's call (web_search_call) may name no tool: its type names it.
+        if kind == "function_call" or "name" in item:
+            name = require(item, "name", str, path)
+        else:
+            name = kind.removesuffix("_call")
         call_id = item.get("call_id") if isinstance(item.get("call_id"), str) else ""
         if call_id:
             metadata["tool_call_id"] = call_id
@@ -175,10 +180,10 @@ def _item(
             content="",
             labelable=labelable,
             tool_name=name,
-            tool_args=decode(item.get("arguments")),
+            tool_args=decode(item.get("arguments", item.get("input", item.get("action")))),
             metadata=metadata,
         )
-    elif kind == "function_call_output":
+    elif kind.endswith("_call_output"):
         call_id = require(item, "call_id", str, path)
         metadata["tool_call_id"] = call_id
         output = decode(item.get("output"))
@@ -199,7 +204,8 @@ def _item(
     else:
         raise FieldError(
             f"{path}.type",
-            f"is {kind!r}; expected message, reasoning, function_call or function_call_output",
+            f"is {kind!r}; expected message, reasoning, a call (function_call, ...) or "
+            "its output (function_call_output, ...)",
         )
     _add(steps, step)
 
