@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.test import Client
 
 from tests.conftest import REALDATA
@@ -208,3 +208,11 @@ def test_chatdev_log_uploaded_on_the_page_imports_on_a_worker(
     batch = import_finished(int(response["Location"].rstrip("/").split("/")[-1]))
     assert batch.status == ImportBatch.Status.DONE, batch.errors
     assert (batch.created_count, batch.step_count) == (1, 36)
+
+
+@pytest.mark.django_db
+def test_a_folder_with_nothing_the_format_reads_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "notes.json").write_text("{}", encoding="utf-8")
+    with pytest.raises(CommandError, match="nothing in it that --format chatdev reads"):
+        run_import("chatdev", tmp_path)
+    assert ImportBatch.objects.count() == 0
