@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 
+from trajectories.formats import format_choices
 from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
 from trajectories.models import Membership, Project
 from trajectories.search import SEARCH_MAX_LENGTH
@@ -117,17 +118,9 @@ class TrajectoryFilterForm(forms.Form):
         return self.cleaned_data.get("after")
 
 
-FORMAT_CHOICES = [
-    ("stepscope", "Stepscope JSONL"),
-    ("openai-messages", "OpenAI chat messages with tool calls (tau-bench, mini-swe-agent)"),
-    ("processbench", "ProcessBench"),
-    ("prm800k", "PRM800K"),
-    ("math-shepherd", "Math-Shepherd"),
-    ("trl-stepwise", "TRL stepwise supervision"),
-    ("swe-agent", "SWE-agent .traj"),
-    ("inspect", "Inspect AI log (.json or .eval)"),
-    ("mapped", "Anything, with a mapping"),
-]
+# Every registered format with a label (trajectories.formats), so a new importer is
+# offered here as soon as it registers.
+FORMAT_CHOICES = format_choices()
 
 
 class ImportUploadForm(forms.Form):

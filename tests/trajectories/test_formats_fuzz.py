@@ -47,7 +47,9 @@ class Seed:
     name: str
     parser: Callable[[], Parser]
     value: Any
-    shape: str  # "json": one JSON value; "jsonl": a list, one per line; "eval": zip members
+    # "json": one JSON value; "jsonl": a list, one per line; "eval": zip members; "lines":
+    # a plain text file's lines (a line that damage made another value is its JSON).
+    shape: str
     suffix: str
 
 
@@ -57,6 +59,10 @@ def render(shape: str, value: Any) -> bytes:
     if shape == "jsonl":
         lines = value if isinstance(value, list) else [value]
         return "".join(json.dumps(line) + "\n" for line in lines).encode()
+    if shape == "lines":
+        rows = value if isinstance(value, list) else [value]
+        text = [row if isinstance(row, str) else json.dumps(row) for row in rows]
+        return "".join(row + "\n" for row in text).encode()
     members = value if isinstance(value, dict) else {"header.json": value}
     return zip_bytes({str(name): json.dumps(member).encode() for name, member in members.items()})
 
@@ -148,6 +154,16 @@ WHO_AND_WHEN = {
         }
     ]
 }
+# Agents from name or role, as for the Who&When logs (tests/trajectories/test_formats_mapped.py).
+WHO_AND_WHEN_LANES = {
+    "id": "question_ID",
+    "task": "question",
+    "steps": "history",
+    "step": {"content": "content", "role": "role", "agent": ["name", "role"]},
+    "agent_pattern": r"(?P<agent>[^(]+?)(?: \(.*\))?$",
+    "first_error_index": "mistake_step",
+    "labelable": {"agents": "*", "input_agents": ["human"]},
+}
 PLAIN_MAPPING = {"id": "uid", "task": "problem", "steps": "steps", "first_error_index": "wrong"}
 PLAIN = [
     {"uid": "a", "problem": "2 + 3 * 4?", "steps": ["3 * 4 = 12.", "2 + 12 = 15."], "wrong": 1},
@@ -169,6 +185,10 @@ def seeds() -> list[Seed]:
     codex = next((REALDATA / "codex").glob("rollout-2026-01-02*.jsonl"))
     pi = REALDATA / "pi_agent" / "large-session.jsonl"
     openhands = REALDATA / "openhands" / "basic_interactions.json"
+    chatdev = next((REALDATA / "chatdev").glob("*.log"))
+    nemo_gym = REALDATA / "rl_nemo_gym" / "example_math_rollouts.jsonl"
+    verifiers = REALDATA / "rl_verifiers" / "math-python--gpt-4.1-mini" / "dbaac595"
+    magentic = REALDATA / "multiagent_who_and_when" / "Hand-Crafted" / "24.json"
     return [
         Seed("stepscope", registered("stepscope"), STEPSCOPE, "jsonl", ".jsonl"),
         Seed("processbench", registered("processbench"), gsm8k[:2], "json", ".json"),
@@ -207,6 +227,32 @@ def seeds() -> list[Seed]:
         Seed("pi", registered("agent-session"), read_jsonl(pi, 0, 10), "jsonl", ".jsonl"),
         Seed(
             "openhands", registered("openhands"), json.loads(openhands.read_text()), "json", ".json"
+        ),
+        # The log up to its first phase's conclusion: the task, a phase, its instruction,
+        # the model call's tokens and the turn.
+        Seed(
+            "chatdev",
+            registered("chatdev"),
+            chatdev.read_text(encoding="utf-8").splitlines()[:115],
+            "lines",
+            ".log",
+        ),
+        # A rollout with tool calls and results, and one without.
+        Seed("nemo-gym", registered("nemo-gym"), read_jsonl(nemo_gym, 3, 2), "jsonl", ".jsonl"),
+        # Tool calls written as JSON text; no metadata.json beside the damaged file.
+        Seed(
+            "verifiers",
+            registered("verifiers"),
+            read_jsonl(verifiers / "results.jsonl", 0, 2),
+            "jsonl",
+            ".jsonl",
+        ),
+        Seed(
+            "mapped-lanes",
+            lambda: parser_with_mapping(WHO_AND_WHEN_LANES),
+            json.loads(magentic.read_text()),
+            "json",
+            ".json",
         ),
     ]
 

@@ -5,6 +5,7 @@ steps, the real ProcessBench file read through a mapping, and every coercion and
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -545,4 +546,108 @@ def test_labelable_path_reads_a_boolean_from_the_step(tmp_path: Path) -> None:
 def test_bad_labelable_rule_names_the_key(rule: Any, message: str) -> None:
     with pytest.raises(MappingError) as raised:
         load_mapping({**WHO_AND_WHEN_LABELABLE, "labelable": rule})
+    assert str(raised.value).startswith(message)
+
+
+# Agent lanes for Magentic-One, whose speaker is in role
+
+# The same mapping, with the agent read from name (AG2) or else from role (Magentic-One),
+# where the pattern makes "Orchestrator (thought)" and "Orchestrator (-> WebSurfer)" one
+# agent. The asking person, now an agent too, is named an input.
+WHO_AND_WHEN_LANES = {
+    **WHO_AND_WHEN_LABELABLE,
+    "step": {"content": "content", "role": "role", "agent": ["name", "role"]},
+    "agent_pattern": r"(?P<agent>[^(]+?)(?: \(.*\))?$",
+    "labelable": {
+        "agents": "*",
+        "input_agents": ["Computer_terminal", "human"],
+        "input_roles": ["human", "system", "user", "tool"],
+    },
+}
+# agent -> steps, in each real file.
+WHO_AND_WHEN_LANE_COUNTS = {
+    "Hand-Crafted/1.json": {"Orchestrator": 21, "WebSurfer": 7, "human": 1},
+    "Hand-Crafted/24.json": {"Orchestrator": 4, "human": 1},
+    "Algorithm-Generated/1.json": {
+        "Excel_Expert": 1,
+        "Computer_terminal": 2,
+        "BusinessLogic_Expert": 1,
+        "DataVerification_Expert": 2,
+    },
+    "Algorithm-Generated/21.json": {
+        "Lyrics_Expert": 4,
+        "MusicHistorian_Expert": 1,
+        "Linguistics_Expert": 1,
+    },
+    "Algorithm-Generated/47.json": {"Mesopotamian_Number_Systems_Expert": 6},
+}
+
+
+@pytest.mark.parametrize("name", list(WHO_AND_WHEN_LANE_COUNTS))
+def test_agent_lanes_from_name_or_role_on_the_real_files(name: str) -> None:
+    trajectory = who_and_when(name, WHO_AND_WHEN_LANES)
+    assert dict(Counter(step.agent for step in trajectory.steps)) == WHO_AND_WHEN_LANE_COUNTS[name]
+    # Steps and labelable steps as with the rule alone: the lanes change no label.
+    steps, labelable, first_error = WHO_AND_WHEN_COUNTS[name]
+    assert (len(trajectory.steps), sum(step.labelable for step in trajectory.steps)) == (
+        steps,
+        labelable,
+    )
+    assert trajectory.first_error_index == first_error
+    # The decisive step is in the lane of the agent the annotators blamed.
+    assert trajectory.steps[first_error].agent == trajectory.metadata["mistake_agent"]
+
+
+def test_magentic_one_roles_stay_as_they_were_written() -> None:
+    trajectory = who_and_when("Hand-Crafted/1.json", WHO_AND_WHEN_LANES)
+    assert [(s.role, s.agent, s.labelable) for s in trajectory.steps[:5]] == [
+        ("human", "human", False),
+        ("Orchestrator (thought)", "Orchestrator", True),
+        ("Orchestrator (thought)", "Orchestrator", True),
+        ("Orchestrator (-> WebSurfer)", "Orchestrator", True),
+        ("WebSurfer", "WebSurfer", True),
+    ]
+
+
+def test_without_the_pattern_each_role_is_its_own_agent() -> None:
+    plain = {key: value for key, value in WHO_AND_WHEN_LANES.items() if key != "agent_pattern"}
+    trajectory = who_and_when("Hand-Crafted/1.json", plain)
+    assert {step.agent for step in trajectory.steps} == {
+        "human",
+        "Orchestrator (thought)",
+        "Orchestrator (-> WebSurfer)",
+        "WebSurfer",
+    }
+
+
+def test_agent_pattern_first_group_and_no_match(tmp_path: Path) -> None:
+    record = who_record(mistake_step=None)
+    record["history"][1]["name"] = "Planner [v2]"
+    mapping = {**WHO_AND_WHEN, "agent_pattern": r"(\w+) \[v\d\]"}
+    [trajectory] = parsed(
+        write_json(tmp_path / "w.json", {"samples": [record]}), load_mapping(mapping)
+    )
+    # The first group where the pattern matches; the agent as written where it does not.
+    assert [step.agent for step in trajectory.steps] == ["", "Planner", "WebSurfer", "Orchestrator"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"agent_pattern": "Orchestrator"}, "mapping key 'agent_pattern': needs a group"),
+        ({"agent_pattern": "(unclosed"}, "mapping key 'agent_pattern': not a regular expression"),
+        ({"agent_pattern": ["x"]}, "mapping key 'agent_pattern': expected a regular expression"),
+        (
+            {"step": {"content": "content", "agent": ["name", 3]}},
+            "mapping key 'step.agent.1': expected a dotted path string, got int",
+        ),
+        (
+            {"step": {"content": "content", "agent": {"a": "b"}}},
+            "mapping key 'step.agent': expected a dotted path string or a list of them",
+        ),
+    ],
+)
+def test_bad_agent_settings_name_the_key(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(MappingError) as raised:
+        load_mapping({**WHO_AND_WHEN_LANES, **change})
     assert str(raised.value).startswith(message)

@@ -4,13 +4,14 @@ bad input."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.trajectories.trace_shapes import REALDATA, shape, trajectories
-from trajectories.formats import parser_for
+from trajectories.formats import import_units, parser_for
 from trajectories.formats.base import FileError, RecordError
 from trajectories.formats.openhands import parse
 
@@ -139,9 +140,28 @@ def test_v1_conversation_from_its_folder_or_base_state(where: Path) -> None:
     assert terminal.metadata["tool_call_id"] == "call_KaQ0kUcBb5tbMzhxbIx9dvoZ"
 
 
-def test_v1_event_file_alone_makes_no_trajectory() -> None:
+def test_v1_event_file_alone_is_a_file_error_naming_its_conversation() -> None:
+    # An event file is not an import of its own: it says which folder to import instead
+    # of making an empty import.
     first = sorted((V1 / "events").glob("event-*.json"))[0]
-    assert list(parse(first)) == []
+    with pytest.raises(
+        FileError, match=re.escape(f"one event of the OpenHands conversation in {V1}")
+    ):
+        list(parse(first))
+
+
+def test_a_folder_imports_each_conversation_once_and_each_v0_file() -> None:
+    assert import_units("openhands", OPENHANDS) == [
+        OPENHANDS / "basic.json",
+        OPENHANDS / "basic_gui_mode.json",
+        OPENHANDS / "basic_interactions.json",
+        V1,
+        OPENHANDS / "wrong_initial_state.json",
+    ]
+    assert import_units("openhands", V1) == [V1]
+    assert import_units("openhands", V1.parent) == [V1]
+    # Another format reads a folder file by file, as before.
+    assert len(import_units("otel", OPENHANDS)) == 4 + 1 + 8
 
 
 def test_v0_event_without_source_names_record_and_field(tmp_path: Path) -> None:

@@ -84,7 +84,7 @@ class Session:
         self.steps.append(step)
 
 
-@register("agent-session")
+@register("agent-session", label="Agent CLI session (Claude Code, Codex, Pi)")
 def parse(path: Path) -> Iterator[ParseResult]:
     session: Session | None = None
     for entry in jsonstream.iter_lines(path):

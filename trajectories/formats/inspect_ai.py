@@ -80,7 +80,7 @@ SAMPLE_KEYS_LEFT_OUT = (
 EVAL_METADATA = ("task", "task_id", "run_id", "eval_id", "created")
 
 
-@register("inspect")
+@register("inspect", label="Inspect AI log (.json or .eval)")
 def parse(path: Path) -> Iterator[ParseResult]:
     if _is_zip(path):
         yield from _parse_eval(path)

@@ -47,7 +47,7 @@ KINDS = {
 TOKEN_KEYS = ("input", "output", "total")
 
 
-@register("langfuse")
+@register("langfuse", label="Langfuse trace export")
 def parse(path: Path) -> Iterator[ParseResult]:
     yield from jsonstream.records_built(path, _trajectory)
 

@@ -42,7 +42,7 @@ TOKEN_KEYS = {
 MAX_DEPTH = 200
 
 
-@register("langsmith")
+@register("langsmith", label="LangSmith runs")
 def parse(path: Path) -> Iterator[ParseResult]:
     runs: dict[str, dict[str, Any]] = {}
     where: dict[str, tuple[str, str]] = {}

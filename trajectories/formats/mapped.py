@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterator
 from collections.abc import Mapping as AnyMapping
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from trajectories.formats import jsonstream, register
+from trajectories.formats import mapped_values as values
 from trajectories.formats.base import (
     STEP_KINDS,
     FieldError,
@@ -52,16 +52,14 @@ PATH_KEYS = (
     "steps",
     "first_error_index",
 )
-MAPPING_KEYS = (*PATH_KEYS, "step", "metadata", "labelable")
+MAPPING_KEYS = (*PATH_KEYS, "step", "metadata", "labelable", "agent_pattern")
 LABELABLE_KEYS = ("path", "roles", "agents", "input_roles", "input_agents")
 REQUIRED_KEYS = ("task", "steps")
 STEP_KEYS = ("content", "role", "agent", "kind", "tool_name")
 # Steps with these roles are inputs to the agent, not its decisions, so not labelable.
 INPUT_ROLES = ("system", "developer", "user", "tool")
-INTEGER = re.compile(r"-?\d+")
-NUMBER = re.compile(r"-?\d+(\.\d+)?([eE][-+]?\d+)?")
-OUTCOME_WORDS = {"true": True, "false": False, "1": True, "0": False}
-MISSING = jsonstream.MISSING
+INTEGER = values.INTEGER
+MISSING = values.MISSING
 
 
 class MappingError(ValueError):
@@ -74,7 +72,9 @@ class StepFields:
 
     content: str
     role: str = ""
-    agent: str = ""
+    # One path, or several tried in order (the first with text wins): AG2 names the
+    # speaker in ``name``, Magentic-One in ``role``.
+    agent: str | tuple[str, ...] = ""
     kind: str = ""
     tool_name: str = ""
 
@@ -96,7 +96,7 @@ class LabelableRule:
 
     def decides(self, raw: dict[str, Any], role: str, agent: str) -> bool:
         if self.path:
-            value = _get(raw, self.path)
+            value = values.get(raw, self.path)
             if isinstance(value, bool):
                 return value
         if agent:
@@ -128,6 +128,9 @@ class Mapping:
     # (metadata key, path) pairs, in the mapping's order.
     metadata: tuple[tuple[str, str], ...] = ()
     labelable: LabelableRule | None = None
+    # Where it matches a step's agent, its group ``agent`` (or its first group) is the
+    # agent: ``Orchestrator (thought)`` and ``Orchestrator (-> WebSurfer)`` are one agent.
+    agent_pattern: re.Pattern[str] | None = None
 
 
 def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
@@ -155,6 +158,7 @@ def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
         step=_step_fields(data["step"]) if data.get("step") is not None else None,
         metadata=_metadata_setting(data.get("metadata")),
         labelable=_labelable_setting(data["labelable"]) if "labelable" in data else None,
+        agent_pattern=_pattern_setting(data["agent_pattern"]) if "agent_pattern" in data else None,
     )
 
 
@@ -182,7 +186,7 @@ def parser_with_mapping(mapping: Mapping | Path | str | AnyMapping[str, Any]) ->
     return parse
 
 
-@register("mapped")
+@register("mapped", label="Anything, with a mapping")
 def parse(path: Path) -> Iterator[ParseResult]:
     """Registered so ``--format mapped`` is listed; without a mapping it cannot read."""
     raise ValueError(
@@ -221,16 +225,47 @@ def _step_fields(value: Any) -> StepFields:
             )
     if "content" not in value:
         raise MappingError("mapping key 'step.content': is missing")
-    fields = {}
+    fields: dict[str, Any] = {}
     for key, path in value.items():
+        if key == "agent" and isinstance(path, list) and path:
+            for number, each in enumerate(path):
+                if not isinstance(each, str):
+                    raise MappingError(
+                        f"mapping key 'step.agent.{number}': expected a dotted path string, "
+                        f"got {type(each).__name__}"
+                    )
+                _check_path(each, f"step.agent.{number}")
+            fields[key] = tuple(path)
+            continue
         if not isinstance(path, str):
+            expected = "a dotted path string or a list of them" if key == "agent" else ""
             raise MappingError(
-                f"mapping key 'step.{key}': expected a dotted path string, "
+                f"mapping key 'step.{key}': expected {expected or 'a dotted path string'}, "
                 f"got {type(path).__name__}"
             )
         _check_path(path, f"step.{key}")
         fields[key] = path
     return StepFields(**fields)
+
+
+def _pattern_setting(value: Any) -> re.Pattern[str]:
+    if not isinstance(value, str):
+        raise MappingError(
+            "mapping key 'agent_pattern': expected a regular expression, "
+            f"got {type(value).__name__}"
+        )
+    try:
+        pattern = re.compile(value)
+    except re.error as error:
+        raise MappingError(
+            f"mapping key 'agent_pattern': not a regular expression: {error}"
+        ) from None
+    if not pattern.groups:
+        raise MappingError(
+            "mapping key 'agent_pattern': needs a group (named 'agent', or the first) "
+            "that is the agent's name"
+        )
+    return pattern
 
 
 def _metadata_setting(value: Any) -> tuple[tuple[str, str], ...]:
@@ -300,7 +335,7 @@ def _records(path: Path, mapping: Mapping) -> Iterator[tuple[str, Any]]:
     keys only (ijson cannot pick one list position), else from the whole file."""
     keys = tuple(mapping.records.split("."))
     if any(INTEGER.fullmatch(key) for key in keys):
-        found = _get(jsonstream.load_file(path), mapping.records)
+        found = values.get(jsonstream.load_file(path), mapping.records)
         if not isinstance(found, list):
             raise FileError(_records_problem(path, mapping, _json_kind(found)))
         for index, record in enumerate(found):
@@ -337,38 +372,21 @@ def _json_kind(value: Any) -> str | None:
     return "array" if isinstance(value, list) else "object"
 
 
-def _get(value: Any, path: str) -> Any:
-    """The value at a dotted path, or MISSING."""
-    for key in path.split("."):
-        if isinstance(value, dict):
-            if key not in value:
-                return MISSING
-            value = value[key]
-        elif isinstance(value, list) and INTEGER.fullmatch(key):
-            index = int(key)
-            if not -len(value) <= index < len(value):
-                return MISSING
-            value = value[index]
-        else:
-            return MISSING
-    return value
-
-
 # One record
 
 
 def _trajectory(record: Any, location: str, mapping: Mapping) -> ParsedTrajectory:
     if not isinstance(record, dict):
         raise FieldError("", f"expected a record object, got {type(record).__name__}")
-    task = _text(record, mapping.task, required=True)
+    task = values.text(record, mapping.task, required=True)
     steps = _steps(record, mapping)
-    first_error = _first_error_index(record, mapping.first_error_index, len(steps))
-    success = _outcome(record, mapping.outcome)
-    reward = _reward(record, mapping.reward)
+    first_error = values.first_error_index(record, mapping.first_error_index, len(steps))
+    success = values.outcome(record, mapping.outcome)
+    reward = values.reward(record, mapping.reward)
     if reward is None and success is not None:
         reward = 1.0 if success else 0.0
     if mapping.id:
-        external_id = _text(record, mapping.id, required=True)
+        external_id = values.text(record, mapping.id, required=True)
         if not external_id.strip():
             raise FieldError(mapping.id, "is empty")
     else:
@@ -378,16 +396,16 @@ def _trajectory(record: Any, location: str, mapping: Mapping) -> ParsedTrajector
         external_id = "mapped-" + digest[:16]
     metadata = {}
     for name, path in mapping.metadata:
-        value = _get(record, path)
+        value = values.get(record, path)
         if value is not MISSING:
             metadata[name] = value
     return ParsedTrajectory(
         external_id=external_id,
         task=task,
         steps=steps,
-        task_key=_text(record, mapping.task_key),
-        ground_truth=_text(record, mapping.ground_truth),
-        model_name=_text(record, mapping.model),
+        task_key=values.text(record, mapping.task_key),
+        ground_truth=values.text(record, mapping.ground_truth),
+        model_name=values.text(record, mapping.model),
         outcome_reward=reward,
         success=success,
         first_error_index=first_error,
@@ -399,11 +417,13 @@ def _trajectory(record: Any, location: str, mapping: Mapping) -> ParsedTrajector
 
 
 def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
-    raw_steps = _get(record, mapping.steps)
+    raw_steps = values.get(record, mapping.steps)
     if raw_steps is MISSING:
         raise FieldError(mapping.steps, "is missing")
     if not isinstance(raw_steps, list):
-        raise FieldError(mapping.steps, f"expected a list of steps, got {_type_name(raw_steps)}")
+        raise FieldError(
+            mapping.steps, f"expected a list of steps, got {values.type_name(raw_steps)}"
+        )
     if not raw_steps:
         raise FieldError(mapping.steps, "is empty; a trajectory needs at least one step")
     fields = mapping.step
@@ -414,18 +434,19 @@ def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
             if raw is None or isinstance(raw, bool | dict | list):
                 raise FieldError(
                     path,
-                    f"expected a string step (the mapping has no 'step'), got {_type_name(raw)}",
+                    "expected a string step (the mapping has no 'step'), "
+                    f"got {values.type_name(raw)}",
                 )
             steps.append(
                 ParsedStep(kind="thought", role="assistant", content=str(raw), labelable=True)
             )
             continue
         if not isinstance(raw, dict):
-            raise FieldError(path, f"expected a step object, got {_type_name(raw)}")
-        content = _text(raw, fields.content, required=True, nullable=True, prefix=path)
-        role = _text(raw, fields.role, prefix=path) or "assistant"
-        agent = _text(raw, fields.agent, prefix=path)
-        kind = _text(raw, fields.kind, prefix=path) or "message"
+            raise FieldError(path, f"expected a step object, got {values.type_name(raw)}")
+        content = values.text(raw, fields.content, required=True, nullable=True, prefix=path)
+        role = values.text(raw, fields.role, prefix=path) or "assistant"
+        agent = _agent(raw, fields.agent, mapping.agent_pattern, path)
+        kind = values.text(raw, fields.kind, prefix=path) or "message"
         if kind not in STEP_KINDS:
             raise FieldError(
                 f"{path}.{fields.kind}", f"is {kind!r}; expected one of {', '.join(STEP_KINDS)}"
@@ -441,10 +462,27 @@ def _steps(record: dict[str, Any], mapping: Mapping) -> list[ParsedStep]:
                     else role not in INPUT_ROLES
                 ),
                 agent=agent,
-                tool_name=_text(raw, fields.tool_name, prefix=path),
+                tool_name=values.text(raw, fields.tool_name, prefix=path),
             )
         )
     return steps
+
+
+def _agent(
+    raw: dict[str, Any], paths: str | tuple[str, ...], pattern: re.Pattern[str] | None, prefix: str
+) -> str:
+    agent = ""
+    for each in (paths,) if isinstance(paths, str) else paths:
+        agent = values.text(raw, each, prefix=prefix)
+        if agent:
+            break
+    if pattern is None or not agent:
+        return agent
+    found = pattern.match(agent)
+    if found is None:
+        return agent
+    name = found.group("agent") if "agent" in pattern.groupindex else found.group(1)
+    return (name or "").strip() or agent
 
 
 def _labels(steps: list[ParsedStep], first_error: int | None, path: str) -> list[ParsedLabel]:
@@ -464,97 +502,3 @@ def _labels(steps: list[ParsedStep], first_error: int | None, path: str) -> list
         for index in range(judged)
         if steps[index].labelable
     ]
-
-
-# Values
-
-
-def _text(
-    record: dict[str, Any],
-    path: str,
-    *,
-    required: bool = False,
-    nullable: bool = False,
-    prefix: str = "",
-) -> str:
-    """Text at ``path``: a string, or a number written out. An unmapped, missing or null
-    optional field is ``""``."""
-    if not path:
-        return ""
-    name = f"{prefix}.{path}" if prefix else path
-    value = _get(record, path)
-    if value is MISSING:
-        if required:
-            raise FieldError(name, "is missing")
-        return ""
-    if value is None:
-        if required and not nullable:
-            raise FieldError(name, "is null")
-        return ""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    raise FieldError(name, f"expected text, got {_type_name(value)}")
-
-
-def _first_error_index(record: dict[str, Any], path: str, step_count: int) -> int | None:
-    if not path:
-        return None
-    value = _get(record, path)
-    if value is MISSING or value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        index = value
-    elif isinstance(value, float) and value.is_integer():
-        index = int(value)
-    elif isinstance(value, str) and INTEGER.fullmatch(value.strip()):
-        index = int(value.strip())
-    else:
-        raise FieldError(path, f"expected a step index, got {_describe(value)}")
-    if not -1 <= index < step_count:
-        raise FieldError(
-            path,
-            f"is {index}; expected -1 (no error) or a step index from 0 to {step_count - 1}",
-        )
-    return index
-
-
-def _outcome(record: dict[str, Any], path: str) -> bool | None:
-    if not path:
-        return None
-    value = _get(record, path)
-    if value is MISSING or value is None:
-        return None
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int | float) and value in (0, 1):
-        return bool(value)
-    if isinstance(value, str) and value.strip().lower() in OUTCOME_WORDS:
-        return OUTCOME_WORDS[value.strip().lower()]
-    raise FieldError(path, f"expected true/false or 1/0, got {_describe(value)}")
-
-
-def _reward(record: dict[str, Any], path: str) -> float | None:
-    if not path:
-        return None
-    value = _get(record, path)
-    if value is MISSING or value is None:
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str) and NUMBER.fullmatch(value.strip()):
-        number = float(value.strip())
-        if math.isfinite(number):
-            return number
-    raise FieldError(path, f"expected a number, got {_describe(value)}")
-
-
-def _type_name(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _describe(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value) if len(value) <= 40 else f"{value[:40]!r}..."
-    return _type_name(value)

@@ -38,7 +38,7 @@ TAG_VALUES = {"+": 1, "-": -1}
 FIRST_STEP = "Step 1:"
 
 
-@register("math-shepherd")
+@register("math-shepherd", label="Math-Shepherd")
 def parse(path: Path) -> Iterator[ParseResult]:
     yield from jsonstream.records_built(path, _trajectory)
 

@@ -38,7 +38,9 @@ TEXT_PART_TYPES = ("text", "input_text", "output_text")
 Entry = tuple[str, int, Any] | RecordError
 
 
-@register("openai-messages")
+@register(
+    "openai-messages", label="OpenAI chat messages with tool calls (tau-bench, mini-swe-agent)"
+)
 def parse(path: Path) -> Iterator[ParseResult]:
     for entry in _entries(path):
         if isinstance(entry, RecordError):
@@ -125,6 +127,13 @@ def _task(record: dict[str, Any], steps: list[ParsedStep], key: str) -> str:
         if step.role == "user" and step.content.strip():
             return step.content
     raise FieldError(key, "has no user message to take the task from, and no info.task.instruction")
+
+
+def message_step(message: Any, path: str, names_by_call_id: dict[str, str]) -> ParsedStep:
+    """One OpenAI chat message as a step (``path`` names it in errors); tool results take
+    their tool's name from ``names_by_call_id``. The other chat-message formats
+    (``verifiers``) read their messages with it."""
+    return _step(message, path, names_by_call_id)
 
 
 def _step(message: Any, path: str, names_by_call_id: dict[str, str]) -> ParsedStep:

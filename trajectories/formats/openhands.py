@@ -8,9 +8,10 @@
   LLM configuration) and ``events/event-NNNNN-<id>.json``, one event per file, ``{id,
   timestamp, source, kind}`` with ``kind`` one of ``SystemPromptEvent``,
   ``MessageEvent``, ``ActionEvent``, ``ObservationEvent``. Import ``base_state.json``
-  (or the directory): its events are read from beside it, in file-name order. An event
-  file on its own makes no trajectory, so importing the directory gives one conversation,
-  not one per file.
+  (or the directory): its events are read from beside it, in file-name order. A folder
+  holding conversations imports each conversation once (:func:`units`), never its event
+  files one by one; an event file given on its own is a file error saying which folder
+  to import.
 
 Events become steps in order. User messages and system prompts are inputs (not
 labelable); the agent's messages, thoughts and actions are labelable (an action with a
@@ -74,15 +75,33 @@ class Events:
         self.steps.append(step)
 
 
-@register("openhands")
+def units(folder: Path) -> list[Path]:
+    """A folder's import units: each V1 conversation folder (the one holding
+    ``base_state.json``) once, and each V0 ``.json`` file outside them."""
+    if (folder / "base_state.json").is_file():
+        return [folder]
+    conversations = {state.parent for state in folder.rglob("base_state.json")}
+    files = {
+        path
+        for path in folder.rglob("*.json")
+        if path.is_file() and not conversations.intersection(path.parents)
+    }
+    return sorted(conversations | files)
+
+
+@register("openhands", label="OpenHands event stream (V0 .json)", units=units)
 def parse(path: Path) -> Iterator[ParseResult]:
     if path.is_dir():
         path = path / "base_state.json"
     if path.name == "base_state.json":
         yield from _v1(path)
         return
-    if EVENT_FILE.fullmatch(path.name) and (path.parent.parent / "base_state.json").exists():
-        return  # read with its conversation's base_state.json
+    conversation = path.parent.parent
+    if EVENT_FILE.fullmatch(path.name) and (conversation / "base_state.json").exists():
+        raise FileError(
+            f"{path}: one event of the OpenHands conversation in {conversation}; "
+            "import that folder (or its base_state.json) to read all its events"
+        )
     events = Events()
     task = ""
     models: list[str] = []

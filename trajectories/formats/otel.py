@@ -64,7 +64,7 @@ ERROR_CODES = (2, "2", "STATUS_CODE_ERROR", "ERROR")
 SPAN_KEYS = ("spanId", "span_id", "spanContext", "context", "traceId", "trace_id", "attributes")
 
 
-@register("otel")
+@register("otel", label="OpenTelemetry spans (OTLP JSON, GenAI or OpenInference attributes)")
 def parse(path: Path) -> Iterator[ParseResult]:
     traces: dict[str, list[Span]] = {}
     locations: dict[str, str] = {}

@@ -59,7 +59,7 @@ class _Completion:
     raw: Any
 
 
-@register("prm800k")
+@register("prm800k", label="PRM800K")
 def parse(path: Path) -> Iterator[ParseResult]:
     for entry in jsonstream.iter_records(path):
         if isinstance(entry, RecordError):

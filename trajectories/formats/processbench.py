@@ -28,7 +28,7 @@ from trajectories.formats.base import (
 ANNOTATOR = "import:processbench"
 
 
-@register("processbench")
+@register("processbench", label="ProcessBench")
 def parse(path: Path) -> Iterator[ParseResult]:
     first = jsonstream.first_byte(path)
     if first != b"[":

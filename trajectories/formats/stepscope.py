@@ -54,7 +54,7 @@ STEP_KEYS = (
 LABEL_KEYS = ("annotator", "value")
 
 
-@register("stepscope")
+@register("stepscope", label="Stepscope JSONL")
 def parse(path: Path) -> Iterator[ParseResult]:
     """Yield one trajectory or error per non-blank line, reading the file line by line.
 

@@ -32,7 +32,7 @@ from trajectories.formats.base import (
 LOCATION = "record 0"
 
 
-@register("swe-agent")
+@register("swe-agent", label="SWE-agent .traj")
 def parse(path: Path) -> Iterator[ParseResult]:
     # A .traj file is one run, so it is read whole.
     record = jsonstream.load_file(path)

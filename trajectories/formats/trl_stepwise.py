@@ -27,7 +27,7 @@ from trajectories.formats.base import (
 ANNOTATOR = "import:trl-stepwise"
 
 
-@register("trl-stepwise")
+@register("trl-stepwise", label="TRL stepwise supervision")
 def parse(path: Path) -> Iterator[ParseResult]:
     yield from jsonstream.records_built(path, _trajectory)
 

@@ -90,7 +90,7 @@ def trajectory_import(
         created_by=user,
         mapping=mapping,
         skip_invalid=skip_invalid,
-        file_size=path.stat().st_size,
+        file_size=_size(path),
         internal=internal,
     )
     _import_into(batch, path)
@@ -100,6 +100,13 @@ def trajectory_import(
         # The search index is built afterwards, off the import's path (trajectories.search).
         transaction.on_commit(lambda: search_index_enqueue(project.pk))
     return batch
+
+
+def _size(path: Path) -> int:
+    """A file's size, or a folder's (an OpenHands conversation): its files' together."""
+    if path.is_dir():
+        return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
+    return path.stat().st_size
 
 
 def trajectory_records_import(

@@ -1,8 +1,10 @@
 """python manage.py import_trajectories --project SLUG [--create] --format FORMAT
 [--mapping FILE] [--skip-invalid] PATH...
 
-PATH is a file or a directory; a directory stands for every .json, .jsonl, .traj and
-.eval file below it, in sorted order. Each file is its own all-or-nothing import."""
+PATH is a file or a directory; a directory stands for what the format reads in it (by
+default every .json, .jsonl, .traj and .eval file below it, in sorted order; an OpenHands
+conversation folder once, a ChatDev folder's .log files). Each is its own all-or-nothing
+import."""
 
 from __future__ import annotations
 
@@ -12,10 +14,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from trajectories.formats import import_units
 from trajectories.models import Project
 from trajectories.services import ImportRejected, parser_get, project_create, trajectory_import
-
-IMPORTABLE_SUFFIXES = {".json", ".jsonl", ".traj", ".eval"}
 
 
 class Command(BaseCommand):
@@ -49,7 +50,7 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None and not options["create"]:
             raise CommandError(f"no project {options['project']!r}; pass --create to make it")
-        paths = _expand(options["paths"])
+        paths = _expand(options["paths"], source_format)
         if project is None:
             project = project_create(slug=options["project"], name=options["project"])
 
@@ -93,15 +94,13 @@ class Command(BaseCommand):
             raise SystemExit(1)
 
 
-def _expand(paths: list[Path]) -> list[Path]:
+def _expand(paths: list[Path], source_format: str) -> list[Path]:
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
-            found = sorted(
-                p for p in path.rglob("*") if p.is_file() and p.suffix in IMPORTABLE_SUFFIXES
-            )
+            found = import_units(source_format, path)
             if not found:
-                raise CommandError(f"{path}: no .json, .jsonl, .traj or .eval files in it")
+                raise CommandError(f"{path}: nothing in it that --format {source_format} reads")
             files.extend(found)
         elif path.is_file():
             files.append(path)
