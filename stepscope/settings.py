@@ -102,7 +102,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
         raise ConfigError("DATABASE_URL must be a postgres:// URL; Stepscope runs on PostgreSQL")
-    _database = dj_database_url.parse(DATABASE_URL, conn_max_age=60)
+    _database = dj_database_url.parse(DATABASE_URL)
 else:
     _pg = embedded.postgres_ensure(DATA_DIR)
     _database = {
@@ -111,8 +111,13 @@ else:
         "USER": _pg.user,
         "HOST": str(_pg.socket_dir),
         "PORT": str(_pg.port),
-        "CONN_MAX_AGE": 60,
     }
+# Persistent connections suit a bounded pool of threads (gunicorn: processes x threads,
+# docs/operating.md). Django's development server (`make run`) starts a thread per request
+# and does not close a finished thread's persistent connection: a script making one
+# request at a time used up the embedded server's 100 connections in minutes.
+_DEV_SERVER = sys.argv[1:2] == ["runserver"]
+_database["CONN_MAX_AGE"] = env_int("STEPSCOPE_DB_CONN_MAX_AGE", 0 if _DEV_SERVER else 60)
 _database["CONN_HEALTH_CHECKS"] = True
 # A Celery worker started by the tests must use the test database the tests created.
 if env_str("STEPSCOPE_DATABASE_NAME"):
