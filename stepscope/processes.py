@@ -19,6 +19,8 @@ from pathlib import Path
 from stepscope import embedded
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# The worker's niceness under `make run` (STEPSCOPE_WORKER_NICE).
+WORKER_NICE = 10
 
 
 def data_dir() -> Path:
@@ -58,6 +60,7 @@ def worker() -> None:
         return
     pid_file.unlink(missing_ok=True)
     log_file = data_dir() / "celery-worker.log"
+    niceness = worker_niceness()
     subprocess.run(
         [
             sys.executable,
@@ -77,8 +80,23 @@ def worker() -> None:
         ],
         check=True,
         cwd=BASE_DIR,
+        # The worker shares the machine with the web server here: annotators' requests
+        # come first, and a scoring run takes what CPU they leave (docs/operating.md).
+        preexec_fn=lambda: _lower_priority(niceness),
     )
-    print(f"celery worker: started, log in {log_file}")
+    print(f"celery worker: started at nice {niceness}, log in {log_file}")
+
+
+def _lower_priority(niceness: int) -> None:
+    os.nice(niceness)
+
+
+def worker_niceness() -> int:
+    """How much lower the worker's CPU priority is than the web server's (0 to 19)."""
+    raw = os.environ.get("STEPSCOPE_WORKER_NICE", "").strip() or str(WORKER_NICE)
+    if not raw.isdigit() or not 0 <= int(raw) <= 19:
+        raise SystemExit(f"STEPSCOPE_WORKER_NICE={raw!r} is not a niceness from 0 to 19")
+    return int(raw)
 
 
 def down() -> None:
