@@ -12,8 +12,8 @@ from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from evaluation import compare
-from evaluation.serializers import CompareParamsSerializer
+from evaluation import compare, decisive
+from evaluation.serializers import CompareParamsSerializer, DecisiveParamsSerializer
 from labeling import selectors
 from trajectories.selectors import project_get_for_user
 
@@ -49,6 +49,35 @@ class CompareView(generics.GenericAPIView[Any]):
         return Response(result.as_json())
 
 
+class DecisiveCompareView(generics.GenericAPIView[Any]):
+    """One decisive-failure source against another (``human:<user>``, ``import:<source>``,
+    ``model:<scorer>``): agent accuracy and decisive-step accuracy, exact and within
+    ``k`` steps, each with its counts and a bootstrap interval."""
+
+    serializer_class = DecisiveParamsSerializer
+    pagination_class = None
+
+    @extend_schema(parameters=[DecisiveParamsSerializer], responses={200: dict})
+    def get(self, request: Request) -> Response:
+        params = DecisiveParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        project = project_get_for_user(request.user, str(data["project"]))
+        if not selectors.can_compare(request.user, project):
+            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        try:
+            result = decisive.decisive_compare(
+                project,
+                reference=str(data["reference"]),
+                candidate=str(data["candidate"]),
+                k=cast(int, data["k"]),
+            )
+        except ValueError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(result.as_json())
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("compare/", CompareView.as_view(), name="api-compare"),
+    path("compare/decisive/", DecisiveCompareView.as_view(), name="api-compare-decisive"),
 ]

@@ -8,7 +8,7 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from evaluation import compare, compare_steps, disagreements, failures
+from evaluation import compare, compare_steps, decisive, disagreements, failures
 from labeling.sources import label_source_parse, label_source_sql
 from trajectories.models import Project
 
@@ -201,3 +201,38 @@ class FailureForm(forms.Form):
     @property
     def page_number(self) -> int:
         return self.cleaned_data.get("page") or 1
+
+
+class DecisiveCompareForm(forms.Form):
+    """Which decisive-failure sources the decisive page sets against each other, and
+    the window ``k`` of the "within k steps" accuracy."""
+
+    reference = forms.ChoiceField()
+    candidate = forms.ChoiceField()
+    k = forms.IntegerField(
+        required=False, min_value=0, max_value=decisive.MAX_K, initial=1, label="Within k steps"
+    )
+
+    def __init__(self, data: QueryDict | None, *, choices: list[str]) -> None:
+        """Left out: the reference is the first source (an import, else an annotator)
+        and the candidate a model's, else the next source."""
+        given = data or QueryDict()
+        if data is not None:
+            data = data.copy()
+            if not data.get("reference") and choices:
+                data["reference"] = choices[0]
+            if not data.get("candidate"):
+                others = [c for c in choices if c != data.get("reference")]
+                models = [c for c in others if c.startswith("model:")]
+                data["candidate"] = (models or others or [""])[0]
+        super().__init__(data, initial={"k": 1})
+        for name in ("reference", "candidate"):
+            self.fields[name].choices = _with_given(  # type: ignore[attr-defined]
+                [(c, c) for c in choices], given.get(name, "")
+            )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("k") is None:
+            data["k"] = 1
+        return data

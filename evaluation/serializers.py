@@ -19,3 +19,14 @@ class CompareParamsSerializer(serializers.Serializer[dict[str, object]]):
         choices=["model", "format", "task", "length", "kind", "annotator"],
     )
     humans = serializers.BooleanField(required=False, default=False)
+
+
+class DecisiveParamsSerializer(serializers.Serializer[dict[str, object]]):
+    """The query parameters of ``GET /api/v1/compare/decisive/``."""
+
+    project = serializers.SlugField()
+    reference = serializers.CharField(max_length=300, help_text="e.g. import:mapped")
+    candidate = serializers.CharField(
+        max_length=300, help_text="model:<scorer> or human:<username>"
+    )
+    k = serializers.IntegerField(required=False, default=1, min_value=0, max_value=50)

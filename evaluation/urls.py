@@ -12,6 +12,7 @@ urlpatterns = [
         name="compare-first-errors",
     ),
     path("p/<slug:slug>/compare/humans/", views.compare_humans, name="compare-humans"),
+    path("p/<slug:slug>/compare/decisive/", views.compare_decisive, name="compare-decisive"),
     path(
         "p/<slug:slug>/compare/disagreements/",
         views.compare_disagreements,

@@ -23,19 +23,21 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evaluation import compare, disagreements, failures
+from evaluation import compare, decisive, disagreements, failures
 from evaluation import compare_metrics as cm
 from evaluation import compare_steps as behind
 from evaluation import rollout_diff as rollout_diff_queries
 from evaluation.charts import Chart, Datum, line_chart
 from evaluation.forms import (
     CompareForm,
+    DecisiveCompareForm,
     DisagreementForm,
     FailureForm,
     FirstErrorFilterForm,
     StepFilterForm,
 )
 from labeling import selectors
+from labeling.decisive_sources import decisive_source_choices
 from labeling.services import LabelingError
 from labeling.views.common import HtmxHttpRequest, current_user
 from trajectories.models import Project, Trajectory
@@ -413,6 +415,39 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)
+
+
+# --- Decisive failures ---------------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def compare_decisive(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Which agent, at which step, decided each failure: one decisive-failure source
+    against another (an import or an annotator against a model or a second annotator),
+    as agent accuracy and decisive-step accuracy (exact, and within k steps)."""
+    project = _project(request, slug)
+    choices = decisive_source_choices(project)
+    form = DecisiveCompareForm(request.GET, choices=choices)
+    context: dict[str, Any] = {**_base_context(request, project), "form": form}
+    if len(choices) >= 2 and form.is_valid():
+        try:
+            result = decisive.decisive_compare(
+                project,
+                reference=form.cleaned_data["reference"],
+                candidate=form.cleaned_data["candidate"],
+                k=form.cleaned_data["k"],
+            )
+        except ValueError as error:
+            context["error"] = str(error)
+        else:
+            context.update(
+                result=result,
+                metrics=result.metrics,
+                pairs=result.pairs[: decisive.PAIRS_SHOWN],
+                more_pairs=max(len(result.pairs) - decisive.PAIRS_SHOWN, 0),
+            )
+    return render(request, "evaluation/compare_decisive.html", context)
 
 
 # --- Disagreements --------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from labeling import selectors, services
 from labeling.models import Queue, QueueAssignment, StepLabel
 from labeling.serializers import (
     BulkLabelsSerializer,
+    DecisiveWriteSerializer,
     LeaseSerializer,
     QueueSerializer,
     StepLabelSerializer,
@@ -210,6 +211,29 @@ def _submit(state: selectors.LabelingState, data: dict[str, Any]) -> Response:
     return Response(TrajectoryLabelSerializer(verdict).data)
 
 
+class DecisiveFailure(generics.GenericAPIView[Any]):
+    """Set your decisive failure on a trajectory (the page's panel, key ``d``): which
+    agent, at which step, decided that it failed. The step must be one of the
+    trajectory's and the agent one of its agents; an error names the field. It counts
+    as a label source (``human:<you>``) once you submit the trajectory."""
+
+    serializer_class = DecisiveWriteSerializer
+
+    @extend_schema(request=DecisiveWriteSerializer, responses={200: TrajectoryLabelSerializer})
+    def post(self, request: Request, pk: int) -> Response:
+        incoming = DecisiveWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        state = selectors.labeling_state_for_user(request.user, pk, queue_id=data.get("queue"))
+        try:
+            verdict = services.decisive_failure_set(
+                state=state, agent=data["agent"], step=data["step"], reason=data["reason"]
+            )
+        except services.LabelingError as error:
+            return Response({error.field or "detail": error.message}, status=error.status)
+        return Response(TrajectoryLabelSerializer(verdict).data)
+
+
 class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """The queues you can work on (``?project=SLUG`` narrows them). Work through one as
     the queue page does: ``next/`` leases the next trajectory (your open lease first),
@@ -329,5 +353,10 @@ router.register("queues", QueueViewSet, basename="api-queue")
 urlpatterns: list[URLPattern | URLResolver] = [
     path("trajectories/<int:pk>/labels/", TrajectoryLabelList.as_view(), name="trajectory-labels"),
     path("trajectories/<int:pk>/submit/", TrajectorySubmit.as_view(), name="api-trajectory-submit"),
+    path(
+        "trajectories/<int:pk>/decisive/",
+        DecisiveFailure.as_view(),
+        name="api-trajectory-decisive",
+    ),
     path("", include(router.urls)),
 ]

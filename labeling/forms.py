@@ -60,6 +60,14 @@ class VerdictForm(forms.Form):
     flagged = forms.BooleanField(required=False, label="Flag: bad problem")
 
 
+class DecisiveForm(forms.Form):
+    """The decisive failure: which agent, at which step, decided that the run failed."""
+
+    agent = forms.CharField(required=False, max_length=200)
+    step = forms.IntegerField(required=False, min_value=0)
+    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+
+
 class QueueForm(TrajectoryFilterForm):
     """A queue: its name and rules, and the trajectory filters that select its items."""
 

@@ -2,7 +2,8 @@
 the writers below (registered from ``LabelingConfig.ready()``) once the trajectories are
 written, inside the import's transaction. Step labels become submitted ``StepLabel`` rows;
 a record's first error becomes a submitted ``TrajectoryLabel`` (``found_error`` at that
-step, or ``solution`` with no first error for -1), as an annotator's own verdict would be."""
+step, or ``solution`` with no first error for -1), as an annotator's own verdict would be,
+and a record's decisive failure (which agent, at which step) is set on that verdict."""
 
 from __future__ import annotations
 
@@ -78,4 +79,40 @@ def imported_labels_writer(project: Project) -> ImportedLabels:
                 ],
             )
 
-    return ImportedLabels(steps=insert, verdicts=verdicts)
+    def decisive(
+        trajectories: list[int],
+        annotators: list[int],
+        agents: list[str],
+        steps: list[int | None],
+        reasons: list[str],
+    ) -> None:
+        """The decisive failure goes on the import annotator's verdict: the one the first
+        error just made, or a new submitted one (``found error``)."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO labeling_trajectorylabel (trajectory_id, annotator_id,"
+                " decisive_agent, decisive_step, decisive_reason, finish_reason, status,"
+                " submitted_at, created_at, updated_at)"
+                " SELECT v.trajectory_id, v.annotator_id, v.agent, v.step, v.reason, %s, %s,"
+                " %s, %s, %s"
+                " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::int[], %s::text[])"
+                " AS v(trajectory_id, annotator_id, agent, step, reason)"
+                " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
+                " decisive_agent = EXCLUDED.decisive_agent,"
+                " decisive_step = EXCLUDED.decisive_step,"
+                " decisive_reason = EXCLUDED.decisive_reason",
+                [
+                    TrajectoryLabel.FinishReason.FOUND_ERROR.value,
+                    TrajectoryLabel.Status.SUBMITTED.value,
+                    now,
+                    now,
+                    now,
+                    trajectories,
+                    annotators,
+                    agents,
+                    steps,
+                    reasons,
+                ],
+            )
+
+    return ImportedLabels(steps=insert, verdicts=verdicts, decisive=decisive)

@@ -45,7 +45,7 @@ DEFAULT_ERROR_TAGS = [
     "correctable",
 ]
 # Keys the labeling page uses for itself; a schema value may not take them.
-RESERVED_KEYS = frozenset("jkftrcunsgh?x")
+RESERVED_KEYS = frozenset("jkftrcunsgh?xd")
 _HEX_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}")
 _FALLBACK_COLOR = "#6b7280"
 
@@ -247,6 +247,12 @@ class TrajectoryLabel(models.Model):
         max_length=20, choices=FinishReason.choices, blank=True, db_default=""
     )
     comment = models.TextField(blank=True, db_default="")
+    # The decisive failure (the Who&When task): which agent, at which step, decided that
+    # the run failed, and why. ``decisive_agent`` is an agent's name as
+    # ``trajectories.agents.trajectory_agents`` lists them; empty and null: not judged.
+    decisive_agent = models.CharField(max_length=200, blank=True, db_default="")
+    decisive_step = models.PositiveIntegerField(null=True, blank=True)
+    decisive_reason = models.TextField(blank=True, db_default="")
     # "Flag this trajectory": the problem itself is bad (ambiguous, wrong ground truth).
     flagged = models.BooleanField(default=False, db_default=False)
     status = models.CharField(

@@ -113,6 +113,26 @@ class TrajectorySubmitSerializer(VerdictWriteSerializer):
     )
 
 
+class DecisiveWriteSerializer(StrictSerializer):
+    """Your decisive failure on a trajectory: which agent, at which step, decided that
+    it failed, and why. Neither agent nor step clears it."""
+
+    agent = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        default="",
+        max_length=200,
+        help_text="One of the trajectory's agents; left out with a step: that step's agent.",
+    )
+    step = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=0, help_text="A step index."
+    )
+    reason = serializers.CharField(required=False, allow_blank=True, default="")
+    queue = serializers.IntegerField(
+        required=False, allow_null=True, help_text="the queue you leased the trajectory from"
+    )
+
+
 class BulkLabelsSerializer(VerdictWriteSerializer):
     """Many labels in one request, all or nothing. ``submit`` then submits every
     trajectory they touch, with the verdict fields given."""
@@ -144,6 +164,9 @@ class TrajectoryLabelSerializer(serializers.ModelSerializer[TrajectoryLabel]):
             "first_error_index",
             "comment",
             "flagged",
+            "decisive_agent",
+            "decisive_step",
+            "decisive_reason",
             "submitted_at",
             "updated_at",
         ]

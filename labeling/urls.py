@@ -1,6 +1,6 @@
 from django.urls import path
 
-from labeling.views import labels, queues, review, schemas
+from labeling.views import decisive, labels, queues, review, schemas
 
 urlpatterns = [
     # The labeling surface: the trajectory page, and its writes and partials.
@@ -10,6 +10,7 @@ urlpatterns = [
     path("t/<int:pk>/steps/", labels.trajectory_steps, name="trajectory-steps"),
     path("t/<int:pk>/undo/", labels.label_undo, name="label-undo"),
     path("t/<int:pk>/submit/", labels.trajectory_submit, name="trajectory-submit"),
+    path("t/<int:pk>/decisive/", decisive.decisive_failure, name="decisive-failure"),
     path("p/<slug:slug>/guidelines/", labels.guidelines, name="guidelines"),
     # Queues.
     path("p/<slug:slug>/queues/", queues.queue_list, name="queue-list"),

@@ -6,6 +6,8 @@ implementation of each metric, for every app above to use.
 - :mod:`metrics.agreement`: confusion, kappa, accuracy, bad-step detection, AUROC,
   calibration, ProcessBench first-error metrics, and agreement among annotators
   (percent agreement, pairwise kappa, Krippendorff's alpha).
+- :mod:`metrics.decisive`: agreement on decisive failures (which agent, at which step,
+  decided a failed run): agent and decisive-step accuracy with bootstrap intervals.
 - :mod:`metrics.montecarlo`: Monte Carlo values of a task's prefix tree, with
   Beta-binomial smoothing.
 """

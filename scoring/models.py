@@ -271,3 +271,35 @@ class StepCredit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.value:+.3f} on {self.step_id} by run {self.run_id}"
+
+
+class FailureVerdict(models.Model):
+    """A model's trajectory-level failure attribution: which agent, at which step,
+    decided that the run failed (the Who&When task), as the label source
+    ``model:<scorer>``. One per (trajectory, scorer): judging again replaces it. An
+    LLM judge's failure-attribution run writes these with
+    ``scoring.services.verdicts.failure_verdicts_write``; the compare pages set them
+    against a human's or an import's decisive-failure labels
+    (``labeling.TrajectoryLabel.decisive_*``)."""
+
+    trajectory = models.ForeignKey(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="failure_verdicts"
+    )
+    scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="failure_verdicts")
+    # Empty and null: the model named no agent or no step.
+    agent = models.CharField(max_length=200, blank=True, db_default="")
+    step = models.PositiveIntegerField(null=True, blank=True)
+    reason = models.TextField(blank=True, db_default="")
+    confidence = models.FloatField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["trajectory", "scorer"], name="failureverdict_unique_per_scorer"
+            )
+        ]
+        indexes: ClassVar = [models.Index(fields=["scorer"], name="failureverdict_scorer")]
+
+    def __str__(self) -> str:
+        return f"{self.agent or '?'} at {self.step} on {self.trajectory_id} by {self.scorer_id}"

@@ -223,6 +223,15 @@ class StepEvidence:
     first_error: list[str] = field(default_factory=list)  # who flags it: "PRM", "MC", users
 
 
+@dataclass(frozen=True)
+class AgentCredit:
+    """One agent's Shapley value (players: agents), shown on its lane on the page."""
+
+    agent: str
+    value: float
+    std_error: float | None = None
+
+
 @dataclass
 class TrajectoryEvidence:
     """Scores, Monte Carlo values, credits and first-error flags of one trajectory for one
@@ -235,6 +244,9 @@ class TrajectoryEvidence:
     run: RunChoice | None = None
     mc_run: int | None = None
     first_errors: list[tuple[str, int, int]] = field(default_factory=list)  # (who, index, pk)
+    # The agents' credits of the picked Shapley run over agents, else the newest one.
+    agent_credits: list[AgentCredit] = field(default_factory=list)
+    agent_run: RunChoice | None = None
 
     def __post_init__(self) -> None:
         self.by_step = {step.pk: step for step in self.steps}
@@ -292,8 +304,23 @@ WITH st AS (
     LIMIT 1
 ), mc AS (
     SELECT id FROM runs WHERE method = 'mc-prefix' ORDER BY created_at DESC, id DESC LIMIT 1
+), agent_run AS (
+    SELECT r.id FROM runs r
+    WHERE r.method = 'shapley' AND EXISTS (
+        SELECT 1 FROM scoring_stepcredit c JOIN st ON st.id = c.step_id
+        WHERE c.run_id = r.id AND c.detail ? 'agent')
+    ORDER BY (r.id = %(want)s) DESC NULLS LAST, r.created_at DESC, r.id DESC LIMIT 1
+), agent_values AS (
+    SELECT c.detail->>'agent' AS agent, max((c.detail->>'agent_value')::float) AS value,
+           max((c.detail->>'agent_std_error')::float) AS std_error, min(st.index) AS first
+    FROM scoring_stepcredit c JOIN st ON st.id = c.step_id
+    WHERE c.run_id = (SELECT id FROM agent_run) AND c.detail ? 'agent'
+    GROUP BY c.detail->>'agent'
 )
 SELECT json_build_object(
+    'agent_run', (SELECT id FROM agent_run),
+    'agent_credits', (SELECT json_agg(json_build_array(agent, value, std_error) ORDER BY first)
+                      FROM agent_values),
     'scorer', (SELECT json_build_object('id', s.id, 'name', s.name, 'revision', s.revision,
                    'kind', s.kind)
                FROM scoring_scorer s WHERE s.id = (SELECT id FROM scorer)),
@@ -387,6 +414,12 @@ def trajectory_evidence(
         runs=runs,
         run=chosen,
         mc_run=data.get("mc"),
+        agent_credits=[
+            AgentCredit(agent, value, std_error)
+            for agent, value, std_error in data.get("agent_credits") or []
+            if value is not None
+        ],
+        agent_run=next((r for r in runs if r.pk == data.get("agent_run")), None),
     )
     by_index = {s.index: s for s in steps}
     flags: list[tuple[str, int]] = [(name, index) for name, index in data.get("labels") or []]

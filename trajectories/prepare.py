@@ -64,6 +64,8 @@ class Prepared:
     labels: list[tuple[int, str, int]]
     # The record's trajectory-level first error (-1: no step is wrong), or None.
     first_error_index: int | None = None
+    # The record's decisive failure: (agent, step index or None, reason), or None.
+    decisive: tuple[str, int | None, str] | None = None
 
 
 # The trajectory columns in Prepared.fields; the importer writes the id, project, batch,
@@ -141,6 +143,11 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
         source=source,
         labels=[(label.step_index, label.annotator, label.value) for label in record.labels],
         first_error_index=record.first_error_index,
+        decisive=(
+            (record.decisive.agent, record.decisive.step_index, record.decisive.reason)
+            if record.decisive is not None
+            else None
+        ),
     )
 
 

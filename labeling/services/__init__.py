@@ -1,8 +1,9 @@
 """Writes for labeling, by topic: step labels, undo from history, trajectory verdicts and
-final (adjudicated) labels (``labels.py``), many labels in one request (``bulk.py``),
-schemas, project labeling settings and guidelines (``schemas.py``), queues and their
-leases (``queues.py``), and what they share (``common.py``). The names below are the
-app's service interface; callers import them from here.
+final (adjudicated) labels (``labels.py``), the decisive failure (``decisive.py``), many
+labels in one request (``bulk.py``), schemas, project labeling settings and guidelines
+(``schemas.py``), queues and their leases (``queues.py``), and what they share
+(``common.py``). The names below are the app's service interface; callers import them
+from here.
 
 Every function here is a ``<thing>_<verb>`` service with keyword-only arguments that runs
 in one transaction. A request that breaks a rule raises :class:`LabelingError` with an
@@ -24,6 +25,7 @@ from labeling.services.common import (
     NotAllowed,
     StaleSchema,
 )
+from labeling.services.decisive import AgentSteps, agent_steps, decisive_failure_set
 from labeling.services.labels import (
     StepLabelResult,
     final_label_set,
@@ -51,6 +53,7 @@ __all__ = [
     "MAX_CORRECTION_CHARS",
     "MAX_RATIONALE_CHARS",
     "MAX_TIME_SPENT_MS",
+    "AgentSteps",
     "BulkLabelsRejected",
     "BulkLabelsResult",
     "LabelingError",
@@ -58,6 +61,8 @@ __all__ = [
     "NotAllowed",
     "StaleSchema",
     "StepLabelResult",
+    "agent_steps",
+    "decisive_failure_set",
     "final_label_set",
     "label_schema_save",
     "labeling_settings_set",

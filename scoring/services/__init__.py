@@ -1,5 +1,6 @@
 """Writes for the scoring app, by topic: PRM scores (scorers, scoring runs, imported
-scores, the trained head) and credit attribution. The names below are the app's service
+scores, the trained head), credit attribution and models' failure attributions
+(``verdicts.py``). The names below are the app's service
 interface; callers import them from here."""
 
 from scoring.services.attribution import (
@@ -31,6 +32,7 @@ from scoring.services.scores import (
     scoring_run_start,
 )
 from scoring.services.training import NEUTRAL_CHOICES, scorer_train_run, scorer_train_start
+from scoring.services.verdicts import VerdictInput, failure_verdicts_write
 
 __all__ = [
     "IMPORT_BATCH",
@@ -39,6 +41,7 @@ __all__ = [
     "ImportProblem",
     "ScoresRejected",
     "ScoringError",
+    "VerdictInput",
     "_trajectory_inputs",
     "attribution_chunk_run",
     "attribution_run_cancel",
@@ -46,6 +49,7 @@ __all__ = [
     "attribution_run_plan",
     "attribution_run_start",
     "credits_write",
+    "failure_verdicts_write",
     "read_tables",
     "scorer_check",
     "scorer_create",

@@ -9,6 +9,7 @@
      schema keys  label the current step        u           undo the last label
      f            mark the first error          h           the step's label history
      s            finish (submit)               n           next item in the queue
+     d            the decisive failure: the current step and its agent (decisive.js)
      g            guidelines                    ?           shortcuts
      Esc          close what is open            Ctrl+Enter  save an open editor
 */
@@ -93,6 +94,15 @@
     const firstOpen = all.find(function (row) { return !isDone(row); });
     if (firstOpen) setCurrent(firstOpen);
     else focusFinish();
+  }
+
+  // The decisive-failure panel takes the current step (decisive.js fills it in).
+  function decisive() {
+    const row = current();
+    const form = document.getElementById("decisive-form");
+    if (!row || !form) return false;
+    form.dispatchEvent(new CustomEvent("stepscope:decisive", { bubbles: true, detail: { index: row.dataset.index } }));
+    return true;
   }
 
   function focusFinish() {
@@ -233,6 +243,7 @@
     else if (key === "u") undo();
     else if (key === "h") toggleHistory();
     else if (key === "s") focusFinish();
+    else if (key === "d") handled = decisive();
     else if (key === "n") nextItem();
     else handled = current() ? clickIn(current(), 'button[name="value"][data-key="' + CSS.escape(key) + '"]') : false;
     if (handled) event.preventDefault();

@@ -5,7 +5,9 @@
 // a checkbox per agent shows or hides that agent's steps (the agents are those of the
 // steps loaded so far, in the order they first act). Hidden steps drop out of the
 // j / k walk (labeling.js skips hidden rows). Steps loaded later or swapped after a
-// label are decorated again.
+// label are decorated again. When the evidence strip lists agents' Shapley credits
+// ([data-agent-credit], scoring/_agent_credits.html), each agent's lane header (its
+// filter) shows its credit.
 (function () {
   "use strict";
   const timeline = document.getElementById("steps");
@@ -27,7 +29,9 @@
     box.checked = true;
     box.value = agent;
     box.dataset.agentFilter = "";
-    label.append(box, " " + agent);
+    const credit = document.createElement("span");
+    credit.className = "agent-credit";
+    label.append(box, " " + agent, credit);
     filterBox.append(label);
     filters.push(box);
   }
@@ -69,6 +73,20 @@
       tools.querySelector(".tree-tools").hidden = false;
     }
     timeline.style.setProperty("--lanes", String(Math.max(agents.length, 1)));
+    credits();
+  }
+
+  function credits() {
+    const byAgent = new Map();
+    document.querySelectorAll("[data-agent-credit]").forEach(function (item) {
+      byAgent.set(item.dataset.agentCredit, item.dataset.credit || "");
+    });
+    filters.forEach(function (box) {
+      const slot = box.parentElement.querySelector(".agent-credit");
+      const value = byAgent.get(box.value);
+      slot.textContent = value ? value : "";
+      slot.title = value ? "Shapley credit of " + box.value : "";
+    });
   }
 
   function apply() {

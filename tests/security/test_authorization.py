@@ -101,6 +101,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-steps": _GET_ONLY,
     "label-undo": _MEMBER_WRITE,
     "trajectory-submit": _MEMBER_WRITE,
+    # The decisive-failure panel: every member reads it (a page without HTMX); an empty
+    # form clears the user's own, which the annotator without a lease may not (refused,
+    # redirected back with the reason).
+    "decisive-failure": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
     "guidelines": _GET_ONLY,
     # Queues: members take, skip and see them; researchers and admins make and close them.
     "queue-list": _GET_ONLY,
@@ -121,6 +125,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "compare-steps": _GET_ONLY,
     "compare-first-errors": _GET_ONLY,
     "compare-humans": _GET_ONLY,
+    "compare-decisive": _GET_ONLY,
     "compare-disagreements": _GET_ONLY,
     "compare-disagreement-queue": _CANCEL,
     "failure-overview": _GET_ONLY,
@@ -164,12 +169,15 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:export-download": _API_OBJECT,
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
+    "api:api-compare-decisive": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
     "api:label-bulk": _API_POST_ONLY,
     # The annotator holds no lease on the world's trajectory (403); researchers and admins
     # may submit it, but not with its steps unlabelled (400).
     "api:api-trajectory-submit": {"GET": "401 405 405 405 405", "POST": "401 404 403 400 400"},
+    # An empty body clears your decisive failure: the annotator holds no lease (403).
+    "api:api-trajectory-decisive": {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"},
     "api:api-queue-list": _API_LIST,
     "api:api-queue-detail": _API_OBJECT,
     "api:api-queue-lease": _API_OBJECT,

@@ -98,7 +98,13 @@ def test_blind_annotator_cannot_fetch_the_label_by_id_or_filter(world: World) ->
     assert on_trajectory.status_code == 200
     assert on_trajectory.json() == []
     # The compare pages show everyone's labels: refused in a blind project.
-    for key in ("compare", "compare-humans", "compare-disagreements", "failure-overview"):
+    for key in (
+        "compare",
+        "compare-humans",
+        "compare-decisive",
+        "compare-disagreements",
+        "failure-overview",
+    ):
         assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
 
 

@@ -188,6 +188,14 @@ def route_query(route: Route, world: World) -> str:
     """Query strings some endpoints need before they look at the project."""
     if route.key == "api:api-compare":
         return "?" + urlencode({"project": world.project.slug, "scorer": world.scorer.name})
+    if route.key == "api:api-compare-decisive":
+        return "?" + urlencode(
+            {
+                "project": world.project.slug,
+                "reference": "human:nobody",
+                "candidate": f"model:{world.scorer.name}",
+            }
+        )
     if route.key == "task-tree":
         return "?" + urlencode({"task": world.trajectory.task_key})
     return ""

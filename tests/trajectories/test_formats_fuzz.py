@@ -137,6 +137,7 @@ WHO_AND_WHEN_MAPPING = {
     "step": {"content": "content", "role": "role", "agent": "name"},
     "first_error_index": "mistake_step",
     "metadata": ["level"],
+    "decisive": {"agent": "mistake_agent", "step": "mistake_step", "reason": "mistake_reason"},
 }
 WHO_AND_WHEN = {
     "samples": [
@@ -146,6 +147,8 @@ WHO_AND_WHEN = {
             "is_correct": 0,
             "level": 1,
             "mistake_step": "2",
+            "mistake_agent": "WebSurfer",
+            "mistake_reason": "It read the wrong year.",
             "history": [
                 {"content": "Which city?", "role": "user"},
                 {"content": "Search.", "role": "assistant", "name": "Orchestrator"},

@@ -56,6 +56,17 @@ class ParsedLabel:
     annotator: str
 
 
+@dataclass(frozen=True)
+class ParsedDecisive:
+    """The decisive failure that came with the source (Who&When's ``mistake_agent``,
+    ``mistake_step``, ``mistake_reason``): the import's own annotator's label of which
+    agent, at which step, decided that the run failed."""
+
+    agent: str
+    step_index: int | None
+    reason: str = ""
+
+
 @dataclass
 class ParsedTrajectory:
     external_id: str
@@ -69,6 +80,7 @@ class ParsedTrajectory:
     first_error_index: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     labels: list[ParsedLabel] = field(default_factory=list)
+    decisive: ParsedDecisive | None = None
     # The source record as read, kept in its own table so list queries never load it.
     raw: Any = None
     # Where the record starts in the file: "line 12" or "record 3".

@@ -6,7 +6,9 @@ last item). A mapping looks like::
 
     {"records": "samples", "id": "question_ID", "task": "question",
      "steps": "history", "step": {"content": "content", "role": "role", "agent": "name"},
-     "first_error_index": "mistake_step", "metadata": ["level", "mistake_reason"]}
+     "first_error_index": "mistake_step", "metadata": ["level", "mistake_reason"],
+     "decisive": {"agent": "mistake_agent", "step": "mistake_step",
+                  "reason": "mistake_reason"}}
 
 docs/formats.md describes every key. Values are coerced only where the meaning is plain
 (``"7"`` is the index 7, ``0``/``1`` and ``"true"``/``"false"`` are outcomes, numbers
@@ -25,12 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trajectories.agents import agent_name, trajectory_agents
 from trajectories.formats import jsonstream, register
 from trajectories.formats import mapped_values as values
 from trajectories.formats.base import (
     STEP_KINDS,
     FieldError,
     FileError,
+    ParsedDecisive,
     ParsedLabel,
     ParsedStep,
     ParsedTrajectory,
@@ -52,7 +56,8 @@ PATH_KEYS = (
     "steps",
     "first_error_index",
 )
-MAPPING_KEYS = (*PATH_KEYS, "step", "metadata", "labelable", "agent_pattern")
+MAPPING_KEYS = (*PATH_KEYS, "step", "metadata", "labelable", "agent_pattern", "decisive")
+DECISIVE_KEYS = ("agent", "step", "reason")
 LABELABLE_KEYS = ("path", "roles", "agents", "input_roles", "input_agents")
 REQUIRED_KEYS = ("task", "steps")
 STEP_KEYS = ("content", "role", "agent", "kind", "tool_name")
@@ -131,6 +136,8 @@ class Mapping:
     # Where it matches a step's agent, its group ``agent`` (or its first group) is the
     # agent: ``Orchestrator (thought)`` and ``Orchestrator (-> WebSurfer)`` are one agent.
     agent_pattern: re.Pattern[str] | None = None
+    # Paths of the decisive failure's agent, step and reason ("" where not mapped).
+    decisive: tuple[str, str, str] | None = None
 
 
 def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
@@ -159,6 +166,7 @@ def load_mapping(source: Path | str | AnyMapping[str, Any]) -> Mapping:
         metadata=_metadata_setting(data.get("metadata")),
         labelable=_labelable_setting(data["labelable"]) if "labelable" in data else None,
         agent_pattern=_pattern_setting(data["agent_pattern"]) if "agent_pattern" in data else None,
+        decisive=_decisive_setting(data["decisive"]) if "decisive" in data else None,
     )
 
 
@@ -327,6 +335,32 @@ def _labelable_setting(value: Any) -> LabelableRule:
     return LabelableRule(**settings)
 
 
+def _decisive_setting(value: Any) -> tuple[str, str, str]:
+    if not isinstance(value, AnyMapping):
+        raise MappingError(
+            f"mapping key 'decisive': expected an object of paths, got {type(value).__name__}"
+        )
+    for key in value:
+        if key not in DECISIVE_KEYS:
+            raise MappingError(
+                f"mapping key 'decisive.{key}': unknown; expected one of {', '.join(DECISIVE_KEYS)}"
+            )
+    if "agent" not in value and "step" not in value:
+        raise MappingError("mapping key 'decisive': needs 'agent' or 'step' (or both)")
+    paths = []
+    for key in DECISIVE_KEYS:
+        path = value.get(key, "")
+        if not isinstance(path, str):
+            raise MappingError(
+                f"mapping key 'decisive.{key}': expected a dotted path string, "
+                f"got {type(path).__name__}"
+            )
+        if path:
+            _check_path(path, f"decisive.{key}")
+        paths.append(path)
+    return paths[0], paths[1], paths[2]
+
+
 # Reading records
 
 
@@ -411,6 +445,7 @@ def _trajectory(record: Any, location: str, mapping: Mapping) -> ParsedTrajector
         first_error_index=first_error,
         metadata=metadata,
         labels=_labels(steps, first_error, mapping.first_error_index),
+        decisive=_decisive(record, mapping.decisive, steps),
         raw=record,
         location=location,
     )
@@ -502,3 +537,28 @@ def _labels(steps: list[ParsedStep], first_error: int | None, path: str) -> list
         for index in range(judged)
         if steps[index].labelable
     ]
+
+
+def _decisive(
+    record: dict[str, Any], paths: tuple[str, str, str] | None, steps: list[ParsedStep]
+) -> ParsedDecisive | None:
+    """The decisive failure at the mapping's paths: the step must be one of the
+    trajectory's, the agent one of its agents (``trajectories.agents``). None when the
+    record has neither."""
+    if paths is None:
+        return None
+    agent_path, step_path, reason_path = paths
+    agent = agent_name(values.text(record, agent_path)) if agent_path else ""
+    step = values.first_error_index(record, step_path, len(steps)) if step_path else None
+    if step == -1:
+        step = None
+    if not agent and step is None:
+        return None
+    if agent:
+        agents = trajectory_agents((s.agent, s.role, s.labelable) for s in steps)
+        if agent not in agents:
+            raise FieldError(
+                agent_path,
+                f"is {agent!r}, not one of the trajectory's agents ({', '.join(agents) or 'none'})",
+            )
+    return ParsedDecisive(agent=agent, step_index=step, reason=values.text(record, reason_path))

@@ -285,15 +285,19 @@ class _Rollback(Exception):
 # import, for its project, and its two parts are called after the trajectories are written:
 # ``steps`` with one row per step label (trajectory ids, step indexes, annotator user ids,
 # values), ``verdicts`` with one row per trajectory-level first error (trajectory ids,
-# annotator user ids, first error indexes, -1 where no step is wrong).
+# annotator user ids, first error indexes, -1 where no step is wrong), ``decisive`` with
+# one row per decisive failure (trajectory ids, annotator user ids, agents, step indexes
+# or None, reasons), after the verdicts.
 StepLabelRows = Callable[[list[int], list[int], list[int], list[int]], None]
 VerdictRows = Callable[[list[int], list[int], list[int]], None]
+DecisiveRows = Callable[[list[int], list[int], list[str], list[int | None], list[str]], None]
 
 
 @dataclasses.dataclass(frozen=True)
 class ImportedLabels:
     steps: StepLabelRows
     verdicts: VerdictRows
+    decisive: DecisiveRows
 
 
 LabelWriter = Callable[[Project], ImportedLabels]
@@ -305,11 +309,13 @@ def imported_labels_writer_register(writer: LabelWriter) -> LabelWriter:
     return writer
 
 
-def _labels_refused(*rows: list[int]) -> None:
+def _labels_refused(*rows: list[Any]) -> None:
     raise RuntimeError("records carry labels, and no app registered a label writer")
 
 
-_LABELS_REFUSED = ImportedLabels(steps=_labels_refused, verdicts=_labels_refused)
+_LABELS_REFUSED = ImportedLabels(
+    steps=_labels_refused, verdicts=_labels_refused, decisive=_labels_refused
+)
 
 
 class _ChunkWriter:
@@ -385,7 +391,7 @@ class _ChunkWriter:
             return
         for item in new:
             names = [annotator for _, annotator, _ in item.labels]
-            if item.first_error_index is not None:
+            if item.first_error_index is not None or item.decisive is not None:
                 names.append(self.verdict_annotator)
             for annotator in names:
                 if annotator not in self.annotators:
@@ -396,6 +402,13 @@ class _ChunkWriter:
         source_rows: list[str] = []
         labels: tuple[list[int], list[int], list[int], list[int]] = ([], [], [], [])
         verdicts: tuple[list[int], list[int], list[int]] = ([], [], [])
+        decisive: tuple[list[int], list[int], list[str], list[int | None], list[str]] = (
+            [],
+            [],
+            [],
+            [],
+            [],
+        )
         # Steps are streamed while the rows are built. Their foreign key to the
         # trajectory is deferred to commit (or not checked), so the trajectories may
         # follow later.
@@ -417,6 +430,12 @@ class _ChunkWriter:
                 verdicts[0].append(trajectory_id)
                 verdicts[1].append(self.annotators[self.verdict_annotator])
                 verdicts[2].append(item.first_error_index)
+            if item.decisive is not None:
+                decisive[0].append(trajectory_id)
+                decisive[1].append(self.annotators[self.verdict_annotator])
+                decisive[2].append(item.decisive[0])
+                decisive[3].append(item.decisive[1])
+                decisive[4].append(item.decisive[2])
             counts.steps += item.step_count
             if item.parent_external_id:
                 counts.children.append((trajectory_id, item.parent_external_id))
@@ -424,13 +443,15 @@ class _ChunkWriter:
         if source_rows:
             self._steps_close()
             _copy("trajectories_trajectorysource (trajectory_id, location, raw)", source_rows)
-        if labels[0] or verdicts[0]:
+        if labels[0] or verdicts[0] or decisive[0]:
             # With the checks back on: the labels' triggers keep each step's majority.
             self.finish()
             if labels[0]:
                 self.labels_writer.steps(*labels)
             if verdicts[0]:
                 self.labels_writer.verdicts(*verdicts)
+            if decisive[0]:
+                self.labels_writer.decisive(*decisive)
         elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
             self._steps_close()
             self._trajectories_flush()
