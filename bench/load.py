@@ -3,6 +3,7 @@ while a scoring run (gpu queue) and an export (default queue) run beside them.
 
     .venv/bin/python bench/load.py                         # 50 annotators, 5 minutes
     .venv/bin/python bench/load.py --annotators 10 --seconds 30
+    .venv/bin/python bench/load.py --worker-nice 0          # workers at the web's priority
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/stepscope_load \\
     CELERY_BROKER_URL=redis://127.0.0.1:6379/5 .venv/bin/python bench/load.py
 
@@ -201,7 +202,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=300)
     parser.add_argument("--web-workers", type=int, default=4, help="gunicorn processes")
     parser.add_argument("--scored-tasks", type=int, default=300, help="x4 rollouts x7 steps")
+    parser.add_argument(
+        "--worker-nice", type=int, default=10, help="workers' niceness (0: as the web)"
+    )
     args = parser.parse_args()
+    print("command:", " ".join([".venv/bin/python", "bench/load.py", *sys.argv[1:]]))
 
     root = Path(tempfile.mkdtemp(prefix="ss-load-", dir="/tmp"))
     database_url = os.environ.get("DATABASE_URL", "")
@@ -219,6 +224,7 @@ def main() -> None:
         database_url=database_url,
         broker_url=os.environ.get("CELERY_BROKER_URL", ""),
         web_workers=args.web_workers,
+        worker_nice=args.worker_nice,
     )
     try:
         print(f"starting the stack in {root} ...", flush=True)
@@ -288,6 +294,7 @@ def main() -> None:
         "scoring": state["scoring"],
         "export": state["export"],
         "web_workers": args.web_workers,
+        "worker_nice": args.worker_nice,
         "cpus": os.cpu_count(),
         "servers": "external" if database_url else "embedded",
     }

@@ -52,9 +52,17 @@ def free_port() -> int:
 
 class Stack:
     def __init__(
-        self, root: Path, *, database_url: str = "", broker_url: str = "", web_workers: int = 2
+        self,
+        root: Path,
+        *,
+        database_url: str = "",
+        broker_url: str = "",
+        web_workers: int = 2,
+        worker_nice: int = 0,
     ) -> None:
         self.root = root
+        # Workers run this much nicer than the web (a single box: docs/operating.md).
+        self.worker_nice = worker_nice
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.web_workers = web_workers
@@ -109,10 +117,10 @@ class Stack:
         if not self.external:
             self.run(PYTHON, "-m", "stepscope.processes", "down")
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, args: list[str], nice: int = 0) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
             return subprocess.Popen(
-                args,
+                ["nice", "-n", str(nice), *args] if nice else args,
                 cwd=REPO_ROOT,
                 env=self.env,
                 stdout=log,
@@ -169,6 +177,7 @@ class Stack:
                 "--loglevel",
                 "INFO",
             ],
+            nice=self.worker_nice,
         )
         self.workers[queue] = worker
         return worker

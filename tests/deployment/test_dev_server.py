@@ -9,10 +9,13 @@ import http.client
 import os
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 
@@ -94,3 +97,28 @@ def test_a_script_on_the_development_server_leaves_no_connection_per_request(
             peak = max(peak, _server_connections())
     # Persistent connections left one behind for about every 25 requests (15 after 300).
     assert peak <= 2, f"{peak} database connections left open after {REQUESTS} requests"
+
+
+def test_make_run_starts_the_worker_at_a_lower_cpu_priority(tmp_path: Path) -> None:
+    """On one machine the worker's scoring runs must not starve the web server: `make
+    run`'s worker (``stepscope.processes worker``) runs at nice 10."""
+    database = connection.settings_dict
+    host = urllib.parse.quote(str(database["HOST"]), safe="")
+    env = {
+        **os.environ,
+        "STEPSCOPE_DATA_DIR": str(tmp_path),
+        "DATABASE_URL": f"postgres://{database['USER']}@{host}:{database['PORT']}/x",
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "STEPSCOPE_TESTING": "1",
+        "STEPSCOPE_DATABASE_NAME": database["NAME"],
+    }
+    env.pop("STEPSCOPE_WORKER_NICE", None)
+    command = [sys.executable, "-m", "stepscope.processes"]
+    pid_file = tmp_path / "celery-worker.pid"
+    try:
+        subprocess.run([*command, "worker"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+        assert wait_until(pid_file.exists, timeout=60), "the worker wrote no pid file"
+        worker = psutil.Process(int(pid_file.read_text()))
+        assert worker.nice() == min(19, os.nice(0) + 10)
+    finally:
+        subprocess.run([*command, "down"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
