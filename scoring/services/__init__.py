@@ -12,6 +12,12 @@ from scoring.services.attribution import (
     credits_write,
     read_tables,
 )
+from scoring.services.judges import (
+    JudgeStopped,
+    judge_create,
+    judge_prompt_create,
+    judge_spec,
+)
 from scoring.services.scores import (
     IMPORT_BATCH,
     ImportProblem,
@@ -19,6 +25,7 @@ from scoring.services.scores import (
     ScoringError,
     _trajectory_inputs,
     scorer_check,
+    scorer_chunk_steps,
     scorer_create,
     scorer_spec,
     scores_import,
@@ -37,6 +44,7 @@ __all__ = [
     "NEUTRAL_CHOICES",
     "AttributionError",
     "ImportProblem",
+    "JudgeStopped",
     "ScoresRejected",
     "ScoringError",
     "_trajectory_inputs",
@@ -46,8 +54,12 @@ __all__ = [
     "attribution_run_plan",
     "attribution_run_start",
     "credits_write",
+    "judge_create",
+    "judge_prompt_create",
+    "judge_spec",
     "read_tables",
     "scorer_check",
+    "scorer_chunk_steps",
     "scorer_create",
     "scorer_spec",
     "scorer_train_run",

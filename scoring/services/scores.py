@@ -24,8 +24,16 @@ from django.utils import timezone
 from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
+from scoring.judges.config import JudgeError
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.selectors import latest_trained_head
+from scoring.services.judges import (
+    JudgeStopped,
+    judge_chunk_score,
+    judge_params_check,
+    judge_params_for,
+    judge_prompt_for_run,
+)
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
@@ -78,9 +86,17 @@ def scorer_create(
 
 def scorer_check(*, kind: str, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
     try:
-        prm.params_for_kind(kind, parameters)
-    except prm.ScorerError as error:
+        if kind == prm.LLM_JUDGE:
+            judge_params_check(parameters)
+        else:
+            prm.params_for_kind(kind, parameters)
+    except (prm.ScorerError, JudgeError) as error:
         raise ScoringError(str(error)) from None
+    if kind == prm.LLM_JUDGE and not model_ref:
+        raise ScoringError(
+            "an llm-judge needs a model: a directory or hub id (local), or the endpoint's"
+            " model name (remote)"
+        )
     if kind in prm.MODEL_KINDS and not model_ref:
         raise ScoringError(f"a {kind} scorer needs a model reference (directory or hub id)")
     if not _QUEUE_NAME.fullmatch(queue):
@@ -110,10 +126,12 @@ def scoring_run_start(
     trajectory_ids: Iterable[int] | None = None,
     filters: TrajectoryFilters | None = None,
     queue: Queue | None = None,
+    prompt_version: int | None = None,
 ) -> ScoringRun:
     """A run over the project's labelable steps (all, a filter, given trajectories, the
     trajectories of a labeling queue, or where these are combined, the steps all of them
-    select), planned into chunks by a task on the default queue."""
+    select), planned into chunks by a task on the default queue. A judge asks with
+    ``prompt_version`` (its newest where None), which the run records."""
     if scorer.project_id not in (None, project.pk):
         raise ScoringError("that scorer belongs to another project")
     if queue is not None and queue.project_id != project.pk:
@@ -124,6 +142,13 @@ def scoring_run_start(
         )
     if scorer.kind == Scorer.Kind.TRAINED_HEAD and not (scorer.artifact or {}).get("head"):
         raise ScoringError(f"{scorer.name} has no trained head yet")
+    prompt = None
+    metrics: dict[str, Any] = {}
+    if scorer.kind == Scorer.Kind.LLM_JUDGE:
+        prompt = judge_prompt_for_run(scorer, prompt_version)
+        metrics = {"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version}
+    elif prompt_version is not None:
+        raise ScoringError(f"{scorer.name} is not an llm-judge; it has no prompt versions")
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
@@ -140,6 +165,8 @@ def scoring_run_start(
             kind=ScoringRun.Kind.SCORE,
             selection=selection,
             created_by=user,
+            prompt=prompt,
+            metrics=metrics,
         )
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
@@ -199,11 +226,11 @@ def scoring_run_plan(*, run_id: int) -> None:
         if run.status not in ScoringRun.ACTIVE or run.scorer is None:
             return
         if not run.chunks.exists():
-            params = prm.params_for_kind(run.scorer.kind, run.scorer.parameters)
+            chunk_steps = scorer_chunk_steps(run.scorer)
             chunks = [
                 ScoringChunk(run=run, number=number, trajectory_ids=t, step_ids=s)
                 for number, (t, s) in enumerate(
-                    _group_into_chunks(_selected_steps(run), params.chunk_steps)
+                    _group_into_chunks(_selected_steps(run), chunk_steps)
                 )
             ]
             ScoringChunk.objects.bulk_create(chunks, batch_size=1000)
@@ -237,14 +264,31 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         return
     if not chunk_claim(chunk, run):
         return
+    cost: dict[str, int] = {}
     try:
-        results = _score(run.scorer, chunk)
+        if run.scorer.kind == Scorer.Kind.LLM_JUDGE:
+            results, cost = judge_chunk_score(run, chunk)
+        else:
+            results = _score(run.scorer, chunk)
     except TRANSIENT_ERRORS:
         raise
+    except JudgeStopped:
+        return
+    except JudgeError as error:
+        # A bad endpoint, key, model or prompt: said on the run; retrying cannot mend it.
+        scoring_run_fail(run_id=run.pk, error=str(error))
+        return
     except Exception as error:
         scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
         raise
-    _chunk_finish(chunk, results)
+    _chunk_finish(chunk, results, cost)
+
+
+def scorer_chunk_steps(scorer: Scorer) -> int:
+    """Steps per chunk, from the scorer's parameters (a judge's are its own)."""
+    if scorer.kind == Scorer.Kind.LLM_JUDGE:
+        return judge_params_for(scorer).chunk_steps
+    return prm.params_for_kind(scorer.kind, scorer.parameters).chunk_steps
 
 
 def _trajectory_inputs(chunk: ScoringChunk) -> list[prm.TrajectoryInput]:
@@ -282,7 +326,11 @@ def _score(scorer: Scorer, chunk: ScoringChunk) -> list[prm.StepResult]:
     return model.score(_trajectory_inputs(chunk))
 
 
-def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
+def _chunk_finish(
+    chunk: ScoringChunk, results: list[prm.StepResult], cost: dict[str, int] | None = None
+) -> None:
+    """Store the chunk's scores and count it done; ``cost`` (a judge's calls, tokens,
+    parse failures) is added to the run's metrics in the same transaction."""
     now = timezone.now()
     with transaction.atomic():
         locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -298,6 +346,12 @@ def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
         run.chunks_done += 1
         run.truncated += sum(1 for r in results if r.truncated)
         fields = ["done", "chunks_done", "truncated"]
+        if cost:
+            metrics = dict(run.metrics or {})
+            for name, amount in cost.items():
+                metrics[name] = int(metrics.get(name, 0)) + amount
+            run.metrics = metrics
+            fields.append("metrics")
         if run.chunks_done >= run.chunks_total:
             run.status = ScoringRun.Status.DONE
             run.finished_at = now

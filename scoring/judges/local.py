@@ -1,0 +1,202 @@
+"""A judge on transformers ``generate``: the prompts through the tokenizer's chat template,
+length-sorted batches with left padding, greedy or sampled replies with the chosen
+tokens' log-probabilities.
+
+This is scoring's own small generation helper (rollouts' generator sits above scoring and
+cannot be imported here); model and tokenizer loading, device and dtype rules are the
+scorers' (``scoring.prm.adapters``). CUDA is touched only when a judge is loaded, inside
+a Celery task.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from scoring.judges.backend import JudgeSpec, OnReply, Reply
+from scoring.judges.config import JudgeError
+from scoring.judges.modes import JudgeRequest, describe
+from scoring.judges.verdicts import TokenLogprob
+from scoring.prm.adapters import (
+    load_model,
+    load_tokenizer,
+    model_max_length,
+    resolve_device,
+    resolve_dtype,
+)
+from scoring.prm.base import ScorerError
+
+
+@dataclass
+class Batch:
+    requests: list[JudgeRequest]
+    inputs: dict[str, torch.Tensor]  # left-padded input_ids and attention_mask
+    lengths: list[int]
+
+    @property
+    def width(self) -> int:
+        return int(self.inputs["input_ids"].shape[1])
+
+
+class LocalJudge:
+    """A loaded judge model. ``judge`` is the whole path; ``encode``, ``prepare``,
+    ``generate`` and ``decode`` are its parts, exposed for the benchmark's bare loop."""
+
+    def __init__(self, spec: JudgeSpec) -> None:
+        self.spec = spec
+        self.params = spec.params
+        self.device = resolve_device(self.params.device)
+        self.dtype = resolve_dtype(self.params.dtype, self.device)
+        try:
+            self.tokenizer = load_tokenizer(
+                spec.model_ref, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+            )
+            self.model = load_model(
+                spec.model_ref,
+                model_class="AutoModelForCausalLM",
+                device=self.device,
+                dtype=self.dtype,
+                revision=spec.revision,
+                trust_remote_code=spec.trust_remote_code,
+            )
+        except ScorerError as error:
+            raise JudgeError(str(error)) from None
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise JudgeError(f"the tokenizer of {spec.model_ref!r} has no chat template")
+        self.max_length = model_max_length(self.model, self.params.max_length)
+        eos = self.tokenizer.eos_token_id
+        if eos is None:
+            eos = getattr(self.model.generation_config, "eos_token_id", None)
+        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
+        pad = self.tokenizer.pad_token_id
+        if pad is None:
+            pad = min(self.eos_ids) if self.eos_ids else 0
+        self.pad_id = int(pad)
+        self.special_ids = set(self.tokenizer.all_special_ids)
+
+    # --- The parts ------------------------------------------------------------------------
+
+    def encode(self, requests: list[JudgeRequest]) -> list[tuple[JudgeRequest, list[int]]]:
+        """Each request's prompt tokens. A prompt that leaves no room for ``max_tokens``
+        in the model's context is an error naming the request, raised before any
+        generation, so no reply of the chunk is stored."""
+        out = []
+        for request in requests:
+            ids = self.prompt_ids(request.messages)
+            if len(ids) + self.params.max_tokens > self.max_length:
+                raise JudgeError(
+                    f"the prompt for {describe(request)} is {len(ids)} tokens; with"
+                    f" max_tokens {self.params.max_tokens} it passes the model's context of"
+                    f" {self.max_length} tokens"
+                )
+            out.append((request, ids))
+        return out
+
+    def prompt_ids(self, messages: tuple[dict[str, str], ...]) -> list[int]:
+        """The chat template's tokens for ``messages``, ready for the reply."""
+        ids = self.tokenizer.apply_chat_template(
+            list(messages), add_generation_prompt=True, tokenize=True
+        )
+        if not isinstance(ids, list):  # a BatchEncoding in newer transformers
+            ids = ids["input_ids"]
+        return [int(i) for i in ids]
+
+    def prepare(self, encoded: list[tuple[JudgeRequest, list[int]]]) -> list[Batch]:
+        ordered = sorted(encoded, key=lambda item: len(item[1]), reverse=True)
+        batches = []
+        size = self.params.batch_size
+        for start in range(0, len(ordered), size):
+            part = ordered[start : start + size]
+            width = max(len(ids) for _, ids in part)
+            padded = [[self.pad_id] * (width - len(ids)) + ids for _, ids in part]
+            mask = [[0] * (width - len(ids)) + [1] * len(ids) for _, ids in part]
+            inputs = {
+                "input_ids": torch.tensor(padded, dtype=torch.long, device=self.device),
+                "attention_mask": torch.tensor(mask, dtype=torch.long, device=self.device),
+            }
+            batches.append(Batch([r for r, _ in part], inputs, [len(ids) for _, ids in part]))
+        return batches
+
+    def generation_kwargs(self) -> dict[str, Any]:
+        params = self.params
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": params.max_tokens,
+            "pad_token_id": self.pad_id,
+            "eos_token_id": sorted(self.eos_ids) or None,
+            "return_dict_in_generate": True,
+            "output_scores": params.logprobs,
+        }
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            kwargs["top_k"] = 0
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        return kwargs
+
+    def generate(self, batch: Batch) -> Any:
+        torch.manual_seed(self.params.seed)
+        with torch.inference_mode():
+            return self.model.generate(**batch.inputs, **self.generation_kwargs())
+
+    def decode(self, batch: Batch, output: Any, seconds: float) -> list[Reply]:
+        new_tokens = output.sequences[:, batch.width :].tolist()
+        logprobs = None
+        top = None
+        if self.params.logprobs and output.scores:
+            stacked = torch.log_softmax(torch.stack(output.scores, dim=1).float(), dim=-1)
+            chosen = torch.tensor(new_tokens, device=stacked.device).unsqueeze(-1)
+            logprobs = stacked.gather(-1, chosen).squeeze(-1).tolist()
+            if self.params.top_logprobs:
+                top = torch.topk(stacked, self.params.top_logprobs, dim=-1)
+        replies = []
+        for row, (tokens, prompt_length) in enumerate(zip(new_tokens, batch.lengths, strict=True)):
+            length, finish = len(tokens), "length"
+            for position, token in enumerate(tokens):
+                if token in self.eos_ids:
+                    length, finish = position, "stop"
+                    break
+            text = self.tokenizer.decode(tokens[:length], skip_special_tokens=True)
+            detail = None
+            if logprobs is not None:
+                detail = tuple(
+                    self._token(tokens[p], logprobs[row][p], top, row, p)
+                    for p in range(length)
+                    if tokens[p] not in self.special_ids
+                )
+            replies.append(
+                Reply(
+                    text=text,
+                    prompt_tokens=prompt_length,
+                    completion_tokens=length,
+                    latency_s=seconds,
+                    finish_reason=finish,
+                    tokens=detail,
+                )
+            )
+        return replies
+
+    def _token(self, token: int, logprob: float, top: Any, row: int, position: int) -> TokenLogprob:
+        alternatives: dict[str, float] = {}
+        if top is not None:
+            for value, index in zip(
+                top.values[row, position].tolist(), top.indices[row, position].tolist(), strict=True
+            ):
+                alternatives.setdefault(self.tokenizer.decode([index]), value)
+        return TokenLogprob(self.tokenizer.decode([token]), logprob, alternatives)
+
+    # --- The whole path -------------------------------------------------------------------
+
+    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None:
+        for batch in self.prepare(self.encode(requests)):
+            started = time.perf_counter()
+            output = self.generate(batch)
+            replies = self.decode(batch, output, time.perf_counter() - started)
+            for request, reply in zip(batch.requests, replies, strict=True):
+                on_reply(request, reply)
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())
