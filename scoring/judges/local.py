@@ -151,41 +151,71 @@ class LocalJudge:
             logprobs = stacked.gather(-1, chosen).squeeze(-1).tolist()
             if self.params.top_logprobs:
                 top = torch.topk(stacked, self.params.top_logprobs, dim=-1)
-        replies = []
-        for row, (tokens, prompt_length) in enumerate(zip(new_tokens, batch.lengths, strict=True)):
+        lengths = []
+        for tokens in new_tokens:
             length, finish = len(tokens), "length"
             for position, token in enumerate(tokens):
                 if token in self.eos_ids:
                     length, finish = position, "stop"
                     break
-            text = self.tokenizer.decode(tokens[:length], skip_special_tokens=True)
-            detail = None
-            if logprobs is not None:
-                detail = tuple(
-                    self._token(tokens[p], logprobs[row][p], top, row, p)
-                    for p in range(length)
-                    if tokens[p] not in self.special_ids
-                )
-            replies.append(
-                Reply(
-                    text=text,
-                    prompt_tokens=prompt_length,
-                    completion_tokens=length,
-                    latency_s=seconds,
-                    finish_reason=finish,
-                    tokens=detail,
-                )
+            lengths.append((length, finish))
+        texts = self.tokenizer.batch_decode(
+            [tokens[:length] for tokens, (length, _) in zip(new_tokens, lengths, strict=True)],
+            skip_special_tokens=True,
+        )
+        details = self._details(new_tokens, lengths, logprobs, top)
+        return [
+            Reply(
+                text=text,
+                prompt_tokens=prompt_length,
+                completion_tokens=length,
+                latency_s=seconds,
+                finish_reason=finish,
+                tokens=detail,
             )
-        return replies
+            for text, (length, finish), prompt_length, detail in zip(
+                texts, lengths, batch.lengths, details, strict=True
+            )
+        ]
 
-    def _token(self, token: int, logprob: float, top: Any, row: int, position: int) -> TokenLogprob:
-        alternatives: dict[str, float] = {}
-        if top is not None:
-            for value, index in zip(
-                top.values[row, position].tolist(), top.indices[row, position].tolist(), strict=True
-            ):
-                alternatives.setdefault(self.tokenizer.decode([index]), value)
-        return TokenLogprob(self.tokenizer.decode([token]), logprob, alternatives)
+    def _details(
+        self,
+        new_tokens: list[list[int]],
+        lengths: list[tuple[int, str]],
+        logprobs: list[list[float]] | None,
+        top: Any,
+    ) -> list[tuple[TokenLogprob, ...] | None]:
+        """Each reply's tokens with their log-probabilities and alternatives, every token
+        text decoded in one call to the Rust tokenizer (a Python call per token cost a
+        fifth of the tiny judge's time)."""
+        if logprobs is None:
+            return [None] * len(new_tokens)
+        top_ids = top.indices.tolist() if top is not None else None
+        top_values = top.values.tolist() if top is not None else None
+        wanted: list[int] = []
+        for row, tokens in enumerate(new_tokens):
+            for position in range(lengths[row][0]):
+                wanted.append(tokens[position])
+                if top_ids is not None:
+                    wanted.extend(top_ids[row][position])
+        pieces = iter(
+            self.tokenizer.backend_tokenizer.decode_batch(
+                [[token] for token in wanted], skip_special_tokens=False
+            )
+        )
+        out: list[tuple[TokenLogprob, ...] | None] = []
+        for row, tokens in enumerate(new_tokens):
+            detail = []
+            for position in range(lengths[row][0]):
+                text = next(pieces)
+                alternatives: dict[str, float] = {}
+                if top_values is not None:
+                    for value in top_values[row][position]:
+                        alternatives.setdefault(next(pieces), value)
+                if tokens[position] not in self.special_ids:
+                    detail.append(TokenLogprob(text, logprobs[row][position], alternatives))
+            out.append(tuple(detail))
+        return out
 
     # --- The whole path -------------------------------------------------------------------
 
