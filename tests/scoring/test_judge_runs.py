@@ -124,6 +124,7 @@ def test_a_local_per_step_run_scores_what_it_parses_and_counts_the_rest(
     scores = {s.step_id: s.value for s in StepScore.objects.filter(scorer=parsing)}
     assert set(scores) == labelable(project)
     for reply in replies:
+        assert reply.step_id is not None
         assert scores[reply.step_id] == pytest.approx(reply.value)
         assert reply.verdict in (-1, 0, 1) and reply.text and reply.latency_ms > 0
     tokens = replies.aggregate(p=Sum("prompt_tokens"), c=Sum("completion_tokens"))
