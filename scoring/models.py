@@ -104,7 +104,7 @@ class ScoringRun(ChunkedJob):
     metrics = models.JSONField(default=dict, blank=True)
     # The prompt version a judge run asked with.
     prompt = models.ForeignKey(
-        "JudgePrompt", null=True, blank=True, on_delete=models.PROTECT, related_name="runs"
+        "JudgePrompt", null=True, blank=True, on_delete=models.RESTRICT, related_name="runs"
     )
 
     class Meta:
@@ -192,7 +192,7 @@ class JudgeReply(models.Model):
 
     run = models.ForeignKey(ScoringRun, on_delete=models.CASCADE, related_name="replies")
     scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="replies")
-    prompt = models.ForeignKey(JudgePrompt, on_delete=models.PROTECT, related_name="replies")
+    prompt = models.ForeignKey(JudgePrompt, on_delete=models.RESTRICT, related_name="replies")
     # "s<step id>" or "t<trajectory id>", unique in the run.
     key = models.CharField(max_length=40)
     trajectory = models.ForeignKey(

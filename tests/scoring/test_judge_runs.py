@@ -239,3 +239,23 @@ def test_bad_endpoints_fail_the_run_at_the_first_chunk_with_nothing_counted(
     assert run.status == ScoringRun.Status.FAILED and message in run.error
     assert run.done == 0 and run.chunks_done == 0
     assert not StepScore.objects.filter(scorer=scorer).exists()
+
+
+def test_a_judged_project_and_its_judge_can_be_deleted(project: Project, tiny_judge: Path) -> None:
+    """Prompt versions cannot be deleted under their runs, but go with their judge."""
+    trajectories(project, 1, 2)
+    scorer = local_judge(project, tiny_judge, verdict_pattern="([a-z])", verdict_values=LETTERS)
+    run = run_judge(project, scorer)
+    assert JudgeReply.objects.filter(run=run).count() == 2
+    from django.db.models import RestrictedError
+
+    with pytest.raises(RestrictedError):
+        JudgePrompt.objects.filter(scorer=scorer).delete()
+    scorer.delete()
+    assert not JudgeReply.objects.exists() and not JudgePrompt.objects.exists()
+    other = local_judge(
+        project, tiny_judge, "again", verdict_pattern="([a-z])", verdict_values=LETTERS
+    )
+    run_judge(project, other)
+    project.delete()
+    assert not Scorer.objects.filter(pk=other.pk).exists()
