@@ -16,9 +16,10 @@ against the context, generate length-sorted left-padded batches with log-probabi
 decode, parse every verdict and turn it into step values. (The worker then stores one
 reply row per request; a database is not involved here.) The bare loop is only
 ``model.generate`` over the same batches, already tokenized, padded and on the device,
-with the same decoding settings. Each round times both over the same groups of prompts,
-alternating per group which goes first; prints every round, the median and range of
-each, and a final JSON line.
+with the same decoding settings. Both are timed in wall seconds and in this process's
+CPU seconds (less moved by other processes on a shared machine). Each round times both
+over the same groups of prompts, alternating per group which goes first; prints every
+round, the median and range of each, and a final JSON line.
 """
 
 from __future__ import annotations
@@ -95,32 +96,40 @@ def main() -> None:
         f" ({judge.dtype}), loaded in {load_s:.2f}s; {len(requests)} prompts for {steps} steps"
     )
     whole, bare = [], []
+    whole_cpu, bare_cpu = [], []
     parsed = 0
     # Paired in small groups (a chunk's worth of prompts each), alternating which goes
     # first, so both figures see the same load on a shared machine.
     group = args.batch_size * 2
     groups = [requests[i : i + group] for i in range(0, len(requests), group)]
     for number in range(1, args.repeat + 1):
-        whole_s = bare_s = 0.0
+        whole_s = bare_s = whole_c = bare_c = 0.0
         parsed = 0
         for index, part in enumerate(groups):
             batches = judge.prepare(judge.encode(part))
             if (number + index) % 2:
-                bare_s += bare_loop(judge, batches)
-            seconds, ok = judge_path(judge, part)
-            whole_s += seconds
+                seconds, cpu = bare_loop(judge, batches)
+                bare_s, bare_c = bare_s + seconds, bare_c + cpu
+            seconds, cpu, ok = judge_path(judge, part)
+            whole_s, whole_c = whole_s + seconds, whole_c + cpu
             parsed += ok
             if not (number + index) % 2:
-                bare_s += bare_loop(judge, batches)
+                seconds, cpu = bare_loop(judge, batches)
+                bare_s, bare_c = bare_s + seconds, bare_c + cpu
         whole.append(whole_s)
         bare.append(bare_s)
+        whole_cpu.append(whole_c)
+        bare_cpu.append(bare_c)
         print(
-            f"round {number}: judge path {whole_s:.2f}s = {steps / whole_s:.1f} steps/s,"
-            f" bare generate {bare_s:.2f}s = {steps / bare_s:.1f} steps/s"
+            f"round {number}: judge path {whole_s:.2f}s = {steps / whole_s:.1f} steps/s"
+            f" ({whole_c:.2f} CPU s), bare generate {bare_s:.2f}s = {steps / bare_s:.1f}"
+            f" steps/s ({bare_c:.2f} CPU s)"
         )
     whole_rates = [steps / s for s in whole]
     bare_rates = [steps / s for s in bare]
     ratios = [w / b for w, b in zip(whole_rates, bare_rates, strict=True)]
+    # CPU seconds of this process: less moved by neighbours on a shared machine.
+    cpu_ratios = [b / w for w, b in zip(whole_cpu, bare_cpu, strict=True)]
     report: dict[str, Any] = {
         "mode": args.mode,
         "prompts": len(requests),
@@ -133,6 +142,8 @@ def main() -> None:
         "bare_steps_per_s_range": [round(min(bare_rates), 2), round(max(bare_rates), 2)],
         "ratio_median": round(statistics.median(ratios), 3),
         "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "cpu_ratio_median": round(statistics.median(cpu_ratios), 3),
+        "cpu_ratio_range": [round(min(cpu_ratios), 3), round(max(cpu_ratios), 3)],
         "parameters": judge.parameter_count,
         "device": args.device,
         "dtype": args.dtype,
@@ -144,15 +155,17 @@ def main() -> None:
         f"judge {report['judge_steps_per_s_median']} steps/s"
         f" (range {report['judge_steps_per_s_range']}), bare"
         f" {report['bare_steps_per_s_median']} steps/s (range {report['bare_steps_per_s_range']}),"
-        f" ratio median {report['ratio_median']} (range {report['ratio_range']})"
+        f" ratio median {report['ratio_median']} (range {report['ratio_range']});"
+        f" by CPU time {report['cpu_ratio_median']} (range {report['cpu_ratio_range']})"
     )
     if args.device.startswith("cuda"):
         report["gpu"] = torch.cuda.get_device_name(torch.device(args.device))
     print(json.dumps(report))
 
 
-def judge_path(judge: LocalJudge, requests: list[JudgeRequest]) -> tuple[float, int]:
-    """The whole judge path from requests to step values; seconds and parsed replies."""
+def judge_path(judge: LocalJudge, requests: list[JudgeRequest]) -> tuple[float, float, int]:
+    """The whole judge path from requests to step values: wall and CPU seconds, and the
+    parsed replies."""
     params = judge.params
     parsed = 0
 
@@ -163,24 +176,25 @@ def judge_path(judge: LocalJudge, requests: list[JudgeRequest]) -> tuple[float, 
         parsed += not problem
 
     synchronize(judge.device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     judge.judge(requests, on_reply)
     synchronize(judge.device)
-    return time.perf_counter() - start, parsed
+    return time.perf_counter() - start, time.process_time() - cpu, parsed
 
 
-def bare_loop(judge: LocalJudge, batches: list[Any]) -> float:
-    """``model.generate`` over prepared batches, the judge's decoding settings."""
+def bare_loop(judge: LocalJudge, batches: list[Any]) -> tuple[float, float]:
+    """``model.generate`` over prepared batches, the judge's decoding settings: wall and
+    CPU seconds."""
     kwargs = {**judge.generation_kwargs(), "return_dict_in_generate": False}
     kwargs.pop("output_scores", None)
     synchronize(judge.device)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with torch.inference_mode():
         for batch in batches:
             torch.manual_seed(judge.params.seed)
             judge.model.generate(**batch.inputs, **kwargs)
     synchronize(judge.device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, time.process_time() - cpu
 
 
 def synchronize(device: torch.device) -> None:
