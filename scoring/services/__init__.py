@@ -12,6 +12,13 @@ from scoring.services.attribution import (
     credits_write,
     read_tables,
 )
+from scoring.services.imported import (
+    IMPORT_BATCH,
+    ImportProblem,
+    ScoresRejected,
+    scores_import,
+    scores_import_records,
+)
 from scoring.services.judges import (
     JudgeStopped,
     judge_create,
@@ -19,17 +26,12 @@ from scoring.services.judges import (
     judge_spec,
 )
 from scoring.services.scores import (
-    IMPORT_BATCH,
-    ImportProblem,
-    ScoresRejected,
     ScoringError,
     _trajectory_inputs,
     scorer_check,
     scorer_chunk_steps,
     scorer_create,
     scorer_spec,
-    scores_import,
-    scores_import_records,
     scores_upsert,
     scoring_chunk_score,
     scoring_run_cancel,

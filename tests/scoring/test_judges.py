@@ -287,3 +287,31 @@ def test_bad_endpoints_fail_saying_which(openai_server: OpenAIServer) -> None:
     ):
         collect(remote(openai_server), too_long)
     assert openai_server.stats()["statuses"].get("429", 0) == 0
+
+
+def test_trajectory_mode_on_the_local_judges_own_replies(tiny_judge: Path) -> None:
+    """On random text, the last digit is the verdict: the steps before it score 1, it 0,
+    later ones nothing; no digit, or one past the steps shown, is a parse failure."""
+    raw = {"mode": TRAJECTORY, "max_tokens": 24, "verdict_pattern": r"(\d)"}
+    params = judge_params(raw)
+    shown = [trajectory(n, 4) for n in range(1, 7)]
+    requests = requests_build(params, default_prompt(TRAJECTORY), shown)
+    replies = collect(LocalJudge(JudgeSpec(str(tiny_judge), params)), requests)
+    outcomes = set()
+    for request in requests:
+        text = replies[request.key].text
+        values, problem = step_values(params, request, verdict_read(params, text))
+        digits = [c for c in text if c.isdigit()]
+        steps = [key for key, _ in request.scored]
+        if not digits:
+            assert values == {} and problem == "no verdict matching the pattern"
+            outcomes.add("none")
+        elif int(digits[-1]) >= len(steps):
+            assert values == {} and f"names step {digits[-1]}" in problem
+            outcomes.add("out of range")
+        else:
+            first_wrong = int(digits[-1])
+            expected = {key: 1.0 for key in steps[:first_wrong]} | {steps[first_wrong]: 0.0}
+            assert values == expected and problem == ""
+            outcomes.add("scored")
+    assert outcomes  # every reply fell in one of the cases
