@@ -8,7 +8,16 @@ from django import forms
 from django.contrib import admin
 
 from scoring import prm
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
+from scoring.judges.config import JudgeError, judge_params
+from scoring.models import (
+    AttributionRun,
+    JudgePrompt,
+    JudgeReply,
+    Scorer,
+    ScoringRun,
+    StepCredit,
+    StepScore,
+)
 from trajectories.admin import BigTableAdmin
 
 
@@ -29,9 +38,13 @@ class ScorerForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
+        kind = cleaned.get("kind", "")
         try:
-            prm.params_for_kind(cleaned.get("kind", ""), cleaned.get("parameters") or {})
-        except prm.ScorerError as error:
+            if kind == prm.LLM_JUDGE:
+                judge_params(cleaned.get("parameters") or {})
+            else:
+                prm.params_for_kind(kind, cleaned.get("parameters") or {})
+        except (prm.ScorerError, JudgeError) as error:
             raise forms.ValidationError({"parameters": str(error)}) from None
         return cleaned
 
@@ -85,3 +98,25 @@ class StepCreditAdmin(BigTableAdmin):
     search_fields = ["=step__id", "=run__id"]
     raw_id_fields = ["step", "run"]
     changelist_defer = ("detail",)
+
+
+@admin.register(JudgePrompt)
+class JudgePromptAdmin(admin.ModelAdmin):
+    """Prompt versions are never edited: a change is a new version (the API's
+    ``scorers/{id}/prompts/``), so the admin only shows them."""
+
+    list_display = ["scorer", "version", "note", "created_at"]
+    raw_id_fields = ["scorer", "created_by"]
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(JudgeReply)
+class JudgeReplyAdmin(BigTableAdmin):
+    list_display = ["id", "run", "key", "verdict", "parse_error", "created_at"]
+    search_fields = ["=run__id"]
+    raw_id_fields = ["run", "scorer", "prompt", "trajectory", "step"]
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -30,6 +30,8 @@ from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepS
 from scoring.serializers import (
     AttributionRunCreateSerializer,
     AttributionRunSerializer,
+    JudgePromptCreateSerializer,
+    JudgePromptSerializer,
     ScorerSerializer,
     ScorerTrainSerializer,
     ScoresImportSerializer,
@@ -93,21 +95,60 @@ class ScorerViewSet(
             raise PermissionDenied("Only staff may add a scorer for every project.")
         if data.get("trust_remote_code") and not request.user.is_staff:
             raise PermissionDenied("Only staff may allow a model to run its own code.")
+        common = {
+            "project": project,
+            "name": data["name"],
+            "model_ref": data.get("model_ref", ""),
+            "revision": data.get("revision", ""),
+            "parameters": data.get("parameters") or {},
+            "queue": data.get("queue", "gpu"),
+            "trust_remote_code": data.get("trust_remote_code", False),
+            "user": request.user,
+        }
+        prompt = data.get("prompt")
+        if prompt is not None and data["kind"] != Scorer.Kind.LLM_JUDGE:
+            raise ValidationError({"prompt": "only an llm-judge has a prompt"})
         try:
-            scorer = services.scorer_create(
-                project=project,
-                name=data["name"],
-                kind=data["kind"],
-                model_ref=data.get("model_ref", ""),
-                revision=data.get("revision", ""),
-                parameters=data.get("parameters") or {},
-                queue=data.get("queue", "gpu"),
-                trust_remote_code=data.get("trust_remote_code", False),
+            if data["kind"] == Scorer.Kind.LLM_JUDGE:
+                prompt = prompt or {}
+                scorer = services.judge_create(
+                    **common, system=prompt.get("system"), template=prompt.get("template")
+                )
+            else:
+                scorer = services.scorer_create(kind=data["kind"], **common)
+        except services.ScoringError as error:
+            raise ValidationError({"detail": str(error)}) from None
+        return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        request=JudgePromptCreateSerializer,
+        responses={200: JudgePromptSerializer(many=True), 201: JudgePromptSerializer},
+    )
+    @action(detail=True, methods=["get", "post"])
+    def prompts(self, request: Request, pk: str | None = None) -> Response:
+        """An llm-judge's prompt versions, newest first; POST adds the next version
+        (versions are never edited)."""
+        scorer = self.get_object()
+        if request.method == "GET":
+            return Response(JudgePromptSerializer(scorer.prompts.all(), many=True).data)
+        if scorer.project is not None:
+            _managed_project(request, scorer.project.slug)
+        elif not request.user.is_staff:
+            raise PermissionDenied("Only staff may change a scorer for every project.")
+        serializer = JudgePromptCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        try:
+            prompt = services.judge_prompt_create(
+                scorer=scorer,
+                system=data.get("system"),
+                template=data.get("template"),
+                note=data["note"],
                 user=request.user,  # type: ignore[arg-type]
             )
         except services.ScoringError as error:
             raise ValidationError({"detail": str(error)}) from None
-        return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)
+        return Response(JudgePromptSerializer(prompt).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=ScorerTrainSerializer, responses={202: ScoringRunSerializer})
     @action(detail=False, methods=["post"])
@@ -170,6 +211,7 @@ class ScoringRunViewSet(
                 trajectory_ids=data.get("trajectories"),
                 filters=TrajectoryFilters(**filters) if filters else None,
                 queue=_queue_by_name_or_id(project, data["queue"]) if "queue" in data else None,
+                prompt_version=data.get("prompt_version"),
             )
         except services.ScoringError as error:
             raise ValidationError({"scorer": str(error)}) from None

@@ -10,7 +10,7 @@ from django.db.models import Q
 
 from scoring import prm
 from stepscope.jobs.models import Chunk, ChunkedJob
-from trajectories.models import Project, Step
+from trajectories.models import Project, Step, Trajectory
 
 
 class Scorer(models.Model):
@@ -28,13 +28,15 @@ class Scorer(models.Model):
         SEQUENCE_CLASSIFIER = prm.SEQUENCE_CLASSIFIER
         TRAINED_HEAD = prm.TRAINED_HEAD
         EXTERNAL = prm.EXTERNAL
+        LLM_JUDGE = prm.LLM_JUDGE
 
     project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="scorers"
     )
     name = models.CharField(max_length=100)
     kind = models.CharField(max_length=30, choices=Kind.choices)
-    # A directory on the workers or a hub id; for a trained head, its encoder.
+    # A directory on the workers or a hub id; for a trained head, its encoder; for a
+    # remote judge, the endpoint's model name.
     model_ref = models.CharField(max_length=500, blank=True)
     # The hub revision of the model, or the number of a trained head's revision.
     revision = models.CharField(max_length=100, blank=True)
@@ -97,8 +99,13 @@ class ScoringRun(ChunkedJob):
     parameters = models.JSONField(default=dict, blank=True)
     truncated = models.PositiveIntegerField(default=0)
     steps_per_second = models.FloatField(null=True, blank=True)
-    # Training: held-out AUROC, F1, ProcessBench first-error F1 and counts.
+    # Training: held-out AUROC, F1, ProcessBench first-error F1 and counts. A judge run:
+    # its mode and cost (calls, retries, prompt and completion tokens, parse failures).
     metrics = models.JSONField(default=dict, blank=True)
+    # The prompt version a judge run asked with.
+    prompt = models.ForeignKey(
+        "JudgePrompt", null=True, blank=True, on_delete=models.RESTRICT, related_name="runs"
+    )
 
     class Meta:
         ordering: ClassVar = ["-created_at", "-id"]
@@ -150,6 +157,79 @@ class StepScore(models.Model):
 
     def __str__(self) -> str:
         return f"{self.value:.3f} on {self.step_id} by {self.scorer_id}"
+
+
+class JudgePrompt(models.Model):
+    """One version of a judge's prompt. Versions are never edited: a change is a new row
+    with the next number, and every run records the version it asked with."""
+
+    scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="prompts")
+    version = models.PositiveIntegerField()
+    # str.format text over the placeholders of the judge's mode (scoring/judges/config.py).
+    system = models.TextField(blank=True)
+    template = models.TextField()
+    note = models.CharField(max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["scorer", "-version"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["scorer", "version"], name="judgeprompt_unique_version")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.scorer_id} prompt v{self.version}"
+
+
+class JudgeReply(models.Model):
+    """One answer of a judge in a run: a step's (per-step mode) or a trajectory's
+    (trajectory mode, ``step`` null). Stored as it arrives, so a redelivered chunk asks
+    again only what has no reply. A reply the parser could not read keeps its text and
+    ``parse_error`` and gives no score."""
+
+    run = models.ForeignKey(ScoringRun, on_delete=models.CASCADE, related_name="replies")
+    scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="replies")
+    prompt = models.ForeignKey(JudgePrompt, on_delete=models.RESTRICT, related_name="replies")
+    # "s<step id>" or "t<trajectory id>", unique in the run.
+    key = models.CharField(max_length=40)
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, related_name="judge_replies"
+    )
+    step = models.ForeignKey(
+        Step, null=True, blank=True, on_delete=models.CASCADE, related_name="judge_replies"
+    )
+    # Untrusted model output: escaped wherever shown.
+    text = models.TextField()
+    critique = models.TextField(blank=True)
+    # Per-step: +1, 0 or -1. Trajectory: the first wrong step's number, -1 for none.
+    verdict = models.IntegerField(null=True, blank=True)
+    value = models.FloatField(null=True, blank=True)
+    parse_error = models.CharField(max_length=300, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    latency_ms = models.FloatField(default=0)
+    finish_reason = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering: ClassVar = ["run", "id"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["run", "key"], name="judgereply_unique_key"),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["scorer", "step"], name="judgereply_scorer_step"),
+            models.Index(fields=["trajectory", "scorer"], name="judgereply_trajectory"),
+        ]
+
+    def __str__(self) -> str:
+        return f"reply {self.key} in run {self.run_id}"
+
+    @property
+    def parsed(self) -> bool:
+        return not self.parse_error
 
 
 class AttributionRun(ChunkedJob):

@@ -15,7 +15,7 @@ from django.http import Http404
 
 from labeling.models import StepLabel
 from scoring import methods
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepScore
+from scoring.models import AttributionRun, JudgeReply, Scorer, ScoringRun, StepScore
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import AnyUser, projects_for_user
 
@@ -221,6 +221,9 @@ class StepEvidence:
     level: float | None = None
     detail: dict[str, Any] | None = None
     first_error: list[str] = field(default_factory=list)  # who flags it: "PRM", "MC", users
+    # When the scorer shown is an llm-judge: its critique of this step (untrusted model
+    # text, escaped where shown).
+    critique: str = ""
 
 
 @dataclass(frozen=True)
@@ -267,8 +270,10 @@ class TrajectoryEvidence:
 
     @property
     def scorer_runs_a_model(self) -> bool:
-        """Whether token saliency can be asked of the scorer shown."""
-        return bool(self.scorer) and (self.scorer or {}).get("kind") != Scorer.Kind.EXTERNAL
+        """Whether token saliency can be asked of the scorer shown (a PRM, not imported
+        scores or a generative judge)."""
+        kind = (self.scorer or {}).get("kind")
+        return bool(self.scorer) and kind not in (Scorer.Kind.EXTERNAL, Scorer.Kind.LLM_JUDGE)
 
     @property
     def has_scores(self) -> bool:
@@ -422,6 +427,9 @@ def trajectory_evidence(
         agent_run=next((r for r in runs if r.pk == data.get("agent_run")), None),
     )
     by_index = {s.index: s for s in steps}
+    scorer = data.get("scorer") or {}
+    if show_scores and scorer.get("kind") == Scorer.Kind.LLM_JUDGE:
+        _attach_critiques(trajectory, scorer["id"], steps, by_index)
     flags: list[tuple[str, int]] = [(name, index) for name, index in data.get("labels") or []]
     if show_scores:
         flags += _model_first_errors(steps, data.get("steps") or [])
@@ -431,6 +439,26 @@ def trajectory_evidence(
             step.first_error.append(who)
             evidence.first_errors.append((who, index, step.pk))
     return evidence
+
+
+def _attach_critiques(
+    trajectory: Trajectory,
+    scorer_id: int,
+    steps: list[StepEvidence],
+    by_index: dict[int, StepEvidence],
+) -> None:
+    """The judge's newest parsed critique of each step: a per-step reply's on its step, a
+    trajectory reply's on the step it names as the first wrong one."""
+    by_pk = {s.pk: s for s in steps}
+    replies = (
+        JudgeReply.objects.filter(trajectory=trajectory, scorer_id=scorer_id, parse_error="")
+        .order_by("-id")
+        .values_list("step_id", "verdict", "critique")
+    )
+    for step_id, verdict, critique in replies[:1000]:
+        step = by_pk.get(step_id) if step_id is not None else by_index.get(verdict)
+        if step is not None and not step.critique:
+            step.critique = critique
 
 
 def _model_first_errors(steps: list[StepEvidence], rows: list[list[Any]]) -> list[tuple[str, int]]:

@@ -6,11 +6,34 @@ from rest_framework import serializers
 
 from scoring import prm
 from scoring.methods import METHODS
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
+from scoring.models import (
+    AttributionRun,
+    JudgePrompt,
+    Scorer,
+    ScoringRun,
+    StepCredit,
+    StepScore,
+)
 from scoring.services import NEUTRAL_CHOICES
 from stepscope.serializers import StrictSerializer
 from trajectories.models import Project
 from trajectories.serializers import TrajectoryFiltersSerializer
+
+
+class JudgePromptCreateSerializer(StrictSerializer):
+    """A judge's next prompt version. Leave ``system`` or ``template`` out for the mode's
+    default text; placeholders are checked against the judge's mode."""
+
+    system = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    template = serializers.CharField(required=False, trim_whitespace=False)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+
+
+class JudgePromptSerializer(serializers.ModelSerializer[JudgePrompt]):
+    class Meta:
+        model = JudgePrompt
+        fields = ["id", "version", "system", "template", "note", "created_at"]
+        read_only_fields = fields
 
 
 class ScorerSerializer(serializers.ModelSerializer[Scorer]):
@@ -18,6 +41,11 @@ class ScorerSerializer(serializers.ModelSerializer[Scorer]):
         slug_field="slug", queryset=Project.objects.all(), required=False, allow_null=True
     )
     metrics = serializers.SerializerMethodField()
+    prompt = JudgePromptCreateSerializer(
+        required=False,
+        write_only=True,
+        help_text="an llm-judge's prompt version 1 (default: the mode's default prompt)",
+    )
 
     class Meta:
         model = Scorer
@@ -32,6 +60,7 @@ class ScorerSerializer(serializers.ModelSerializer[Scorer]):
             "trust_remote_code",
             "queue",
             "metrics",
+            "prompt",
             "created_at",
         ]
         read_only_fields = ["id", "metrics", "created_at"]
@@ -48,6 +77,7 @@ class ScoringRunSerializer(serializers.ModelSerializer[ScoringRun]):
         slug_field="slug", read_only=True
     )
     scorer_name = serializers.CharField(source="scorer.name", read_only=True, default=None)
+    prompt_version = serializers.IntegerField(source="prompt.version", read_only=True, default=None)
 
     class Meta:
         model = ScoringRun
@@ -56,6 +86,7 @@ class ScoringRunSerializer(serializers.ModelSerializer[ScoringRun]):
             "project",
             "scorer",
             "scorer_name",
+            "prompt_version",
             "kind",
             "status",
             "selection",
@@ -87,6 +118,9 @@ class ScoringRunCreateSerializer(serializers.Serializer[Any]):
     filters = TrajectoryFiltersSerializer(required=False)
     queue = serializers.CharField(
         required=False, help_text="a labeling queue (name or id): score its trajectories"
+    )
+    prompt_version = serializers.IntegerField(
+        required=False, min_value=1, help_text="an llm-judge's prompt version (default: newest)"
     )
 
 

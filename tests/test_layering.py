@@ -59,6 +59,7 @@ DJANGO_FREE_PACKAGES = (
     "trajectories/formats",
     "exports/writers",
     "scoring/prm",
+    "scoring/judges",
     "rollouts/generation",
 )
 MARKER = re.compile(r"^# Django-free\b", re.MULTILINE)

@@ -38,7 +38,7 @@ def wait_for(run: RunT, *, timeout: float, poll: float = 0.5) -> RunT:
 
 
 def run_summary(run: ScoringRun) -> dict[str, Any]:
-    return {
+    summary = {
         "run": run.pk,
         "kind": run.kind,
         "status": run.status,
@@ -53,3 +53,6 @@ def run_summary(run: ScoringRun) -> dict[str, Any]:
         ),
         "error": run.error or None,
     }
+    if run.prompt_id is not None:  # a judge run: its mode, prompt version and cost
+        summary["judge"] = run.metrics
+    return summary

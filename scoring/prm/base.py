@@ -20,6 +20,9 @@ SEQUENCE_CLASSIFIER = "sequence-classifier"
 TRAINED_HEAD = "trained-head"
 # Scores computed elsewhere and imported; there is no model to run.
 EXTERNAL = "external"
+# A generative judge (scoring/judges/): its parameters are ``judges.config.JudgeParams``,
+# not ScorerParams, so it is in neither tuple below.
+LLM_JUDGE = "llm-judge"
 
 MODEL_KINDS = (TOKEN_CLASSIFICATION, STEP_TAG_LM, CHAT_TURN_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD)
 KINDS = (*MODEL_KINDS, EXTERNAL)

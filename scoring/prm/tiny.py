@@ -7,6 +7,7 @@ directory and loaded back through the real loading code.
     path = save_chat_turn_lm(tmp / "rlhflow")          # Llama-3-style chat template, + -
     path = save_sequence_classifier(tmp / "orm")       # Qwen2-style, one logit
     path = save_encoder(tmp / "encoder")               # BERT-style, for the trained head
+    path = save_judge_lm(tmp / "judge")                # Llama-style causal LM, ChatML template
 """
 
 from __future__ import annotations
@@ -196,3 +197,25 @@ def save_encoder(path: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0
         pad_token_id=tokenizer.pad_token_id,
     )
     return _save(BertModel(config), tokenizer, path)
+
+
+JUDGE_CORPUS = (
+    *CORPUS,
+    "The step is correct. \\boxed{+1}",
+    "This step is wrong: 13 - 4 is 9, not 8. \\boxed{-1}",
+    "It cannot be judged from here. \\boxed{0}",
+    "The earliest error is in step 2. \\boxed{2}",
+    "Every step is correct. \\boxed{-1}",
+)
+
+
+def save_judge_lm(path: Path, *, layers: int = 2, hidden: int = 64, seed: int = 0) -> Path:
+    """A Llama-style causal LM with a ChatML chat template, standing in for an instruct
+    model as a generative judge; its vocabulary knows ``\\boxed{+1}`` and step numbers."""
+    return save_step_tag_lm(
+        path,
+        layers=layers,
+        hidden=hidden,
+        seed=seed,
+        tokenizer=build_tokenizer(corpus=JUDGE_CORPUS, vocab_size=500),
+    )

@@ -13,17 +13,26 @@ from scoring.services.attribution import (
     credits_write,
     read_tables,
 )
-from scoring.services.scores import (
+from scoring.services.imported import (
     IMPORT_BATCH,
     ImportProblem,
     ScoresRejected,
+    scores_import,
+    scores_import_records,
+)
+from scoring.services.judges import (
+    JudgeStopped,
+    judge_create,
+    judge_prompt_create,
+    judge_spec,
+)
+from scoring.services.scores import (
     ScoringError,
     _trajectory_inputs,
     scorer_check,
+    scorer_chunk_steps,
     scorer_create,
     scorer_spec,
-    scores_import,
-    scores_import_records,
     scores_upsert,
     scoring_chunk_score,
     scoring_run_cancel,
@@ -39,6 +48,7 @@ __all__ = [
     "NEUTRAL_CHOICES",
     "AttributionError",
     "ImportProblem",
+    "JudgeStopped",
     "ScoresRejected",
     "ScoringError",
     "VerdictInput",
@@ -50,8 +60,12 @@ __all__ = [
     "attribution_run_start",
     "credits_write",
     "failure_verdicts_write",
+    "judge_create",
+    "judge_prompt_create",
+    "judge_spec",
     "read_tables",
     "scorer_check",
+    "scorer_chunk_steps",
     "scorer_create",
     "scorer_spec",
     "scorer_train_run",

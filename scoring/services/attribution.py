@@ -93,6 +93,10 @@ def _checked_inputs(
         raise AttributionError("that scorer belongs to another project")
     if spec.model and scorer is not None and not scorer.runs_a_model:
         raise AttributionError(f"{scorer.name} has no model to run; {spec.name} needs one")
+    if spec.model and scorer is not None and scorer.kind == Scorer.Kind.LLM_JUDGE:
+        raise AttributionError(
+            f"{scorer.name} is an llm-judge; {spec.name} needs a PRM to use as a value function"
+        )
     if (
         spec.model
         and scorer is not None

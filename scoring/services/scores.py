@@ -1,5 +1,5 @@
-"""Writes for PRM scores: scorers, scoring runs and their chunks, and imported scores
-(head training is ``training.py``).
+"""Writes for PRM scores: scorers, scoring runs and their chunks (imported scores are
+``imported.py``, head training ``training.py``, a judge's chunks ``judges.py``).
 
 The web, the API and the management commands call these; Celery tasks call the
 ``*_run``/``*_plan``/``*_score`` services that do the work on a worker. Only the services
@@ -10,30 +10,34 @@ functions that run on workers, so the web process never loads them.
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Iterable, Iterator
-from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
+from scoring.judges.config import JudgeError
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.selectors import latest_trained_head
+from scoring.services.judges import (
+    JudgeStopped,
+    judge_chunk_score,
+    judge_params_check,
+    judge_params_for,
+    judge_prompt_for_run,
+)
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import TrajectoryFilters, trajectories_filtered
 
-# Rows per upsert statement when importing scores.
-IMPORT_BATCH = 5000
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
 
 
@@ -78,9 +82,17 @@ def scorer_create(
 
 def scorer_check(*, kind: str, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
     try:
-        prm.params_for_kind(kind, parameters)
-    except prm.ScorerError as error:
+        if kind == prm.LLM_JUDGE:
+            judge_params_check(parameters)
+        else:
+            prm.params_for_kind(kind, parameters)
+    except (prm.ScorerError, JudgeError) as error:
         raise ScoringError(str(error)) from None
+    if kind == prm.LLM_JUDGE and not model_ref:
+        raise ScoringError(
+            "an llm-judge needs a model: a directory or hub id (local), or the endpoint's"
+            " model name (remote)"
+        )
     if kind in prm.MODEL_KINDS and not model_ref:
         raise ScoringError(f"a {kind} scorer needs a model reference (directory or hub id)")
     if not _QUEUE_NAME.fullmatch(queue):
@@ -110,10 +122,12 @@ def scoring_run_start(
     trajectory_ids: Iterable[int] | None = None,
     filters: TrajectoryFilters | None = None,
     queue: Queue | None = None,
+    prompt_version: int | None = None,
 ) -> ScoringRun:
     """A run over the project's labelable steps (all, a filter, given trajectories, the
     trajectories of a labeling queue, or where these are combined, the steps all of them
-    select), planned into chunks by a task on the default queue."""
+    select), planned into chunks by a task on the default queue. A judge asks with
+    ``prompt_version`` (its newest where None), which the run records."""
     if scorer.project_id not in (None, project.pk):
         raise ScoringError("that scorer belongs to another project")
     if queue is not None and queue.project_id != project.pk:
@@ -124,6 +138,13 @@ def scoring_run_start(
         )
     if scorer.kind == Scorer.Kind.TRAINED_HEAD and not (scorer.artifact or {}).get("head"):
         raise ScoringError(f"{scorer.name} has no trained head yet")
+    prompt = None
+    metrics: dict[str, Any] = {}
+    if scorer.kind == Scorer.Kind.LLM_JUDGE:
+        prompt = judge_prompt_for_run(scorer, prompt_version)
+        metrics = {"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version}
+    elif prompt_version is not None:
+        raise ScoringError(f"{scorer.name} is not an llm-judge; it has no prompt versions")
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
@@ -140,6 +161,8 @@ def scoring_run_start(
             kind=ScoringRun.Kind.SCORE,
             selection=selection,
             created_by=user,
+            prompt=prompt,
+            metrics=metrics,
         )
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
@@ -199,11 +222,11 @@ def scoring_run_plan(*, run_id: int) -> None:
         if run.status not in ScoringRun.ACTIVE or run.scorer is None:
             return
         if not run.chunks.exists():
-            params = prm.params_for_kind(run.scorer.kind, run.scorer.parameters)
+            chunk_steps = scorer_chunk_steps(run.scorer)
             chunks = [
                 ScoringChunk(run=run, number=number, trajectory_ids=t, step_ids=s)
                 for number, (t, s) in enumerate(
-                    _group_into_chunks(_selected_steps(run), params.chunk_steps)
+                    _group_into_chunks(_selected_steps(run), chunk_steps)
                 )
             ]
             ScoringChunk.objects.bulk_create(chunks, batch_size=1000)
@@ -237,14 +260,31 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         return
     if not chunk_claim(chunk, run):
         return
+    cost: dict[str, int] = {}
     try:
-        results = _score(run.scorer, chunk)
+        if run.scorer.kind == Scorer.Kind.LLM_JUDGE:
+            results, cost = judge_chunk_score(run, chunk)
+        else:
+            results = _score(run.scorer, chunk)
     except TRANSIENT_ERRORS:
         raise
+    except JudgeStopped:
+        return
+    except JudgeError as error:
+        # A bad endpoint, key, model or prompt: said on the run; retrying cannot mend it.
+        scoring_run_fail(run_id=run.pk, error=str(error))
+        return
     except Exception as error:
         scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
         raise
-    _chunk_finish(chunk, results)
+    _chunk_finish(chunk, results, cost)
+
+
+def scorer_chunk_steps(scorer: Scorer) -> int:
+    """Steps per chunk, from the scorer's parameters (a judge's are its own)."""
+    if scorer.kind == Scorer.Kind.LLM_JUDGE:
+        return judge_params_for(scorer).chunk_steps
+    return prm.params_for_kind(scorer.kind, scorer.parameters).chunk_steps
 
 
 def _trajectory_inputs(chunk: ScoringChunk) -> list[prm.TrajectoryInput]:
@@ -282,7 +322,11 @@ def _score(scorer: Scorer, chunk: ScoringChunk) -> list[prm.StepResult]:
     return model.score(_trajectory_inputs(chunk))
 
 
-def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
+def _chunk_finish(
+    chunk: ScoringChunk, results: list[prm.StepResult], cost: dict[str, int] | None = None
+) -> None:
+    """Store the chunk's scores and count it done; ``cost`` (a judge's calls, tokens,
+    parse failures) is added to the run's metrics in the same transaction."""
     now = timezone.now()
     with transaction.atomic():
         locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -298,6 +342,12 @@ def _chunk_finish(chunk: ScoringChunk, results: list[prm.StepResult]) -> None:
         run.chunks_done += 1
         run.truncated += sum(1 for r in results if r.truncated)
         fields = ["done", "chunks_done", "truncated"]
+        if cost:
+            metrics = dict(run.metrics or {})
+            for name, amount in cost.items():
+                metrics[name] = int(metrics.get(name, 0)) + amount
+            run.metrics = metrics
+            fields.append("metrics")
         if run.chunks_done >= run.chunks_total:
             run.status = ScoringRun.Status.DONE
             run.finished_at = now
@@ -355,208 +405,3 @@ def scoring_run_cancel(*, run: ScoringRun) -> ScoringRun:
     """Stop a queued or running run: chunks not yet finished are skipped. Scores already
     written stay."""
     return job_cancel(run)
-
-
-# --- Scores computed elsewhere ---------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class ImportProblem:
-    line: int
-    message: str
-
-
-class ScoresRejected(Exception):
-    """The file had bad lines and nothing was written."""
-
-    def __init__(self, problems: list[ImportProblem]) -> None:
-        super().__init__(f"{len(problems)} line(s) rejected")
-        self.problems = problems
-
-
-class _Rollback(Exception):
-    pass
-
-
-def scores_import(
-    *,
-    project: Project,
-    scorer_name: str,
-    path: Path,
-    user: User | None = None,
-    skip_invalid: bool = False,
-) -> tuple[ScoringRun, list[ImportProblem]]:
-    """Store scores computed elsewhere, one JSON object a line:
-    ``{"trajectory": external_id, "step": index, "value": p}``, the step index as
-    Stepscope numbers the trajectory's steps. The scorer is created (kind ``external``)
-    if the project has none of that name. All or nothing unless ``skip_invalid``; a
-    problem's ``line`` is the file's line number."""
-    problems: list[ImportProblem] = []
-    return _scores_store(
-        project=project,
-        scorer_name=scorer_name,
-        user=user,
-        skip_invalid=skip_invalid,
-        rows=_score_lines(path, problems),
-        problems=problems,
-        selection={"file": path.name},
-    )
-
-
-def scores_import_records(
-    *,
-    project: Project,
-    scorer_name: str,
-    records: Iterable[Any],
-    user: User | None = None,
-    skip_invalid: bool = False,
-) -> tuple[ScoringRun, list[ImportProblem]]:
-    """:func:`scores_import` for records already parsed (the API's JSON list); a
-    problem's ``line`` is the record's 0-based index in ``records``."""
-    problems: list[ImportProblem] = []
-    return _scores_store(
-        project=project,
-        scorer_name=scorer_name,
-        user=user,
-        skip_invalid=skip_invalid,
-        rows=_score_records(enumerate(records), problems),
-        problems=problems,
-        selection={"api": True},
-    )
-
-
-def _scores_store(
-    *,
-    project: Project,
-    scorer_name: str,
-    user: User | None,
-    skip_invalid: bool,
-    rows: Iterator[tuple[int, str, int, float]],
-    problems: list[ImportProblem],
-    selection: dict[str, Any],
-) -> tuple[ScoringRun, list[ImportProblem]]:
-    stored = 0
-    try:
-        with transaction.atomic():
-            scorer = _scorer_for_import(project, scorer_name, user)
-            run = ScoringRun.objects.create(
-                project=project,
-                scorer=scorer,
-                kind=ScoringRun.Kind.IMPORT,
-                status=ScoringRun.Status.RUNNING,
-                selection=selection,
-                created_by=user,
-                started_at=timezone.now(),
-            )
-            for batch in _batched(rows, IMPORT_BATCH):
-                results = _resolve_steps(project, batch, problems)
-                if problems and not skip_invalid:
-                    continue  # keep reading to report every problem, write nothing
-                stored += scores_upsert(run=run, scorer_id=scorer.pk, results=results)
-            if problems and not skip_invalid:
-                raise _Rollback
-            run.status = ScoringRun.Status.DONE
-            run.total = run.done = stored
-            run.finished_at = timezone.now()
-            run.save(update_fields=["status", "total", "done", "finished_at"])
-    except _Rollback:
-        raise ScoresRejected(sorted(problems, key=lambda p: p.line)) from None
-    return run, problems
-
-
-def _scorer_for_import(project: Project, name: str, user: User | None) -> Scorer:
-    from scoring.selectors import scorer_latest
-
-    scorer = scorer_latest(project, name)
-    if scorer is not None:
-        return scorer
-    return Scorer.objects.create(
-        project=project, name=name, kind=Scorer.Kind.EXTERNAL, queue="default", created_by=user
-    )
-
-
-def _score_lines(
-    path: Path, problems: list[ImportProblem]
-) -> Iterator[tuple[int, str, int, float]]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                problems.append(ImportProblem(number, f"not JSON: {error.msg}"))
-                continue
-            yield from _score_records([(number, record)], problems)
-
-
-def _score_records(
-    records: Iterable[tuple[int, Any]], problems: list[ImportProblem]
-) -> Iterator[tuple[int, str, int, float]]:
-    for number, record in records:
-        problem = _score_record_problem(record)
-        if problem:
-            problems.append(ImportProblem(number, problem))
-            continue
-        yield number, str(record["trajectory"]), record["step"], float(record["value"])
-
-
-def _score_record_problem(record: Any) -> str:
-    if not isinstance(record, dict):
-        return "expected an object"
-    for name in ("trajectory", "step", "value"):
-        if name not in record:
-            return f"{name!r} is missing"
-    if not isinstance(record["trajectory"], str | int) or isinstance(record["trajectory"], bool):
-        return "'trajectory' must be the trajectory's external id"
-    step = record["step"]
-    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
-        return "'step' must be a step index (0 or more)"
-    value = record["value"]
-    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
-        return "'value' must be a number from 0 to 1"
-    return ""
-
-
-def _resolve_steps(
-    project: Project, batch: list[tuple[int, str, int, float]], problems: list[ImportProblem]
-) -> list[prm.StepResult]:
-    external_ids = {external for _, external, _, _ in batch}
-    trajectories: dict[str, list[int]] = {}
-    for pk, external in Trajectory.objects.filter(
-        project=project, external_id__in=external_ids
-    ).values_list("pk", "external_id"):
-        trajectories.setdefault(external, []).append(pk)
-    unique = {external: pks[0] for external, pks in trajectories.items() if len(pks) == 1}
-    wanted = Q(pk__in=[])
-    for _, external, index, _ in batch:
-        if external in unique:
-            wanted |= Q(trajectory_id=unique[external], index=index)
-    steps = {
-        (trajectory_id, index): pk
-        for pk, trajectory_id, index in Step.objects.filter(wanted).values_list(
-            "pk", "trajectory_id", "index"
-        )
-    }
-    results = []
-    for line, external, index, value in batch:
-        if external not in trajectories:
-            problems.append(ImportProblem(line, f"no trajectory {external!r} in this project"))
-        elif external not in unique:
-            problems.append(ImportProblem(line, f"{external!r} names several trajectories"))
-        elif (unique[external], index) not in steps:
-            problems.append(ImportProblem(line, f"trajectory {external!r} has no step {index}"))
-        else:
-            results.append(prm.StepResult(steps[(unique[external], index)], value, {}))
-    return results
-
-
-def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    batch: list[Any] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch

@@ -195,6 +195,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:scorer-list": _API_LIST_CREATE,
     "api:scorer-detail": _API_OBJECT,
     "api:scorer-train": {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"},
+    # A judge's prompt versions: members read them; researchers and admins add one (the
+    # world's scorer is a PRM, so that is a 400 naming it).
+    "api:scorer-prompts": {"GET": "401 404 200 200 200", "POST": "401 404 403 400 400"},
     "api:scoring-run-list": _API_LIST_CREATE,
     "api:scoring-run-detail": _API_OBJECT,
     "api:scoring-run-cancel": _API_CANCEL,

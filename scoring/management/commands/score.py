@@ -1,4 +1,5 @@
-"""python manage.py score --project SLUG --scorer NAME [--queue NAME] [--only-unscored] [--wait]"""
+"""python manage.py score --project SLUG --scorer NAME [--queue NAME] [--only-unscored]
+[--prompt-version N] [--wait]"""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ class Command(BaseCommand):
         parser.add_argument(
             "--queue", metavar="NAME", help="score only the trajectories of this labeling queue"
         )
+        parser.add_argument(
+            "--prompt-version",
+            type=int,
+            metavar="N",
+            help="an llm-judge's prompt version to ask with (default: its newest)",
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -55,6 +62,7 @@ class Command(BaseCommand):
                 only_unscored=options["only_unscored"],
                 trajectory_ids=options["trajectories"],
                 queue=queue,
+                prompt_version=options["prompt_version"],
             )
         except ScoringError as error:
             raise CommandError(str(error)) from None

@@ -1,0 +1,65 @@
+"""What every judge backend offers: ``judge(requests, on_reply)`` calls ``on_reply`` with
+each request and its :class:`Reply` as soon as the reply is there (so the caller can store
+it before the next one), and raises :class:`JudgeError` for what no retry will mend."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from scoring.judges.config import JudgeParams
+from scoring.judges.modes import JudgeRequest
+from scoring.judges.verdicts import TokenLogprob
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    latency_s: float
+    finish_reason: str = ""
+    tokens: tuple[TokenLogprob, ...] | None = None
+
+
+OnReply = Callable[[JudgeRequest, Reply], None]
+
+
+class Judge(Protocol):
+    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None: ...
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """A judge as a worker loads it: the model (a directory or hub id for a local judge,
+    the endpoint's model name for a remote one) and the parameters."""
+
+    model_ref: str
+    params: JudgeParams
+    revision: str = ""
+    trust_remote_code: bool = False
+
+    @property
+    def key(self) -> str:
+        payload = json.dumps(
+            [self.model_ref, self.revision, self.trust_remote_code, self.params.to_dict()],
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def judge_load(spec: JudgeSpec) -> Judge:
+    """The judge for ``spec``: a local model is built once per process and kept in the
+    worker's one model cache; a remote client is cheap and built each time (it reads the
+    key from the environment then)."""
+    if spec.params.backend == "remote":
+        from scoring.judges.remote import RemoteJudge
+
+        return RemoteJudge(spec)
+    from scoring.judges.local import LocalJudge
+    from scoring.prm.cache import LOADED
+
+    return LOADED.get(f"judge:{spec.key}", lambda: LocalJudge(spec))

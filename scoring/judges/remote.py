@@ -1,0 +1,210 @@
+"""A judge behind an OpenAI-compatible ``chat/completions`` endpoint (vLLM, SGLang,
+llama.cpp servers, hosted APIs), on the standard library's HTTP client.
+
+Requests run ``concurrency`` at a time. 429 and 5xx answers (and timeouts, and a dropped
+connection once the endpoint has answered) are retried with doubling backoff, honouring
+``Retry-After``; what no retry mends is a :class:`JudgeError` saying which: the endpoint
+cannot be reached, refuses the key (401/403), has no such model (404), or refuses the
+request (400, e.g. a prompt longer than its context).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import os
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from typing import Any
+
+from scoring.judges.backend import JudgeSpec, OnReply, Reply
+from scoring.judges.config import JudgeError
+from scoring.judges.modes import JudgeRequest, describe
+from scoring.judges.verdicts import TokenLogprob
+
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class RemoteJudge:
+    def __init__(self, spec: JudgeSpec) -> None:
+        self.spec = spec
+        self.params = spec.params
+        self.url = self.params.base_url.rstrip("/") + "/chat/completions"
+        self.headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        name = self.params.api_key_env
+        if name:
+            key = os.environ.get(name)
+            if not key:
+                raise JudgeError(
+                    f"the environment variable {name} (the judge's api_key_env) is not set"
+                    " on this worker"
+                )
+            self.headers["Authorization"] = f"Bearer {key}"
+        # Set once any answer came back: a refused connection before that means a wrong
+        # address, not a server restarting.
+        self._reached = threading.Event()
+        # Attempts beyond the first, for the run's cost.
+        self.retries = 0
+        self._lock = threading.Lock()
+
+    def body(self, request: JudgeRequest) -> dict[str, Any]:
+        params = self.params
+        body: dict[str, Any] = {
+            "model": self.spec.model_ref,
+            "messages": list(request.messages),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "seed": params.seed,
+            "stream": False,
+        }
+        if params.logprobs:
+            body["logprobs"] = True
+            if params.top_logprobs:
+                body["top_logprobs"] = params.top_logprobs
+        return body
+
+    def ask(self, request: JudgeRequest) -> Reply:
+        data = json.dumps(self.body(request)).encode()
+        attempt = 0
+        while True:
+            started = time.perf_counter()
+            try:
+                http = urllib.request.Request(self.url, data=data, headers=self.headers)
+                with urllib.request.urlopen(http, timeout=self.params.timeout_seconds) as answer:
+                    payload = answer.read()
+                self._reached.set()
+                return _reply(payload, time.perf_counter() - started, request)
+            except urllib.error.HTTPError as error:
+                self._reached.set()
+                detail = _error_text(error)
+                if error.code not in RETRIED_STATUSES:
+                    raise self._refused(error.code, detail, request) from None
+                wait_s = _retry_after(error.headers.get("Retry-After"))
+                problem = f"HTTP {error.code}: {detail}"
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+                reason = getattr(error, "reason", error)
+                if not self._reached.is_set() and not isinstance(reason, TimeoutError):
+                    raise JudgeError(
+                        f"cannot reach the judge endpoint {self.params.base_url}: {reason}"
+                    ) from None
+                wait_s = None
+                problem = f"{type(reason).__name__}: {reason}"
+            if attempt >= self.params.max_retries:
+                raise JudgeError(
+                    f"the judge endpoint {self.params.base_url} failed {attempt + 1} times"
+                    f" for {describe(request)}; last: {problem}"
+                )
+            backoff = self.params.retry_base_seconds * 2**attempt
+            time.sleep(
+                min(self.params.retry_max_seconds, wait_s if wait_s is not None else backoff)
+            )
+            attempt += 1
+            with self._lock:
+                self.retries += 1
+
+    def _refused(self, code: int, detail: str, request: JudgeRequest) -> JudgeError:
+        base = self.params.base_url
+        if code in (401, 403):
+            env = self.params.api_key_env or "(no api_key_env set)"
+            return JudgeError(f"the judge endpoint {base} refused the key from {env} (HTTP {code})")
+        if code == 404:
+            return JudgeError(
+                f"the judge endpoint {base} has no model {self.spec.model_ref!r} (HTTP 404:"
+                f" {detail})"
+            )
+        return JudgeError(
+            f"the judge endpoint {base} refused the request for {describe(request)}"
+            f" (HTTP {code}: {detail})"
+        )
+
+    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None:
+        """Replies in the order they come; the first unmendable error cancels the
+        requests not yet sent and is raised."""
+        if not requests:
+            return
+        pending = iter(requests)
+        executor = ThreadPoolExecutor(max_workers=self.params.concurrency)
+        running: dict[Future[Reply], JudgeRequest] = {}
+        try:
+            for request in pending:
+                running[executor.submit(self.ask, request)] = request
+                if len(running) >= self.params.concurrency:
+                    break
+            while running:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    request = running.pop(future)
+                    reply = future.result()  # raises the request's JudgeError
+                    on_reply(request, reply)
+                    following = next(pending, None)
+                    if following is not None:
+                        running[executor.submit(self.ask, following)] = following
+        finally:
+            executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _reply(payload: bytes, seconds: float, request: JudgeRequest) -> Reply:
+    try:
+        answer = json.loads(payload)
+        choice = answer["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = answer.get("usage") or {}
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise JudgeError(
+            f"the judge endpoint's answer for {describe(request)} is not a chat completion:"
+            f" {payload[:300]!r}"
+        ) from None
+    return Reply(
+        text=text,
+        prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        completion_tokens=int(usage.get("completion_tokens") or 0),
+        latency_s=seconds,
+        finish_reason=str(choice.get("finish_reason") or ""),
+        tokens=_logprobs(choice.get("logprobs")),
+    )
+
+
+def _logprobs(raw: Any) -> tuple[TokenLogprob, ...] | None:
+    if not isinstance(raw, dict) or not isinstance(raw.get("content"), list):
+        return None
+    out = []
+    for item in raw["content"]:
+        top = {
+            str(alt["token"]): float(alt["logprob"])
+            for alt in item.get("top_logprobs") or []
+            if isinstance(alt, dict) and "token" in alt
+        }
+        out.append(TokenLogprob(str(item.get("token", "")), float(item.get("logprob", 0.0)), top))
+    return tuple(out)
+
+
+def _error_text(error: urllib.error.HTTPError) -> str:
+    try:
+        raw = error.read()[:1000].decode(errors="replace")
+    except OSError:
+        return error.reason or ""
+    try:
+        message = json.loads(raw).get("error", {})
+        if isinstance(message, dict) and message.get("message"):
+            return str(message["message"])
+    except (ValueError, AttributeError):
+        pass
+    return raw.strip() or str(error.reason)
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())

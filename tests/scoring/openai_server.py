@@ -1,0 +1,217 @@
+"""An OpenAI-compatible ``chat/completions`` server for the tests, run as its own process
+on loopback: ``python -m tests.scoring.openai_server --model DIR --name NAME [--key KEY]
+[--max-context N]``. It prints ``PORT <n>`` once it listens.
+
+It serves a local model (the tiny random judge) through the real judge generation code,
+streaming off, logprobs on request. ``POST /control`` (JSON) tells it what to do next:
+``fail`` (a list of statuses the next requests answer with, e.g. ``[429, 500]``),
+``retry_after`` (seconds sent with a 429), ``delay`` (seconds each answer waits, to see
+concurrency), ``fixed_replies`` (texts the next requests reply, in turn) or
+``fixed_reply`` (text every request replies), ``reset``. ``GET /stats`` says what it saw:
+requests, answers by status, the most in flight at once, the user messages asked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from scoring.judges.backend import JudgeSpec
+from scoring.judges.config import judge_params
+from scoring.judges.local import LocalJudge
+from scoring.judges.modes import JudgeRequest
+
+_FRESH: dict[str, Any] = {
+    "fail": [],
+    "retry_after": None,
+    "delay": 0.0,
+    "fixed_replies": [],
+    "fixed_reply": None,
+}
+
+
+class State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.generate_lock = threading.Lock()
+        self.reset()
+
+    def reset(self) -> None:
+        self.control = json.loads(json.dumps(_FRESH))
+        self.requests = 0
+        self.statuses: dict[str, int] = {}
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.asked: list[str] = []
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--key", default="")
+    parser.add_argument("--max-context", type=int, default=4096)
+    options = parser.parse_args()
+    params = judge_params({"max_length": options.max_context, "device": "cpu", "max_tokens": 1})
+    judge = LocalJudge(JudgeSpec(options.model, params))
+    state = State()
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            return
+
+        def do_GET(self) -> None:
+            if self.path != "/stats":
+                return self._send(404, {"error": {"message": "not found"}})
+            with state.lock:
+                stats = {
+                    "requests": state.requests,
+                    "statuses": dict(state.statuses),
+                    "max_in_flight": state.max_in_flight,
+                    "asked": list(state.asked),
+                }
+            self._send(200, stats, counted=False)
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if self.path == "/control":
+                with state.lock:
+                    if body.pop("reset", False):
+                        state.reset()
+                    state.control.update(body)
+                return self._send(200, {"ok": True}, counted=False)
+            if self.path != "/v1/chat/completions":
+                return self._send(404, {"error": {"message": f"no route {self.path}"}})
+            with state.lock:
+                state.requests += 1
+                state.in_flight += 1
+                state.max_in_flight = max(state.max_in_flight, state.in_flight)
+                control = state.control
+                failure = control["fail"].pop(0) if control["fail"] else None
+                fixed = control["fixed_replies"].pop(0) if control["fixed_replies"] else None
+                fixed = fixed if fixed is not None else control["fixed_reply"]
+                delay = float(control["delay"])
+                retry_after = control["retry_after"]
+            try:
+                time.sleep(delay)
+                self._complete(body, failure, fixed, retry_after)
+            finally:
+                with state.lock:
+                    state.in_flight -= 1
+
+        def _complete(
+            self, body: dict[str, Any], failure: int | None, fixed: str | None, retry_after: Any
+        ) -> None:
+            if options.key and self.headers.get("Authorization") != f"Bearer {options.key}":
+                return self._send(401, {"error": {"message": "Incorrect API key provided"}})
+            if body.get("model") != options.name:
+                message = f"The model `{body.get('model')}` does not exist."
+                return self._send(404, {"error": {"message": message}})
+            if failure is not None:
+                headers = {"Retry-After": str(retry_after)} if retry_after is not None else {}
+                return self._send(failure, {"error": {"message": "injected"}}, headers)
+            messages = tuple(body["messages"])
+            with state.lock:
+                state.asked.append(messages[-1]["content"])
+            request = JudgeRequest(key="r", trajectory=0, step=None, messages=messages)
+            with state.generate_lock:
+                judge.params = dataclasses.replace(
+                    params,
+                    max_tokens=int(body.get("max_tokens") or 16),
+                    temperature=float(body.get("temperature") or 0.0),
+                    top_p=float(body.get("top_p") or 1.0),
+                    seed=int(body.get("seed") or 0),
+                    logprobs=bool(body.get("logprobs")),
+                    top_logprobs=int(body.get("top_logprobs") or 0),
+                )
+                ids = judge.prompt_ids(messages)
+                wanted = len(ids) + judge.params.max_tokens
+                if wanted > options.max_context:
+                    message = (
+                        f"This model's maximum context length is {options.max_context} tokens."
+                        f" However, you requested {wanted} tokens ({len(ids)} in the messages,"
+                        f" {judge.params.max_tokens} in the completion)."
+                    )
+                    return self._send(400, {"error": {"message": message}})
+                if fixed is not None:
+                    reply_text, finish, tokens = fixed, "stop", self._fixed_tokens(fixed)
+                    completion = len(tokens)
+                else:
+                    batch = judge.prepare([(request, ids)])[0]
+                    reply = judge.decode(batch, judge.generate(batch), 0.0)[0]
+                    reply_text, finish, completion = (
+                        reply.text,
+                        reply.finish_reason,
+                        reply.completion_tokens,
+                    )
+                    tokens = [
+                        {
+                            "token": t.token,
+                            "logprob": t.logprob,
+                            "top_logprobs": [{"token": k, "logprob": v} for k, v in t.top.items()],
+                        }
+                        for t in reply.tokens or ()
+                    ]
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": reply_text},
+                "finish_reason": finish,
+                "logprobs": {"content": tokens} if body.get("logprobs") else None,
+            }
+            self._send(
+                200,
+                {
+                    "id": f"chatcmpl-{uuid.uuid4().hex}",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": options.name,
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": len(ids),
+                        "completion_tokens": completion,
+                        "total_tokens": len(ids) + completion,
+                    },
+                },
+            )
+
+        def _fixed_tokens(self, text: str) -> list[dict[str, Any]]:
+            ids = judge.tokenizer.encode(text, add_special_tokens=False)
+            pieces = [judge.tokenizer.decode([i]) for i in ids]
+            return [{"token": p, "logprob": 0.0, "top_logprobs": []} for p in pieces]
+
+        def _send(
+            self,
+            status: int,
+            payload: Any,
+            headers: dict[str, str] | None = None,
+            *,
+            counted: bool = True,
+        ) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+            if counted:  # completions only, not /control and /stats
+                with state.lock:
+                    state.statuses[str(status)] = state.statuses.get(str(status), 0) + 1
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    print(f"PORT {server.server_address[1]}", flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

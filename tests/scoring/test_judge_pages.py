@@ -1,0 +1,83 @@
+"""A judge's critique beside its step score on the trajectory page: escaped (model output
+is untrusted), on the step it belongs to, and readable on a laptop and a phone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
+from tests.scoring.conftest import OpenAIServer
+from tests.scoring.test_attribution_views_api import browser, columns
+from tests.scoring.test_judge_runs import remote_judge, run_judge
+from tests.screens import WIDEST, shot
+from trajectories.models import Membership, Project, Trajectory
+from trajectories.services import project_create
+
+PASSWORD = "pw-for-tests"
+HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)> 13 - 4 is 9, not 8.'
+
+
+def judged(project: Project, server: OpenAIServer) -> Trajectory:
+    """A trajectory judged once per step (step 1 wrong) by a remote judge."""
+    trajectory = trajectory_with_steps(
+        project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 8 to sell.", "8 * 2 = 16 dollars."]
+    )
+    server.control(
+        fixed_replies=[
+            "Subtracting the eaten eggs is right. \\boxed{+1}",
+            f"{HOSTILE} \\boxed{{-1}}",
+            "I cannot tell.",
+        ]
+    )
+    run = run_judge(project, remote_judge(project, server, concurrency=1))
+    assert run.status == "done" and run.metrics["parse_failures"] == 1
+    return trajectory
+
+
+@pytest.mark.django_db
+def test_the_critique_is_shown_escaped_on_its_step(
+    project: Project, owner: User, openai_server: OpenAIServer
+) -> None:
+    trajectory = judged(project, openai_server)
+    html = columns(browser(owner), trajectory, **{"from": 0})
+    steps = list(trajectory.steps.order_by("index").values_list("pk", flat=True))
+    blocks = {pk: html.split(f'id="step-evidence-{pk}"')[1].split("</aside>")[0] for pk in steps}
+    assert "Subtracting the eaten eggs is right." in blocks[steps[0]]
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in blocks[steps[1]]
+    assert "<script>" not in html and "<img" not in html
+    assert ">judge<" in blocks[steps[1]]
+    # The unparsed reply gives no score and no critique.
+    assert "critique" not in blocks[steps[2]]
+    # A judge has no gradients to explain: no token saliency link.
+    assert reverse("step-saliency", args=[steps[0]]) not in html
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
+    page: Any, live_server: Any, openai_server: OpenAIServer, width: int, height: int
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    trajectory = judged(project, openai_server)
+    wrong = trajectory.steps.get(index=1)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "owner")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    critique = f"#step-evidence-{wrong.pk} .judge-critique"
+    page.wait_for_selector(critique)
+    page.click(f"{critique} summary")
+    text = page.inner_text(f"{critique} p")
+    assert text.startswith('<script>alert("x")</script>') and "not 8." in text
+    page.locator(critique).scroll_into_view_if_needed()
+    assert page.evaluate(WIDEST, width) == []
+    shot(page, f"judge-critique-{width}")

@@ -1,0 +1,101 @@
+"""Judge runs through real Celery workers: the ``score`` command on a local judge, and a
+worker killed while a remote judge's chunk is half asked."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+
+from scoring import services
+from scoring.models import JudgeReply, ScoringChunk, ScoringRun, StepScore
+from scoring.services import scoring_run_start
+from tests.factories import trajectory_with_steps
+from tests.scoring.conftest import JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer, Workers
+from tests.scoring.test_judges import LETTERS
+from tests.waiting import wait_until
+from trajectories.models import Project
+
+pytestmark = pytest.mark.celery
+
+
+def test_the_score_command_runs_a_judge_with_a_prompt_version(
+    transactional_db: None, celery_worker: object, project: Project, tiny_judge: Path
+) -> None:
+    for n in range(2):
+        trajectory_with_steps(project, [f"{n} + {i} = {n + i}" for i in range(3)])
+    scorer = services.judge_create(
+        name="judge",
+        model_ref=str(tiny_judge),
+        project=project,
+        parameters={"max_tokens": 12, "verdict_pattern": "([a-z])", "verdict_values": LETTERS},
+    )
+    services.judge_prompt_create(scorer=scorer, template="Step: {step}\n\\boxed{{+1}} or not?")
+    out = StringIO()
+    call_command(
+        "score",
+        project="demo",
+        scorer="judge",
+        prompt_version=1,
+        wait=True,
+        timeout=120,
+        stdout=out,
+    )
+    summary = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert summary["status"] == "done", summary
+    assert summary["judge"]["prompt_version"] == 1 and summary["judge"]["calls"] == 6
+    assert StepScore.objects.filter(scorer=scorer).count() == 6
+    assert set(JudgeReply.objects.values_list("prompt__version", flat=True)) == {1}
+
+
+def test_a_killed_worker_re_asks_only_what_had_no_reply(
+    transactional_db: None, workers: Workers, project: Project, openai_server: OpenAIServer
+) -> None:
+    for n in range(8):
+        trajectory_with_steps(project, [f"step {i} of {n}" for i in range(5)])
+    openai_server.control(delay=0.1, fixed_reply="Fine. \\boxed{+1}")
+    queue = f"judge-kill-{uuid.uuid4().hex[:8]}"
+    scorer = services.judge_create(
+        name="remote",
+        model_ref=JUDGE_NAME,
+        project=project,
+        queue=queue,
+        parameters={
+            "backend": "remote",
+            "base_url": openai_server.base_url,
+            "api_key_env": JUDGE_KEY_ENV,
+            "max_tokens": 8,
+            "concurrency": 2,
+            "chunk_steps": 40,
+        },
+    )
+    first = workers.start(["default", queue], f"judge-a-{queue}")
+    run = scoring_run_start(project=project, scorer=scorer)
+    assert wait_until(lambda: JudgeReply.objects.filter(run=run).count() >= 10, timeout=120)
+    workers.kill(first)
+    stored = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
+    run.refresh_from_db()
+    assert run.status == ScoringRun.Status.RUNNING and run.done == 0 and 10 <= len(stored) < 40
+    asked_before = openai_server.stats()["requests"]
+
+    workers.start(["default", queue], f"judge-b-{queue}")
+
+    def finished() -> bool:
+        run.refresh_from_db()
+        return not run.is_active
+
+    assert wait_until(finished, timeout=120)
+    assert run.status == ScoringRun.Status.DONE, run.error
+    assert run.done == 40 and StepScore.objects.filter(scorer=scorer).count() == 40
+    assert JudgeReply.objects.filter(run=run).count() == 40
+    # The second worker asked the endpoint only for the steps with no stored reply.
+    asked_after = openai_server.stats()["requests"] - asked_before
+    assert asked_after == 40 - len(stored)
+    repeated = Counter(openai_server.stats()["asked"])
+    assert sum(n - 1 for n in repeated.values()) <= 2  # at most the two in flight at the kill
+    assert ScoringChunk.objects.get(run=run).attempts == 2
