@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from trajectories.forms import FORMAT_CHOICES
-from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
@@ -14,6 +14,29 @@ class ProjectSerializer(serializers.ModelSerializer[Project]):
         fields = ["id", "slug", "name", "guidelines", "settings", "created_at"]
         # Settings change on the settings page, not when a project is created.
         read_only_fields = ["settings"]
+
+
+class ProjectDeleteSerializer(serializers.Serializer[dict[str, str]]):
+    confirm = serializers.CharField(help_text="The project's slug, typed to confirm.")
+
+
+class ProjectDeletionSerializer(serializers.ModelSerializer[ProjectDeletion]):
+    class Meta:
+        model = ProjectDeletion
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "status",
+            "total_steps",
+            "removed_steps",
+            "removed",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
 
 
 class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):
