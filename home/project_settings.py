@@ -91,7 +91,8 @@ def project_deletion(request: HttpRequest, pk: int) -> HttpResponse:
     deletion = ProjectDeletion.objects.filter(pk=pk, created_by_id=request.user.pk).first()
     if deletion is None:
         raise Http404("No such deletion.")
-    context = {"deletion": deletion, "removed": sorted(deletion.removed.items())}
+    removed = sorted(deletion.removed.items(), key=lambda item: (-item[1], item[0]))
+    context = {"deletion": deletion, "removed": removed}
     if request.htmx:  # type: ignore[attr-defined]
         return render(request, "home/_deletion_status.html", context)
     return render(request, "home/project_deletion.html", context)
