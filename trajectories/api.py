@@ -21,6 +21,7 @@ from stepscope.pagination import ByIdCursor
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
 from trajectories.forms import TrajectoryFilterForm
+from trajectories.members_api import urlpatterns as members_urls
 from trajectories.models import (
     ImportBatch,
     Membership,
@@ -264,4 +265,4 @@ router.register("trajectories", TrajectoryViewSet, basename="trajectory")
 router.register("steps", StepViewSet, basename="step")
 router.register("imports", ImportViewSet, basename="import")
 
-urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]
+urlpatterns: list[URLPattern | URLResolver] = [*members_urls, path("", include(router.urls))]

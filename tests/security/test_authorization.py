@@ -156,6 +156,14 @@ ACCESS: dict[str, dict[str, str]] = {
     # Any signed-in user may create a project: an empty body is a 400.
     "api:project-list": _API_LIST_CREATE,
     "api:project-detail": _API_OBJECT,
+    # Members and invites, the members page's API: the project admin's. An empty body
+    # names the missing field (400); the world's second annotator can be removed (204).
+    "api:api-member-list": {"GET": "401 404 403 403 200", "POST": "401 404 403 403 400"},
+    "api:api-member-events": {"GET": "401 404 403 403 200", "POST": "401 405 405 405 405"},
+    "api:api-member-role": {"GET": "401 405 405 405 405", "POST": "401 404 403 403 400"},
+    "api:api-member-remove": {"GET": "401 405 405 405 405", "POST": "401 404 403 403 204"},
+    "api:api-invite-list": {"GET": "401 404 403 403 200", "POST": "401 404 403 403 400"},
+    "api:api-invite-revoke": {"GET": "401 405 405 405 405", "POST": "401 404 403 403 204"},
     "api:project-deletion-detail": {"GET": "401 404 404 404 200", "POST": "401 405 405 405 405"},
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,

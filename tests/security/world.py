@@ -119,6 +119,8 @@ class World:
             ("scorers", self.scorer.pk),
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
+            ("projects/<slug:slug>/members/", self.membership.pk),
+            ("projects/<slug:slug>/invites/", self.invite.pk),
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("project-deletions", self.deletion.pk),

@@ -21,6 +21,7 @@ from trajectories.services.invites import (
     invite_accept,
     invite_create,
     invite_get_usable,
+    invite_revoke,
 )
 from trajectories.services.members import (
     MemberError,
@@ -52,6 +53,7 @@ __all__ = [
     "invite_accept",
     "invite_create",
     "invite_get_usable",
+    "invite_revoke",
     "member_add",
     "member_remove",
     "member_role_set",
