@@ -23,6 +23,7 @@ Stepscope seconds (> 1: Stepscope is faster), and a JSON line last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -48,6 +49,7 @@ import django  # noqa: E402
 
 django.setup()
 
+import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
 from stepscope_client import Client  # noqa: E402
@@ -137,6 +139,29 @@ def wait_port(port: int, process: subprocess.Popen[bytes], log: Path, what: str)
             time.sleep(0.3)
     process.kill()
     raise RuntimeError(f"{what} did not start in {START_TIMEOUT_S} s; see {log}")
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a server process and its children so far."""
+    total = 0.0
+    root = psutil.Process(pid)
+    for process in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = process.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+def postgres_cpu() -> float:
+    """CPU seconds of Stepscope's PostgreSQL so far: the postmaster, its live backends, and
+    the backends it has reaped (a connection a request opened and closed)."""
+    data = str(settings.DATA_DIR)
+    for process in psutil.process_iter(["name", "cmdline"]):
+        cmdline = " ".join(process.info["cmdline"] or [])
+        if process.info["name"] in ("postgres", "postmaster") and data in cmdline:
+            times = process.cpu_times()
+            return times.children_user + times.children_system + tree_cpu(process.pid)
+    return float("nan")
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
@@ -346,11 +371,22 @@ def main() -> None:
             server.warm()
         names = list(ways)
         times: dict[str, list[float]] = {name: [] for name in names}
+        # CPU seconds of the server side of each way: the web processes, and for
+        # Stepscope its PostgreSQL too (Label Studio's SQLite runs inside its process).
+        pid = {name: stepscope.process.pid for name in names if name.startswith("stepscope")}
+        pid["label_studio"] = label_studio.process.pid
+        if args.before:
+            pid["before_http"] = before.process.pid
+        cpu: dict[str, list[float]] = {name: [] for name in names}
         for round_ in range(args.repeat):
             turn = round_ % len(names)
             for name in names[turn:] + names[:turn]:
                 records = make_records(args.trajectories, args.steps, f"r{round_}-{name}")
+                database = name != "label_studio"
+                used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0)
                 times[name].append(ways[name](records))
+                used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0) - used
+                cpu[name].append(used)
             print(
                 f"round {round_ + 1}: "
                 + ", ".join(f"{name} {times[name][-1]:.2f} s" for name in names),
@@ -363,7 +399,7 @@ def main() -> None:
     size = f"{args.trajectories} x {args.steps} steps in requests of {args.chunk}"
     print(f"\n{size}, {args.repeat} rounds, median (range):")
     for name in names:
-        print(f"  {name:18} {spread(times[name])}")
+        print(f"  {name:18} {spread(times[name])}, server CPU {spread(cpu[name])}")
     ls_times = times["label_studio"]
     ratios = {
         name: statistics.median(ls_times) / statistics.median(times[name])
@@ -384,6 +420,7 @@ def main() -> None:
                 "steps": args.steps,
                 "chunk": args.chunk,
                 "seconds": times,
+                "server_cpu_seconds": cpu,
                 "ratio_label_studio_over": ratios,
                 "ratio_per_round_http": per_round,
             }

@@ -129,7 +129,8 @@ def trajectory_records_import(
         steps=prepare.CHUNK_STEPS,
         size=prepare.CHUNK_BYTES,
     )
-    _import_into(batch, lambda: contextlib.nullcontext(chunks))
+    # A push is over in well under a second: no progress figure (nor its connection) then.
+    _import_into(batch, lambda: contextlib.nullcontext(chunks), progress_after=1.0)
     return _finished(batch)
 
 
@@ -215,11 +216,13 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
 ChunkSource = Callable[[], contextlib.AbstractContextManager[Iterator[prepare.Chunk]]]
 
 
-def _import_into(batch: ImportBatch, source: ChunkSource) -> None:
+def _import_into(batch: ImportBatch, source: ChunkSource, progress_after: float = 0.0) -> None:
     counts = _Counts()
     skip_invalid = batch.skip_invalid
     file_failed = False
-    progress = ProgressWriter("trajectories_importbatch", batch.pk, "processed_count")
+    progress = ProgressWriter(
+        "trajectories_importbatch", batch.pk, "processed_count", first_after=progress_after
+    )
     try:
         with transaction.atomic():
             # One import per project at a time: the content-hash check and the COPY
