@@ -17,7 +17,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.selectors import labelled_step_count
-from trajectories import selectors
+from trajectories import selectors, services
 from trajectories.forms import InviteAcceptForm, MemberAddForm, MemberRoleForm, ProjectCreateForm
 from trajectories.models import Membership, MembershipInvite, Project
 from trajectories.services import (
@@ -198,7 +198,7 @@ def invite_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """Deletes an open link: whoever opens it later is told it is not known."""
     project = _project_for_admin(request, slug)
     invite = get_object_or_404(MembershipInvite, pk=pk, project=project, used_at__isnull=True)
-    invite.delete()
+    services.invite_revoke(invite=invite)
     messages.success(request, f"The {invite.role} invite link no longer works.")
     return redirect("member-list", slug=project.slug)
 

@@ -21,9 +21,18 @@ from stepscope.pagination import ByIdCursor
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
 from trajectories.forms import TrajectoryFilterForm
-from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.members_api import urlpatterns as members_urls
+from trajectories.models import (
+    ImportBatch,
+    Membership,
+    Project,
+    ProjectDeletion,
+    Step,
+    Trajectory,
+)
 from trajectories.selectors import (
     can_manage_data,
+    membership_role,
     project_get_for_user,
     projects_for_user,
     trajectories_filtered,
@@ -31,6 +40,8 @@ from trajectories.selectors import (
 from trajectories.serializers import (
     ImportBatchSerializer,
     ImportRequestSerializer,
+    ProjectDeleteSerializer,
+    ProjectDeletionSerializer,
     ProjectSerializer,
     StepSerializer,
     TrajectorySerializer,
@@ -41,14 +52,19 @@ class ProjectViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
+    mixins.UpdateModelMixin,
     viewsets.GenericViewSet,
 ):
     """``POST`` creates a project (name, slug, guidelines) with its creator as admin, for
-    whoever ``STEPSCOPE_PROJECT_CREATORS`` allows; a taken slug is a 400 on ``slug``."""
+    whoever ``STEPSCOPE_PROJECT_CREATORS`` allows; a taken slug is a 400 on ``slug``.
+    Its admins ``PATCH`` the name and guidelines, and ``DELETE`` it with ``{"confirm":
+    "<slug>"}``: the project is hidden at once and removed by a worker (202, with the
+    deletion to follow at ``/project-deletions/{id}/``)."""
 
     serializer_class = ProjectSerializer
     lookup_field = "slug"
     pagination_class = None
+    http_method_names = ["get", "post", "patch", "delete", "head", "options"]
 
     def get_queryset(self) -> QuerySet[Project]:
         return projects_for_user(self.request.user).order_by("name")
@@ -62,6 +78,45 @@ class ProjectViewSet(
             name=serializer.validated_data["name"],
             guidelines=serializer.validated_data.get("guidelines", ""),
         )
+
+    def _admin_project(self) -> Project:
+        project = self.get_object()
+        if membership_role(self.request.user, project) != Membership.Role.ADMIN:
+            raise PermissionDenied("Only project admins change or delete a project.")
+        return project
+
+    def perform_update(self, serializer: Any) -> None:
+        project = self._admin_project()
+        data = serializer.validated_data
+        if "slug" in data and data["slug"] != project.slug:
+            raise ValidationError({"slug": ["A project's slug does not change."]})
+        serializer.instance = services.project_update(
+            project=project, name=data.get("name"), guidelines=data.get("guidelines")
+        )
+
+    @extend_schema(request=ProjectDeleteSerializer, responses={202: ProjectDeletionSerializer})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        project = self._admin_project()
+        confirm = ProjectDeleteSerializer(data=request.data)
+        confirm.is_valid(raise_exception=True)
+        try:
+            deletion = services.project_delete_start(
+                project=project,
+                actor=cast(User, request.user),
+                confirm=confirm.validated_data["confirm"],
+            )
+        except services.DeletionRefused as refused:
+            raise ValidationError({refused.field: [refused.message]}) from None
+        return Response(ProjectDeletionSerializer(deletion).data, status=202)
+
+
+class ProjectDeletionViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """A deletion its starter follows: status, steps removed, rows removed by kind."""
+
+    serializer_class = ProjectDeletionSerializer
+
+    def get_queryset(self) -> QuerySet[ProjectDeletion]:
+        return ProjectDeletion.objects.filter(created_by_id=self.request.user.pk)
 
 
 # The trajectory list page's filters, by the names its query string uses.
@@ -205,8 +260,9 @@ class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, JobViewSet
 
 router = DefaultRouter()
 router.register("projects", ProjectViewSet, basename="project")
+router.register("project-deletions", ProjectDeletionViewSet, basename="project-deletion")
 router.register("trajectories", TrajectoryViewSet, basename="trajectory")
 router.register("steps", StepViewSet, basename="step")
 router.register("imports", ImportViewSet, basename="import")
 
-urlpatterns: list[URLPattern | URLResolver] = [path("", include(router.urls))]
+urlpatterns: list[URLPattern | URLResolver] = [*members_urls, path("", include(router.urls))]

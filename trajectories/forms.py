@@ -25,6 +25,20 @@ class ProjectCreateForm(forms.ModelForm):
         help_texts = {"slug": "Letters, digits, - and _; the project's address: /p/<slug>/."}
 
 
+class ProjectSettingsForm(forms.ModelForm):
+    """What a project's admins change on its settings page (the slug, its address, stays)."""
+
+    class Meta:
+        model = Project
+        fields = ("name", "guidelines")
+        widgets = {"guidelines": forms.Textarea(attrs={"rows": 8})}
+        help_texts = {"guidelines": "Markdown shown to annotators beside every trajectory."}
+
+
+class ProjectDeleteForm(forms.Form):
+    confirm = forms.CharField(max_length=80, label="Type the project's slug to confirm", strip=True)
+
+
 class MemberAddForm(forms.Form):
     username = forms.CharField(max_length=150, help_text="An existing account's username.")
     role = forms.ChoiceField(choices=Membership.Role.choices, initial=Membership.Role.ANNOTATOR)

@@ -19,6 +19,9 @@ class Project(models.Model):
     guidelines = models.TextField(blank=True, help_text="Markdown shown to annotators.")
     # Blind labeling, labels wanted per step, whether annotators see model scores.
     settings = models.JSONField(default=dict, blank=True)
+    # Set when an admin deletes the project: from then on nobody sees it, and a worker
+    # removes its rows in batches (ProjectDeletion).
+    deleting_since = models.DateTimeField(null=True, blank=True)
     members: models.ManyToManyField = models.ManyToManyField(
         django_settings.AUTH_USER_MODEL, through="Membership", related_name="projects"
     )
@@ -123,6 +126,32 @@ class MembershipInvite(models.Model):
 
     def __str__(self) -> str:
         return f"invite to {self.project} as {self.role}"
+
+
+class ProjectDeletion(Job):
+    """A project being deleted in the background, and what was removed. It outlives
+    the project (its slug and name are copied) so the page can say what went."""
+
+    KIND = "project deletion"
+
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.SET_NULL, related_name="deletions"
+    )
+    slug = models.SlugField(max_length=80)
+    name = models.CharField(max_length=200)
+    # Steps in the project when the deletion started, and steps removed so far.
+    total_steps = models.PositiveBigIntegerField(default=0)
+    removed_steps = models.PositiveBigIntegerField(default=0)
+    # {"trajectories": 50000, "steps": 1000000, "step labels": 20, ...}: rows removed.
+    removed = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"deletion of {self.slug}"
 
 
 class ImportBatch(Job):

@@ -45,7 +45,8 @@ AnyUser = User | AbstractBaseUser | AnonymousUser
 def projects_for_user(user: AnyUser) -> QuerySet[Project]:
     if not user.is_authenticated:
         return Project.objects.none()
-    return Project.objects.filter(memberships__user_id=user.pk)
+    # A project being deleted is gone for everyone at once; a worker removes its rows.
+    return Project.objects.filter(memberships__user_id=user.pk, deleting_since__isnull=True)
 
 
 def membership_role(user: AnyUser, project: Project) -> str | None:

@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from trajectories.forms import FORMAT_CHOICES
-from trajectories.models import ImportBatch, Project, Step, Trajectory
+from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
@@ -14,6 +14,29 @@ class ProjectSerializer(serializers.ModelSerializer[Project]):
         fields = ["id", "slug", "name", "guidelines", "settings", "created_at"]
         # Settings change on the settings page, not when a project is created.
         read_only_fields = ["settings"]
+
+
+class ProjectDeleteSerializer(serializers.Serializer[dict[str, str]]):
+    confirm = serializers.CharField(help_text="The project's slug, typed to confirm.")
+
+
+class ProjectDeletionSerializer(serializers.ModelSerializer[ProjectDeletion]):
+    class Meta:
+        model = ProjectDeletion
+        fields = [
+            "id",
+            "slug",
+            "name",
+            "status",
+            "total_steps",
+            "removed_steps",
+            "removed",
+            "error",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
+        read_only_fields = fields
 
 
 class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):
@@ -87,6 +110,15 @@ class ImportBatchSerializer(serializers.ModelSerializer[ImportBatch]):
         read_only_fields = fields
 
 
+class TrajectoryListField(serializers.ListField):
+    """A list of trajectory records, passed on as it came: the import's parser checks
+    each record and names the bad ones by index and field (``record 3``, ``steps.0``),
+    so checking each item here too would only double the work of a large push."""
+
+    def run_child_validation(self, data: Any) -> list[Any]:
+        return list(data)
+
+
 class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):
     """Either ``file`` (multipart; imported by a worker) or ``trajectories`` (a JSON list
     of records in Stepscope's own format; imported at once, for small pushes)."""
@@ -94,7 +126,7 @@ class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):
     project = serializers.SlugField()
     format = serializers.ChoiceField(choices=FORMAT_CHOICES, default="stepscope")
     file = serializers.FileField(required=False)
-    trajectories = serializers.ListField(
+    trajectories = TrajectoryListField(
         child=serializers.DictField(), required=False, max_length=10_000
     )
     mapping = serializers.JSONField(required=False)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from trajectories.services import import_batch_run
+from trajectories.services.deletion import project_deletion_run
 from trajectories.services.search import trajectory_search_index
 
 
@@ -17,3 +18,9 @@ def import_run(batch_id: int) -> dict[str, int | str]:
 @shared_task(name="trajectories.search_index", acks_late=True)
 def search_index(project_id: int) -> int:
     return trajectory_search_index(project_id=project_id)
+
+
+@shared_task(name="trajectories.project_delete", acks_late=True)
+def project_delete(deletion_id: int) -> int:
+    project_deletion_run(deletion_id=deletion_id)
+    return deletion_id

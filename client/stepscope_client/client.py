@@ -100,9 +100,9 @@ class Client:
             try:
                 batch = self._request("POST", "imports/", json=body)
             except StepscopeError as error:
-                # The server counts lines within this request; say where the request began.
+                # The server counts records within this request: name them in the whole list.
                 if offset:
-                    error.args = (f"{error.args[0]} (in the chunk from record {offset} on)",)
+                    _renumber(error, offset)
                 raise
             offset += len(chunk)
             result.created += batch["created_count"]
@@ -130,6 +130,48 @@ class Client:
                 files={"file": (path.name, handle)},
             )
         return Job("imports", batch)
+
+    # Projects and members (a project admin's)
+
+    def update_project(
+        self, project: str, *, name: str | None = None, guidelines: str | None = None
+    ) -> dict[str, Any]:
+        """Change a project's name or guidelines (what is given); its slug stays."""
+        changes = {k: v for k, v in (("name", name), ("guidelines", guidelines)) if v is not None}
+        return dict(self._request("PATCH", f"projects/{project}/", json=changes))
+
+    def delete_project(self, project: str, *, confirm: str) -> Job:
+        """Delete a project: ``confirm`` must be its slug. It is hidden at once and removed
+        by a worker; ``wait`` on the returned job (``removed`` says what went)."""
+        deletion = self._request("DELETE", f"projects/{project}/", json={"confirm": confirm})
+        return Job("project-deletions", deletion)
+
+    def members(self, project: str) -> list[dict[str, Any]]:
+        """``[{"id", "username", "role"}]``."""
+        return list(self._request("GET", f"projects/{project}/members/"))
+
+    def add_member(self, project: str, username: str, role: str = "annotator") -> dict[str, Any]:
+        body = {"username": username, "role": role}
+        return dict(self._request("POST", f"projects/{project}/members/", json=body))
+
+    def set_role(self, project: str, member: int, role: str) -> dict[str, Any]:
+        """Change member ``member``'s role (its ``id``); the last admin stays an admin."""
+        path = f"projects/{project}/members/{member}/role/"
+        return dict(self._request("POST", path, json={"role": role}))
+
+    def remove_member(self, project: str, member: int) -> None:
+        self._request("POST", f"projects/{project}/members/{member}/remove/")
+
+    def invite(self, project: str, role: str = "annotator") -> dict[str, Any]:
+        """A one-time invite link with ``role``: the answer's ``link``, shown this once."""
+        return dict(self._request("POST", f"projects/{project}/invites/", json={"role": role}))
+
+    def invites(self, project: str) -> list[dict[str, Any]]:
+        """The project's open invite links (without their secrets)."""
+        return list(self._request("GET", f"projects/{project}/invites/"))
+
+    def revoke_invite(self, project: str, invite: int) -> None:
+        self._request("POST", f"projects/{project}/invites/{invite}/revoke/")
 
     def trajectory_id(self, project: str, external_id: str) -> int:
         """The id the labels API takes for a trajectory you pushed under ``external_id``."""
@@ -302,14 +344,30 @@ def _error(response: httpx.Response) -> StepscopeError:
         body: Any = response.json()
     except ValueError:
         body = {"detail": response.text[:500]}
+    message = _message(body, f"{response.request.method} {response.request.url.path}")
+    return StepscopeError(message, status=response.status_code, errors=body)
+
+
+def _renumber(error: StepscopeError, offset: int) -> None:
+    """Name a refused chunk's records (``record 3`` of the request) by their index in
+    the whole push (``record 503``)."""
+    items = error.errors.get("errors") if isinstance(error.errors, dict) else None
+    for item in items or []:
+        where = item.get("location", "") if isinstance(item, dict) else ""
+        if where.startswith("record ") and where[7:].isdigit():
+            item["location"] = f"record {int(where[7:]) + offset}"
+    error.args = (_message(error.errors, "push"),)
+
+
+def _message(body: Any, request: str) -> str:
     if isinstance(body, dict) and isinstance(body.get("detail"), str):
         message = body["detail"]
     elif isinstance(body, dict) and body.get("errors") and isinstance(body["errors"], list):
         # A refused push answers with its import, whose errors name each bad record.
         message = "; ".join(_record_error(e) for e in body["errors"][:3])
     else:
-        message = f"{response.request.method} {response.request.url.path} refused: {body}"
-    return StepscopeError(message, status=response.status_code, errors=body)
+        message = f"{request} refused: {body}"
+    return message
 
 
 def _record_error(error: Any) -> str:

@@ -13,7 +13,8 @@ ACTIVE = ("queued", "running")
 @dataclass
 class Job:
     """One job: ``kind`` is its collection in the API (``imports``, ``exports``,
-    ``scoring-runs``, ``attribution-runs``, ``rollouts``), ``data`` its latest answer."""
+    ``scoring-runs``, ``attribution-runs``, ``rollouts``, ``project-deletions``), ``data``
+    its latest answer."""
 
     kind: str
     data: dict[str, Any] = field(repr=False)
@@ -34,6 +35,9 @@ class Job:
     def progress(self) -> tuple[int, int | None]:
         """Units done and the total where the job knows it (an import counts trajectories
         and learns the total only at the end)."""
+        if "removed_steps" in self.data:  # a project deletion
+            total = self.data.get("total_steps")
+            return int(self.data["removed_steps"] or 0), int(total) if total else None
         if "done" in self.data:
             total = self.data.get("total")
             return int(self.data["done"] or 0), int(total) if total else None

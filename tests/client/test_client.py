@@ -91,7 +91,9 @@ def test_a_refused_push_names_the_record_and_writes_nothing(
 
     with pytest.raises(StepscopeError) as later:
         stepscope.push_trajectories(project.slug, [*records(4), *bad], chunk_size=4)
-    assert "in the chunk from record 4 on" in str(later.value)
+    # Named by its index in the whole push: the second chunk's record 1 is record 5.
+    assert "record 5, field 'steps'" in str(later.value)
+    assert later.value.errors["errors"][0]["location"] == "record 5"
     # Each request is all or nothing: the chunk before the refused one stays.
     assert Trajectory.objects.count() == 4
 

@@ -138,6 +138,7 @@ def test_a_second_delivery_of_a_finished_import_changes_nothing(
     """A task handed out twice (it ran past the broker's visibility timeout): the second
     run read the batch as running, then waited for the project's import lock while the
     first run finished. It must leave the finished batch as it is."""
+    from trajectories.prepare import file_chunks
     from trajectories.services.imports import _import_into
 
     path = tmp_path / "a.jsonl"
@@ -152,7 +153,7 @@ def test_a_second_delivery_of_a_finished_import_changes_nothing(
     stale = ImportBatch.objects.get(pk=batch.pk)
     ImportBatch.objects.filter(pk=batch.pk).update(status=ImportBatch.Status.DONE, created_count=7)
 
-    _import_into(stale, path)
+    _import_into(stale, lambda: file_chunks(path, "stepscope"))
 
     batch.refresh_from_db()
     assert batch.status == ImportBatch.Status.DONE and batch.created_count == 7

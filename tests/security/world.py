@@ -40,6 +40,7 @@ from trajectories.models import (
     Membership,
     MembershipInvite,
     Project,
+    ProjectDeletion,
     Step,
     Trajectory,
 )
@@ -76,6 +77,8 @@ class World:
     export_file: str
     # The start of the admin's API token (``accounts.ApiToken.token_key``).
     api_token_key: str
+    # A project deletion the admin started (of another project, already gone).
+    deletion: ProjectDeletion
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -116,7 +119,11 @@ class World:
             ("scorers", self.scorer.pk),
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
+            ("projects/<slug:slug>/members/", self.membership.pk),
+            ("projects/<slug:slug>/invites/", self.invite.pk),
             ("projects", self.project.slug),
+            ("deletions", self.deletion.pk),
+            ("project-deletions", self.deletion.pk),
             ("p/<slug:slug>/members/invites/", self.invite.pk),
             ("p/<slug:slug>/members/", self.membership.pk),
         ]
@@ -454,4 +461,11 @@ def build_world(
         invite_secret=invite_secret,
         export_file="train.jsonl",
         api_token_key=api_token.token_key,
+        deletion=ProjectDeletion.objects.create(
+            slug="gone",
+            name=f"gone {text}",
+            created_by=users["admin"],
+            status=ProjectDeletion.Status.DONE,
+            removed={"trajectories": 1, "steps": 3},
+        ),
     )

@@ -139,8 +139,39 @@ def test_api_push_with_a_bad_record_writes_nothing(project: Project, researcher:
         format="json",
     )
     assert response.status_code == 400
-    assert response.json()["errors"][0]["location"] == "line 2"
+    # A record is named by its index in the pushed list.
+    assert response.json()["errors"][0]["location"] == "record 1"
     assert response.json()["errors"][0]["field"] == "steps.0.content"
+    assert not Trajectory.objects.exists()
+
+
+@pytest.mark.django_db
+def test_api_push_names_every_bad_record_and_writes_none(
+    project: Project, researcher: User
+) -> None:
+    bad_kind = record(3)
+    bad_kind["steps"] = [{"content": "x", "kind": "thinking"}]
+    records = [record(0), 7, record(2), bad_kind, {**record(4), "lables": []}]
+    response = api_for(researcher).post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": records}, format="json"
+    )
+    assert response.status_code == 400
+    errors = [(e["location"], e["field"]) for e in response.json()["errors"]]
+    assert errors == [("record 1", ""), ("record 3", "steps.0.kind"), ("record 4", "lables")]
+    assert response.json()["rejected_count"] == 3
+    assert not Trajectory.objects.exists()
+
+
+@pytest.mark.django_db
+def test_api_push_of_malformed_json_is_a_400(project: Project, researcher: User) -> None:
+    api = api_for(researcher)
+    for body in (b'{"project": "x", "trajectories": [', b'{"trajectories": [NaN]}'):
+        response = api.post("/api/v1/imports/", body, content_type="application/json")
+        assert response.status_code == 400
+        assert "JSON parse error" in response.json()["detail"]
+    too_many = {"project": project.slug, "trajectories": [record(1)] * 10_001}
+    response = api.post("/api/v1/imports/", too_many, format="json")
+    assert response.status_code == 400 and "trajectories" in response.json()
     assert not Trajectory.objects.exists()
 
 

@@ -8,7 +8,7 @@ nearly always typos (``"lables"``) whose data would otherwise vanish without a w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,17 @@ def parse(path: Path) -> Iterator[ParseResult]:
                 yield _trajectory(record, location)
             except FieldError as error:
                 yield RecordError(location, error.field, error.message)
+
+
+def parse_records(records: Iterable[Any]) -> Iterator[ParseResult]:
+    """The same checks as :func:`parse`, on records already read (an API push's list):
+    each is named by its index in the list, ``record 0`` first."""
+    for index, record in enumerate(records):
+        location = f"record {index}"
+        try:
+            yield _trajectory(record, location)
+        except FieldError as error:
+            yield RecordError(location, error.field, error.message)
 
 
 def to_record(trajectory: ParsedTrajectory) -> dict[str, Any]:

@@ -1,6 +1,11 @@
 """Writes for the trajectories app, by topic: projects, imports and exports. The names
 below are the app's service interface; callers import them from here."""
 
+from trajectories.services.deletion import (
+    DeletionRefused,
+    project_delete_start,
+    project_deletion_run,
+)
 from trajectories.services.imports import (
     ImportRejected,
     import_batch_cancel,
@@ -16,6 +21,7 @@ from trajectories.services.invites import (
     invite_accept,
     invite_create,
     invite_get_usable,
+    invite_revoke,
 )
 from trajectories.services.members import (
     MemberError,
@@ -29,12 +35,14 @@ from trajectories.services.projects import (
     membership_set,
     project_create,
     project_creation_allowed,
+    project_update,
 )
 from trajectories.services.search import search_index_enqueue, trajectory_search_index
 
 __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
     "INVITE_DAYS",
+    "DeletionRefused",
     "ImportRejected",
     "InviteUnusable",
     "MemberError",
@@ -45,6 +53,7 @@ __all__ = [
     "invite_accept",
     "invite_create",
     "invite_get_usable",
+    "invite_revoke",
     "member_add",
     "member_remove",
     "member_role_set",
@@ -52,6 +61,9 @@ __all__ = [
     "parser_get",
     "project_create",
     "project_creation_allowed",
+    "project_delete_start",
+    "project_deletion_run",
+    "project_update",
     "search_index_enqueue",
     "trajectory_import",
     "trajectory_records_import",

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import shutil
-import tempfile
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, AnyStr, Generic
 
@@ -24,7 +22,7 @@ from stepscope.jobs.lifecycle import job_cancel
 from stepscope.queueing import broker_require
 from trajectories import pgcopy, prepare
 from trajectories.digests import DigestFilter
-from trajectories.formats import parser_for
+from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import FileError, Parser, RecordError
 from trajectories.models import ImportBatch, Project, Trajectory
 from trajectories.services.progress import ProgressWriter
@@ -93,12 +91,17 @@ def trajectory_import(
         file_size=_size(path),
         internal=internal,
     )
-    _import_into(batch, path)
+    _import_into(batch, lambda: prepare.file_chunks(path, batch.source_format, batch.mapping))
+    return _finished(batch)
+
+
+def _finished(batch: ImportBatch) -> ImportBatch:
     if batch.status == ImportBatch.Status.FAILED:
         raise ImportRejected(batch)
     if batch.created_count:
         # The search index is built afterwards, off the import's path (trajectories.search).
-        transaction.on_commit(lambda: search_index_enqueue(project.pk))
+        project_id = batch.project_id
+        transaction.on_commit(lambda: search_index_enqueue(project_id))
     return batch
 
 
@@ -112,24 +115,31 @@ def _size(path: Path) -> int:
 def trajectory_records_import(
     *,
     project: Project,
-    records: list[dict[str, Any]],
+    records: list[Any],
     user: User | None = None,
     skip_invalid: bool = False,
 ) -> ImportBatch:
-    """Import a few trajectories given as Stepscope-format records (an API push), at once,
-    through the same parser and writer as a file."""
-    with tempfile.TemporaryDirectory() as folder:
-        path = Path(folder) / "api-push.jsonl"
-        with path.open("w", encoding="utf-8") as out:
-            for record in records:
-                out.write(json.dumps(record, ensure_ascii=False) + "\n")
-        return trajectory_import(
-            project=project,
-            source_format="stepscope",
-            path=path,
-            user=user,
-            skip_invalid=skip_invalid,
-        )
+    """Import trajectories given as Stepscope-format records (an API push), at once: the
+    records already read are checked and prepared in this process (no file, no second
+    parse) and written by the same bulk writer as a file, all or nothing. Errors name a
+    record by its index in the list (``record 3``) and the field."""
+    batch = ImportBatch.objects.create(
+        project=project,
+        file_name="api-push",
+        source_format="stepscope",
+        created_by=user,
+        skip_invalid=skip_invalid,
+    )
+    chunks = prepare.prepared_chunks(
+        stepscope.parse_records(records),
+        "stepscope",
+        trajectories=prepare.CHUNK_TRAJECTORIES,
+        steps=prepare.CHUNK_STEPS,
+        size=prepare.CHUNK_BYTES,
+    )
+    # A push is over in well under a second: no progress figure (nor its connection) then.
+    _import_into(batch, lambda: contextlib.nullcontext(chunks), progress_after=1.0)
+    return _finished(batch)
 
 
 def import_upload_start(
@@ -205,16 +215,22 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
         batch.finished_at = timezone.now()
         batch.save()
         return batch
-    _import_into(batch, path)
+    _import_into(batch, lambda: prepare.file_chunks(path, batch.source_format, batch.mapping))
     shutil.rmtree(path.parent, ignore_errors=True)
     return batch
 
 
-def _import_into(batch: ImportBatch, path: Path) -> None:
+# Opens the prepared chunks of what an import reads (a file, or records already read).
+ChunkSource = Callable[[], contextlib.AbstractContextManager[Iterator[prepare.Chunk]]]
+
+
+def _import_into(batch: ImportBatch, source: ChunkSource, progress_after: float = 0.0) -> None:
     counts = _Counts()
     skip_invalid = batch.skip_invalid
     file_failed = False
-    progress = ProgressWriter("trajectories_importbatch", batch.pk, "processed_count")
+    progress = ProgressWriter(
+        "trajectories_importbatch", batch.pk, "processed_count", first_after=progress_after
+    )
     try:
         with transaction.atomic():
             # One import per project at a time: the content-hash check and the COPY
@@ -227,7 +243,7 @@ def _import_into(batch: ImportBatch, path: Path) -> None:
                 raise _AlreadyFinished
             with (
                 _ChunkWriter(batch, counts) as writer,
-                prepare.file_chunks(path, batch.source_format, batch.mapping) as chunks,
+                source() as chunks,
             ):
                 for chunk in chunks:
                     # A cancel is seen within about a second (when progress is written),

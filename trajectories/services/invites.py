@@ -48,6 +48,11 @@ def invite_create(
     return invite, secret
 
 
+def invite_revoke(*, invite: MembershipInvite) -> None:
+    """Delete an open link: whoever opens it later is told it is not known (404)."""
+    invite.delete()
+
+
 def invite_get_usable(secret: str) -> MembershipInvite:
     """The invite of ``secret`` if it can still be used, else ``InviteUnusable``."""
     invite = (

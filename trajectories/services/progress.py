@@ -14,10 +14,13 @@ class ProgressWriter:
     the figure while the job's own transaction is still open; at most once a second.
     ``check`` reads the row's status back on the same connection (for cancelling)."""
 
-    def __init__(self, table: str, row_id: int, column: str) -> None:
+    def __init__(self, table: str, row_id: int, column: str, *, first_after: float = 0.0) -> None:
+        """``first_after``: seconds before the first figure is written (0: at the first
+        report). A job that usually ends sooner (an API push) then never opens the side
+        connection, which costs a PostgreSQL backend of its own."""
         self.table, self.row_id, self.column = table, row_id, column
         self.done = 0
-        self.last = 0.0
+        self.last = time.monotonic() - 1.0 + first_after if first_after else 0.0
         self.conn: psycopg.Connection[Any] | None = None
 
     def report(self, amount: int) -> bool:

@@ -57,6 +57,24 @@ def project_create(
     return project
 
 
+def project_update(
+    *, project: Project, name: str | None = None, guidelines: str | None = None
+) -> Project:
+    """Change a project's name or guidelines (what is given); the slug stays."""
+    fields = []
+    if name is not None:
+        if not name.strip():
+            raise ValueError("name: a project needs a name")
+        project.name = name.strip()[:200]
+        fields.append("name")
+    if guidelines is not None:
+        project.guidelines = guidelines
+        fields.append("guidelines")
+    if fields:
+        project.save(update_fields=fields)
+    return project
+
+
 def membership_set(*, project: Project, user: User, role: str) -> Membership:
     membership, _ = Membership.objects.update_or_create(
         project=project, user=user, defaults={"role": role}
