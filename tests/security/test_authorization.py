@@ -91,6 +91,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},
     # Everyone sees the exports; researchers and admins start and cancel them.
     "export-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
+    # What an export would hold (its records carry labels): researchers and admins; an
+    # empty form is a preview of what to choose (200).
+    "export-preview": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "export-detail": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
     "export-download": _GET_ONLY,
     "selection-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
