@@ -12,6 +12,7 @@ from scoring.services.attribution import (
     credits_write,
     read_tables,
 )
+from scoring.services.choices import evidence_choice_save
 from scoring.services.scores import (
     IMPORT_BATCH,
     ImportProblem,
@@ -46,6 +47,7 @@ __all__ = [
     "attribution_run_plan",
     "attribution_run_start",
     "credits_write",
+    "evidence_choice_save",
     "read_tables",
     "scorer_check",
     "scorer_create",

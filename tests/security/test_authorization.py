@@ -84,6 +84,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,
+    # Which scorer and run the trajectory pages show: any member picks for themselves.
+    "trajectory-evidence-choose": _MEMBER_WRITE,
     "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
     "import-detail": _GET_ONLY,
