@@ -68,13 +68,16 @@ class ExportChoices:
 
 
 def export_choices(project: Project) -> ExportChoices:
-    """A few small queries: one count per label source, scorer, run and selection."""
+    """A few small queries: one count per label source, scorer, run and selection (a
+    scorer's label source labels the steps it scored: one count for both)."""
+    scored = _scored(project)
+    counts = {f"model:{name}": count for name, count in scored}
     return ExportChoices(
         label_sources=[
-            (text, f"{name} · {_count(project, text):,} steps")
-            for text, name in _label_sources(project)
+            (text, f"{name} · {counts.get(text) or _count(project, text):,} steps")
+            for text, name in _label_sources(project, scored)
         ],
-        scorers=[(name, f"{name} · {count:,} steps scored") for name, count in _scored(project)],
+        scorers=[(name, f"{name} · {count:,} steps scored") for name, count in scored],
         credit_runs=[
             (str(run.pk), f"#{run.pk} {run.method} · {run.credit_count:,} steps credited")
             for run in AttributionRun.objects.filter(
@@ -102,7 +105,7 @@ def export_choices(project: Project) -> ExportChoices:
 CHOICES_SHOWN = 50
 
 
-def _label_sources(project: Project) -> list[tuple[str, str]]:
+def _label_sources(project: Project, scored: list[tuple[str, int]]) -> list[tuple[str, str]]:
     members = (
         User.objects.filter(memberships__project=project)
         .filter(
@@ -140,7 +143,7 @@ def _label_sources(project: Project) -> list[tuple[str, str]]:
         ("human:adjudicated", "humans: adjudicated"),
         *((f"human:{name}", f"annotator {name}") for name in members),
         *((name, f"imported: {name.removeprefix(IMPORTED_PREFIX)}") for name in imported),
-        *((f"model:{name}", f"scorer {name} (thresholded)") for name, _ in _scored(project)),
+        *((f"model:{name}", f"scorer {name} (thresholded)") for name, _ in scored),
         *(
             (f"mc{suffix}", f"Monte Carlo{label}")
             for suffix, label in (
