@@ -149,6 +149,8 @@ class ExportForm(forms.Form):
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         choices = export_choices(project)
+        if not self.is_bound and not self.initial.get("labels"):
+            self.initial["labels"] = choices.default_labels
         given = self.data if self.is_bound else {}
         offered = {
             "labels": [

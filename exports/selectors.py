@@ -65,6 +65,9 @@ class ExportChoices:
     scorers: list[tuple[str, str]]
     credit_runs: list[tuple[str, str]]
     selections: list[tuple[str, str]]
+    # The humans' majority once it labels anything, else the first source that does (a
+    # fresh import's truth), so the form opens on labels that exist.
+    default_labels: str = "human:majority"
 
 
 def export_choices(project: Project) -> ExportChoices:
@@ -72,11 +75,16 @@ def export_choices(project: Project) -> ExportChoices:
     scorer's label source labels the steps it scored: one count for both)."""
     scored = _scored(project)
     counts = {f"model:{name}": count for name, count in scored}
+    sources = [
+        (text, name, counts.get(text) or _count(project, text))
+        for text, name in _label_sources(project, scored)
+    ]
+    labelling = [text for text, _, count in sources if count]
     return ExportChoices(
-        label_sources=[
-            (text, f"{name} · {counts.get(text) or _count(project, text):,} steps")
-            for text, name in _label_sources(project, scored)
-        ],
+        label_sources=[(text, f"{name} · {count:,} steps") for text, name, count in sources],
+        default_labels="human:majority"
+        if "human:majority" in labelling or not labelling
+        else labelling[0],
         scorers=[(name, f"{name} · {count:,} steps scored") for name, count in scored],
         credit_runs=[
             (str(run.pk), f"#{run.pk} {run.method} · {run.credit_count:,} steps credited")

@@ -64,6 +64,8 @@ def test_the_form_offers_the_sources_with_how_many_steps_each_labels(
     page = researcher.get("/p/pb/exports/").content.decode()
     assert f"imported: processbench · {imported:,} steps" in page
     assert "humans: majority · 0 steps" in page
+    # Nobody has labelled yet: the form opens on the import's labels.
+    assert '<option value="import:processbench" selected>' in page
     assert f"all trajectories · {processbench.trajectories.count():,}" in page
     # The preview is asked for on load and on every change of the form.
     assert 'hx-get="/p/pb/exports/preview/" hx-trigger="load, change"' in page
