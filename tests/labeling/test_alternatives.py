@@ -59,12 +59,12 @@ def test_the_real_prm800k_paths_mark_where_their_alternatives_branch(
     assert expected
     assert marked(html) == expected
     # Each link lands on the alternative's own step at the branch point.
-    child = children.filter(parent=main).order_by("pk").first()
-    assert child is not None
-    link = reverse("trajectory-steps", args=[child.pk]) + f"?step={child.branch_index}"
+    first = children.filter(parent=main).order_by("pk").first()
+    assert first is not None
+    link = reverse("trajectory-steps", args=[first.pk]) + f"?step={first.branch_index}"
     assert f'href="{link}"' in html
     # The alternatives themselves have none.
-    assert marked(page(client, child)) == {}
+    assert marked(page(client, first)) == {}
 
 
 def test_the_marks_cost_no_query_and_cap_the_links(
