@@ -5,14 +5,15 @@ per user and project, and followed by the PRM first-error flag and token salienc
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
 from scoring import services
-from scoring.models import EvidenceChoice, Scorer
-from tests.factories import MembershipFactory, UserFactory
+from scoring.models import AttributionRun, EvidenceChoice, Scorer, ScoringRun
+from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.test_attribution_runs import make_rollouts, run_to_completion
 from tests.scoring.test_attribution_views_api import HTMX, browser, evidence, scored
 from trajectories.models import Membership, Project, Trajectory
@@ -132,3 +133,25 @@ def test_outsiders_cannot_pick(
     )
     assert response.status_code == 404
     assert not EvidenceChoice.objects.exists()
+
+
+def test_token_saliency_explains_the_picked_scorer(
+    project: Project, owner: User, make_scorer: Any
+) -> None:
+    """The newest scores are imported (no model to run); picking a model scorer on the
+    page makes the saliency button compute with it instead of refusing."""
+    trajectory = trajectory_with_steps(project, ["2 + 2 = 4", "so the answer is 4"])
+    tiny = make_scorer(name="tiny")
+    ScoringRun.objects.create(project=project, scorer=tiny, status="done")
+    scored(project, [trajectory], [[0.9, 0.8]], name="imported-prm")
+    step = trajectory.steps.get(index=1)
+    url = reverse("step-saliency", args=[step.pk])
+    client = browser(owner)
+    assert "no model to run" in client.post(url, headers=HTMX).content.decode()
+    page_url = "http://testserver" + reverse("trajectory-detail", args=[trajectory.pk])
+    picked = {**HTMX, "HX-Current-URL": f"{page_url}?scorer={tiny.pk}"}
+    shown = client.get(url, headers=picked).content.decode()
+    assert "with tiny</button>" in shown
+    client.post(url, headers=picked)
+    run = AttributionRun.objects.get(method="token-saliency")
+    assert run.scorer == tiny
