@@ -7,7 +7,7 @@ from typing import Any
 
 from django import forms
 
-from exports.selectors import selections_for_project
+from exports.selectors import export_choices
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
 from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
@@ -102,12 +102,16 @@ EXPORT_FORMAT_CHOICES = [
 
 
 class ExportForm(forms.Form):
+    """The page's export form: label sources, scorers, attribution runs and selections are
+    choices, each saying how much it holds (``ExportChoices``). A value typed into the
+    address that they do not list is still taken and checked by the service, as the API
+    and the command take any text."""
+
     format = forms.ChoiceField(choices=EXPORT_FORMAT_CHOICES)
-    labels = forms.CharField(
-        max_length=200,
+    labels = forms.ChoiceField(
         initial="human:majority",
-        help_text="human:<user>, human:majority, human:adjudicated, import:<source>,"
-        " model:<scorer>, consensus, mc[:<policy>][:hard|:soft]",
+        label="Label source",
+        help_text="Whose labels the records carry; the count is the steps each labels.",
     )
     neutral = forms.ChoiceField(
         choices=[
@@ -124,10 +128,14 @@ class ExportForm(forms.Form):
     )
     split = forms.CharField(required=False, max_length=200, help_text="e.g. train=0.9,test=0.1")
     seed = forms.IntegerField(initial=0, required=False)
-    scorer = forms.CharField(required=False, max_length=100, help_text="Scores to include.")
-    credit_run = forms.IntegerField(
+    scorer = forms.ChoiceField(
         required=False,
-        min_value=1,
+        help_text="Scores to include (rl rewards, dpo by score), or to fill in a consensus.",
+    )
+    credit_run = forms.TypedChoiceField(
+        required=False,
+        coerce=int,
+        empty_value=None,
         label="Credit run",
         help_text="A finished attribution run whose credits go in the rl credit column.",
     )
@@ -140,7 +148,28 @@ class ExportForm(forms.Form):
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        names = selections_for_project(project).values_list("name", flat=True)
-        selection = self.fields["selection"]
-        assert isinstance(selection, forms.ChoiceField)
-        selection.choices = [("", "all trajectories"), *((name, name) for name in names)]
+        choices = export_choices(project)
+        if not self.is_bound and not self.initial.get("labels"):
+            self.initial["labels"] = choices.default_labels
+        given = self.data if self.is_bound else {}
+        offered = {
+            "labels": [
+                *choices.label_sources,
+                ("consensus", "consensus (humans, then the scorer)"),
+            ],
+            "scorer": [("", "none"), *choices.scorers],
+            "credit_run": [("", "none"), *choices.credit_runs],
+            "selection": choices.selections,
+        }
+        for name, listed in offered.items():
+            field = self.fields[name]
+            assert isinstance(field, forms.ChoiceField)
+            field.choices = _with_given(listed, str(given.get(name, "") or ""))
+
+
+def _with_given(choices: list[tuple[str, str]], given: str) -> list[tuple[str, str]]:
+    """The choices, plus a value given that they do not list (another annotator, a run
+    beyond the ones shown): the service resolves it, or says what is wrong."""
+    if given and given not in {value for value, _ in choices}:
+        return [*choices, (given, given)]
+    return choices

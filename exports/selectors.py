@@ -2,12 +2,27 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.db import connection
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 
 from exports.models import ExportJob, Selection
+from labeling.models import StepLabel
+from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
+from rollouts.models import Policy, StepMC
+from scoring.models import AttributionRun, StepScore
+from scoring.selectors import scorer_id_for, scorers_with_scores
 from trajectories.models import Project
-from trajectories.selectors import AnyUser, projects_for_user
+from trajectories.selectors import (
+    AnyUser,
+    projects_for_user,
+    trajectories_filtered,
+    trajectory_filters_from,
+)
 
 
 def export_job_get_for_user(user: AnyUser, pk: int) -> ExportJob:
@@ -34,3 +49,144 @@ def selection_get_for_user(user: AnyUser, pk: int) -> Selection:
 
 def selections_for_project(project: Project) -> QuerySet[Selection]:
     return Selection.objects.filter(project=project).select_related("created_by").order_by("name")
+
+
+# --- What the export form offers ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ExportChoices:
+    """The export form's choices as ``(value, text)``, each text saying how much there is:
+    the label sources with the steps each labels, the scorers with the steps each scored,
+    the finished attribution runs with the steps each credited, and the selections with
+    their trajectories."""
+
+    label_sources: list[tuple[str, str]]
+    scorers: list[tuple[str, str]]
+    credit_runs: list[tuple[str, str]]
+    selections: list[tuple[str, str]]
+    # The humans' majority once it labels anything, else the first source that does (a
+    # fresh import's truth), so the form opens on labels that exist.
+    default_labels: str = "human:majority"
+
+
+def export_choices(project: Project) -> ExportChoices:
+    """A few small queries: one count per label source, scorer, run and selection (a
+    scorer's label source labels the steps it scored: one count for both)."""
+    scored = _scored(project)
+    counts = {f"model:{name}": count for name, count in scored}
+    sources = [
+        (text, name, counts.get(text) or _count(project, text))
+        for text, name in _label_sources(project, scored)
+    ]
+    labelling = [text for text, _, count in sources if count]
+    return ExportChoices(
+        label_sources=[(text, f"{name} · {count:,} steps") for text, name, count in sources],
+        default_labels="human:majority"
+        if "human:majority" in labelling or not labelling
+        else labelling[0],
+        scorers=[(name, f"{name} · {count:,} steps scored") for name, count in scored],
+        credit_runs=[
+            (str(run.pk), f"#{run.pk} {run.method} · {run.credit_count:,} steps credited")
+            for run in AttributionRun.objects.filter(
+                project=project, status=AttributionRun.Status.DONE
+            )
+            .exclude(method=AttributionRun.Method.TOKEN_SALIENCY)
+            .annotate(credit_count=Count("credits"))
+            .order_by("-pk")[:CHOICES_SHOWN]
+        ],
+        selections=[
+            ("", f"all trajectories · {project.trajectories.count():,}"),
+            *(
+                (
+                    selection.name,
+                    f"{selection.name} · {_selected(project, selection.definition):,} trajectories",
+                )
+                for selection in selections_for_project(project)[:CHOICES_SHOWN]
+            ),
+        ],
+    )
+
+
+# At most this many members, imports, scorers, policies, runs and selections are offered;
+# the form still takes any other name typed into the address (and the API, any at all).
+CHOICES_SHOWN = 50
+
+
+def _label_sources(project: Project, scored: list[tuple[str, int]]) -> list[tuple[str, str]]:
+    members = (
+        User.objects.filter(memberships__project=project)
+        .filter(
+            Exists(
+                StepLabel.objects.filter(
+                    annotator=OuterRef("pk"),
+                    status=StepLabel.Status.SUBMITTED,
+                    step__trajectory__project=project,
+                )
+            )
+        )
+        .order_by("username")
+        .values_list("username", flat=True)[:CHOICES_SHOWN]
+    )
+    imported = (
+        User.objects.filter(username__startswith=IMPORTED_PREFIX)
+        .filter(
+            Exists(
+                StepLabel.objects.filter(
+                    annotator=OuterRef("pk"), step__trajectory__project=project
+                )
+            )
+        )
+        .order_by("username")
+        .values_list("username", flat=True)[:CHOICES_SHOWN]
+    )
+    policies = (
+        Policy.objects.filter(Exists(StepMC.objects.filter(policy=OuterRef("pk"))))
+        .filter(Q(project=project) | Q(project__isnull=True))
+        .order_by("name")
+        .values_list("name", flat=True)[:CHOICES_SHOWN]
+    )
+    return [
+        ("human:majority", "humans: majority"),
+        ("human:adjudicated", "humans: adjudicated"),
+        *((f"human:{name}", f"annotator {name}") for name in members),
+        *((name, f"imported: {name.removeprefix(IMPORTED_PREFIX)}") for name in imported),
+        *((f"model:{name}", f"scorer {name} (thresholded)") for name, _ in scored),
+        *(
+            (f"mc{suffix}", f"Monte Carlo{label}")
+            for suffix, label in (
+                [("", " (hard, newest of any policy)"), (":soft", " (soft, newest)")]
+                if policies
+                else []
+            )
+        ),
+        *((f"mc:{name}", f"Monte Carlo of {name} (hard)") for name in policies),
+    ]
+
+
+def _count(project: Project, text: str) -> int:
+    """How many steps of ``project`` the label source ``text`` labels (its own SQL)."""
+    sql, params = label_source_sql(project, label_source_parse(text))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM ({sql}) labels", params)
+        return int(cursor.fetchone()[0])
+
+
+def _scored(project: Project) -> list[tuple[str, int]]:
+    """Each scorer with scores in the project (its newest revision's), and how many."""
+    scored = []
+    for scorer in scorers_with_scores(project):
+        count = StepScore.objects.filter(
+            scorer_id=scorer_id_for(project, scorer.name), step__trajectory__project=project
+        ).count()
+        if count:
+            scored.append((scorer.name, count))
+    return scored[:CHOICES_SHOWN]
+
+
+def _selected(project: Project, definition: dict[str, Any]) -> int:
+    try:
+        filters = trajectory_filters_from(definition)
+    except ValueError:
+        return 0
+    return trajectories_filtered(project, filters).count()

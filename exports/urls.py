@@ -4,6 +4,7 @@ from exports import views
 
 urlpatterns = [
     path("p/<slug:slug>/exports/", views.export_list, name="export-list"),
+    path("p/<slug:slug>/exports/preview/", views.export_preview, name="export-preview"),
     path("p/<slug:slug>/selections/", views.selection_list, name="selection-list"),
     path("selections/<int:pk>/delete/", views.selection_remove, name="selection-delete"),
     path("exports/<int:pk>/", views.export_detail, name="export-detail"),

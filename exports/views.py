@@ -26,6 +26,7 @@ from exports.selectors import (
     selections_for_project,
 )
 from trajectories import selectors
+from trajectories.models import Project
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -42,34 +43,63 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         if not can_export:
             raise PermissionDenied("Only researchers and admins export data.")
-        if form.is_valid():
-            data = form.cleaned_data
-            try:
-                export_request = services.export_request_build(
-                    project=project,
-                    format=data["format"],
-                    labels=data["labels"],
-                    neutral=data["neutral"],
-                    selection=data["selection"],
-                    split=data["split"],
-                    seed=data["seed"] or 0,
-                    container=data["container"],
-                    compress=data["compress"],
-                    threshold=data["threshold"] if data["threshold"] is not None else 0.5,
-                    scorer=data["scorer"],
-                    credit_run=data["credit_run"],
-                )
-            except ValueError as error:
-                form.add_error(None, str(error))
-            else:
-                job = services.export_start(
-                    project=project, user=cast(User, request.user), request=export_request
-                )
-                return redirect("export-detail", pk=job.pk)
+        export_request = _export_request(project, form)
+        if export_request is not None:
+            job = services.export_start(
+                project=project, user=cast(User, request.user), request=export_request
+            )
+            return redirect("export-detail", pk=job.pk)
         status = 400
     jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
     context = {"project": project, "form": form, "jobs": jobs, "can_export": can_export}
     return render(request, "exports/export_list.html", context, status=status)
+
+
+@login_required
+@require_GET
+def export_preview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """What the export form's choices would give (counts and the first records), built
+    by the export's own reading and writing code on a sample; the form asks for it on
+    every change. Researchers and admins, as for exporting: the records hold labels."""
+    project = selectors.project_get_for_user(request.user, slug)
+    if not selectors.can_manage_data(request.user, project):
+        raise PermissionDenied("Only researchers and admins export data.")
+    form = ExportForm(request.GET, project=project)
+    preview = None
+    error = ""
+    export_request = _export_request(project, form)
+    if export_request is not None:
+        try:
+            preview = services.export_preview(project, export_request)
+        except ValueError as problem:
+            error = str(problem)
+    context = {"project": project, "form": form, "preview": preview, "error": error}
+    return render(request, "exports/export_list.html#export-preview", context)
+
+
+def _export_request(project: Project, form: ExportForm) -> services.ExportRequest | None:
+    """The form's export request, or None with the form's errors said."""
+    if not form.is_valid():
+        return None
+    data = form.cleaned_data
+    try:
+        return services.export_request_build(
+            project=project,
+            format=data["format"],
+            labels=data["labels"],
+            neutral=data["neutral"],
+            selection=data["selection"],
+            split=data["split"],
+            seed=data["seed"] or 0,
+            container=data["container"],
+            compress=data["compress"],
+            threshold=data["threshold"] if data["threshold"] is not None else 0.5,
+            scorer=data["scorer"],
+            credit_run=data["credit_run"],
+        )
+    except ValueError as error:
+        form.add_error(None, str(error))
+        return None
 
 
 @login_required

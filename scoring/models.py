@@ -383,3 +383,31 @@ class FailureVerdict(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent or '?'} at {self.step} on {self.trajectory_id} by {self.scorer_id}"
+
+
+class EvidenceChoice(models.Model):
+    """Which scorer's scores and which attribution run's credits one user sees beside the
+    steps of a project's trajectories, as last picked on a trajectory page. A page's
+    ``?scorer=`` and ``?credit=`` win over it; without either, the project's default
+    (the scorer that last finished scoring, the newest run) is shown."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evidence_choices"
+    )
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    scorer = models.ForeignKey(Scorer, null=True, blank=True, on_delete=models.SET_NULL)
+    credit_run = models.ForeignKey(
+        AttributionRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["user", "project"], name="evidencechoice_unique_per_user_project"
+            )
+        ]
+
+    def __str__(self) -> str:
+        picked = f"scorer {self.scorer_id}, run {self.credit_run_id}"
+        return f"{self.user_id} in {self.project_id}: {picked}"

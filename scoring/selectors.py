@@ -15,7 +15,14 @@ from django.http import Http404
 
 from labeling.models import StepLabel
 from scoring import methods
-from scoring.models import AttributionRun, JudgeReply, Scorer, ScoringRun, StepScore
+from scoring.models import (
+    AttributionRun,
+    EvidenceChoice,
+    JudgeReply,
+    Scorer,
+    ScoringRun,
+    StepScore,
+)
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import AnyUser, projects_for_user
 
@@ -208,6 +215,21 @@ class RunChoice:
     label: str
 
 
+@dataclass(frozen=True)
+class ScorerChoice:
+    """A scorer with scores on the trajectory shown, and how many of its steps."""
+
+    pk: int
+    name: str
+    revision: str
+    steps: int
+
+    @property
+    def label(self) -> str:
+        revision = f" r{self.revision}" if self.revision else ""
+        return f"{self.name}{revision} · {self.steps} step{'s' if self.steps != 1 else ''}"
+
+
 @dataclass
 class StepEvidence:
     """What the trajectory page shows beside one step."""
@@ -243,6 +265,7 @@ class TrajectoryEvidence:
     visible: bool  # model scores and credits may be shown to this user now
     steps: list[StepEvidence]
     scorer: dict[str, Any] | None = None
+    scorers: list[ScorerChoice] = field(default_factory=list)
     runs: list[RunChoice] = field(default_factory=list)
     run: RunChoice | None = None
     mc_run: int | None = None
@@ -253,6 +276,11 @@ class TrajectoryEvidence:
 
     def __post_init__(self) -> None:
         self.by_step = {step.pk: step for step in self.steps}
+
+    @property
+    def scorer_listed(self) -> bool:
+        """The scorer shown has scores on this trajectory (is among ``scorers``)."""
+        return self.scorer is not None and any(c.pk == self.scorer["id"] for c in self.scorers)
 
     @property
     def credit_scale(self) -> float:
@@ -291,11 +319,23 @@ class TrajectoryEvidence:
 _EVIDENCE_SQL = """
 WITH st AS (
     SELECT s.id, s.index, s.labelable FROM trajectories_step s WHERE s.trajectory_id = %(t)s
+), choice AS (
+    SELECT c.scorer_id, c.credit_run_id FROM scoring_evidencechoice c
+    WHERE c.user_id = %(me)s AND c.project_id = %(p)s
 ), scorer AS (
-    SELECT r.scorer_id AS id FROM scoring_scoringrun r
-    WHERE %(show)s AND r.project_id = %(p)s AND r.status = 'done'
-      AND r.kind IN ('score', 'import') AND r.scorer_id IS NOT NULL
-    ORDER BY r.finished_at DESC NULLS LAST, r.id DESC LIMIT 1
+    SELECT COALESCE((
+        SELECT s.id FROM scoring_scorer s
+        WHERE s.id = COALESCE(%(scorer)s::bigint, (SELECT scorer_id FROM choice))
+          AND (s.project_id = %(p)s OR s.project_id IS NULL)
+    ), (
+        SELECT r.scorer_id FROM scoring_scoringrun r
+        WHERE r.project_id = %(p)s AND r.status = 'done'
+          AND r.kind IN ('score', 'import') AND r.scorer_id IS NOT NULL
+        ORDER BY r.finished_at DESC NULLS LAST, r.id DESC LIMIT 1
+    )) AS id WHERE %(show)s
+), scored AS (
+    SELECT ss.scorer_id AS id, count(*) AS steps FROM scoring_stepscore ss
+    JOIN st ON st.id = ss.step_id WHERE %(show)s GROUP BY ss.scorer_id
 ), credited AS (
     SELECT DISTINCT c.run_id FROM scoring_stepcredit c JOIN st ON st.id = c.step_id
     WHERE %(show)s
@@ -305,7 +345,9 @@ WITH st AS (
     JOIN credited ON credited.run_id = a.id
     LEFT JOIN scoring_scorer sc ON sc.id = a.scorer_id
 ), chosen AS (
-    SELECT id FROM runs ORDER BY (id = %(want)s) DESC NULLS LAST, created_at DESC, id DESC
+    SELECT id FROM runs
+    ORDER BY (id = COALESCE(%(want)s::bigint, (SELECT credit_run_id FROM choice))) DESC NULLS LAST,
+        created_at DESC, id DESC
     LIMIT 1
 ), mc AS (
     SELECT id FROM runs WHERE method = 'mc-prefix' ORDER BY created_at DESC, id DESC LIMIT 1
@@ -329,6 +371,10 @@ SELECT json_build_object(
     'scorer', (SELECT json_build_object('id', s.id, 'name', s.name, 'revision', s.revision,
                    'kind', s.kind)
                FROM scoring_scorer s WHERE s.id = (SELECT id FROM scorer)),
+    'scorers', (SELECT json_agg(json_build_object('id', s.id, 'name', s.name,
+                    'revision', s.revision, 'steps', scored.steps)
+                    ORDER BY s.name, s.id DESC)
+                FROM scored JOIN scoring_scorer s ON s.id = scored.id),
     'runs', (SELECT json_agg(json_build_object('id', id, 'method', method,
                 'parameters', parameters, 'label_source', label_source, 'scorer', scorer)
                 ORDER BY created_at DESC, id DESC) FROM runs),
@@ -370,11 +416,15 @@ def trajectory_evidence(
     show_scores: bool,
     blind: bool,
     run_id: int | None = None,
+    scorer_id: int | None = None,
 ) -> TrajectoryEvidence:
     """Everything the trajectory page shows about scores and credit, in one query: the
-    default scorer's step scores, the attribution runs with credits on this trajectory
-    and the credits of ``run_id`` (else the newest), the Monte Carlo values of the newest
-    ``mc-prefix`` run, and where labels, the PRM and the MC values put the first error.
+    step scores of ``scorer_id`` (if the project may use it; else the user's pick in the
+    project, ``EvidenceChoice``; else the scorer that last finished), the scorers with
+    scores on this trajectory (the picker's choices), the attribution runs with credits
+    on it and the credits of ``run_id`` (else the user's pick, else the newest), the
+    Monte Carlo values of the newest ``mc-prefix`` run, and where labels, the PRM and the
+    MC values put the first error.
 
     With ``show_scores`` False (annotators of a project that hides model scores, until
     they submit) only the label flags come back. With ``blind`` only the user's own labels
@@ -387,6 +437,7 @@ def trajectory_evidence(
                 "p": trajectory.project_id,
                 "show": show_scores,
                 "want": run_id,
+                "scorer": scorer_id,
                 "blind": blind,
                 "me": user_id,
             },
@@ -416,6 +467,10 @@ def trajectory_evidence(
         visible=show_scores,
         steps=steps,
         scorer=data.get("scorer"),
+        scorers=[
+            ScorerChoice(r["id"], r["name"], r["revision"], r["steps"])
+            for r in data.get("scorers") or []
+        ],
         runs=runs,
         run=chosen,
         mc_run=data.get("mc"),
@@ -479,3 +534,18 @@ def _model_first_errors(steps: list[StepEvidence], rows: list[list[Any]]) -> lis
         if first[0] >= 0:
             found.append(("MC", valued[int(first[0])][0].index))
     return found
+
+
+def evidence_choice_resolve(
+    user_id: int, project: Project, *, scorer_id: int | None, run_id: int | None
+) -> tuple[Scorer | None, int | None]:
+    """The scorer (None: the project's default) and the attribution run (None: the
+    newest) a trajectory page of ``project`` shows to the user: those the page's address
+    asks for, else those the user last picked in the project (``EvidenceChoice``). A
+    scorer the project may not use counts as not asked for."""
+    saved = EvidenceChoice.objects.filter(user_id=user_id, project=project).first()
+    wanted = scorer_id if scorer_id is not None else (saved.scorer_id if saved else None)
+    scorer = scorers_for_project(project).filter(pk=wanted).first() if wanted else None
+    if run_id is None and saved is not None:
+        run_id = saved.credit_run_id
+    return scorer, run_id

@@ -21,4 +21,9 @@ urlpatterns = [
     ),
     path("steps/<int:pk>/saliency/", views.step_saliency, name="step-saliency"),
     path("t/<int:pk>/evidence/", views.trajectory_evidence, name="trajectory-evidence"),
+    path(
+        "t/<int:pk>/evidence/choose/",
+        views.trajectory_evidence_choose,
+        name="trajectory-evidence-choose",
+    ),
 ]

@@ -10,8 +10,9 @@ seconds and stop once the run ends.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
@@ -20,10 +21,10 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.middleware import HtmxDetails
 
-from labeling.selectors import labeling_state_for_user
+from labeling.selectors import LabelingState, labeling_state_for_user
 from scoring import methods, selectors, services
 from scoring.forms import AttributionRunForm, ScoringRunForm, TrainHeadForm
-from scoring.models import AttributionRun
+from scoring.models import AttributionRun, Scorer
 from stepscope.jobs.views import JobRows
 from trajectories.models import Project
 from trajectories.selectors import can_manage_data, project_get_for_user, step_get_for_user
@@ -176,14 +177,25 @@ attribution_run_cancel = _attribution_rows.cancel_view()
 # --- The trajectory page's scores and credit ----------------------------------------------
 
 
-def _requested_run(request: HtmxHttpRequest) -> int | None:
-    """The attribution run the user picked: ``?credit=ID`` on this request, or for an HTMX
-    request made from the trajectory page (a saved label's row), on the page's address."""
-    wanted = request.GET.get("credit", "")
+def _requested(request: HtmxHttpRequest, name: str) -> int | None:
+    """An id the user picked: ``?<name>=ID`` on this request, or for an HTMX request made
+    from the trajectory page (the evidence strip, a saved label's row, saliency), on the
+    page's address."""
+    wanted = request.GET.get(name, "")
     if not wanted and request.htmx:
         current = request.htmx.current_url or ""
-        wanted = (parse_qs(urlsplit(current).query).get("credit") or [""])[0]
+        wanted = (parse_qs(urlsplit(current).query).get(name) or [""])[0]
     return int(wanted) if wanted.isdigit() else None
+
+
+def _shown(request: HtmxHttpRequest, state: LabelingState) -> tuple[Scorer | None, int | None]:
+    """The scorer and the credit run the page shows (see evidence_choice_resolve)."""
+    return selectors.evidence_choice_resolve(
+        state.user_id,
+        state.project,
+        scorer_id=_requested(request, "scorer"),
+        run_id=_requested(request, "credit"),
+    )
 
 
 def _index(value: str) -> int | None:
@@ -193,8 +205,10 @@ def _index(value: str) -> int | None:
 @login_required
 @require_GET
 def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """PRM scores, Monte Carlo values, the credits of the picked run (``?credit=ID``,
-    default the newest) and first-error flags of one trajectory, in a fixed number of
+    """PRM scores of the picked scorer (``?scorer=ID``, else the user's last pick in the
+    project, else the scorer that last finished), Monte Carlo values, the credits of the
+    picked run (``?credit=ID``, else the last pick, else the newest) and first-error flags
+    of one trajectory, in a fixed number of
     queries whatever its length. The trajectory page loads it after it is shown:
     ``part=top`` the strips, ``part=columns`` the credit column of the steps with index in
     ``[from, to)`` (swapped out of band into their rows), ``part=step`` one step's column.
@@ -206,7 +220,8 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         user_id=state.user_id,
         show_scores=state.show_model_scores,
         blind=state.blind,
-        run_id=_requested_run(request),
+        run_id=_requested(request, "credit"),
+        scorer_id=_requested(request, "scorer"),
     )
     context: dict[str, Any] = {
         "project": state.project,
@@ -241,7 +256,8 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_http_methods(["GET", "POST"])
 def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """GET: the newest saliency map of the step with the scorer the page shows (or a
+    """GET: the newest saliency map of the step with the scorer the page shows (the
+    picked one, else the default; or a
     button to compute it). POST: compute it on the scorer's queue; the answer polls until
     the map is ready. Hidden like every model score from annotators of a project that
     hides them, until they submit."""
@@ -250,7 +266,7 @@ def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if not state.show_model_scores:
         raise PermissionDenied("Model scores are hidden until you submit this trajectory.")
     project = state.project
-    scorer = selectors.default_scorer(project)
+    scorer = _shown(request, state)[0] or selectors.default_scorer(project)
     can_manage = can_manage_data(request.user, project)
     run = selectors.saliency_latest(step, scorer) if scorer else None
     error = ""
@@ -281,3 +297,33 @@ def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "scoring/step_saliency.html#saliency", context)
     return render(request, "scoring/step_saliency.html", context)
+
+
+@login_required
+@require_POST
+def trajectory_evidence_choose(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Remember which scorer's scores and which run's credits the user sees on the
+    project's trajectory pages, then show this one with them (``?scorer=&credit=``, so
+    the address says what the page shows). Any member may pick what they may see."""
+    state = labeling_state_for_user(
+        request.user, pk, queue_id=_index(request.POST.get("queue", ""))
+    )
+    scorer_id = _index(request.POST.get("scorer", ""))
+    run_id = _index(request.POST.get("credit", ""))
+    try:
+        services.evidence_choice_save(
+            user=request.user,  # type: ignore[arg-type]
+            project=state.project,
+            scorer_id=scorer_id,
+            run_id=run_id,
+        )
+    except ValueError as error:
+        messages.error(request, str(error))
+        scorer_id = run_id = None
+    query = {
+        name: value
+        for name, value in (("scorer", scorer_id), ("credit", run_id), ("queue", state.queue_id))
+        if value is not None
+    }
+    url = reverse("trajectory-detail", args=[pk])
+    return redirect(f"{url}?{urlencode(query)}" if query else url)

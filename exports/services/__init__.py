@@ -12,16 +12,19 @@ from exports.services.exports import (
     export_write,
     manifest_json,
 )
+from exports.services.preview import ExportPreview, export_preview
 from exports.services.reading import ExportCancelled, export_trajectories
 from exports.services.requests import ExportRequest, export_request_build
 from exports.services.selections import selection_delete, selection_save
 
 __all__ = [
     "ExportCancelled",
+    "ExportPreview",
     "ExportRequest",
     "export_cancel",
     "export_job_run",
     "export_manifest",
+    "export_preview",
     "export_request_build",
     "export_start",
     "export_trajectories",

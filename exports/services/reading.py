@@ -81,7 +81,7 @@ def export_trajectories(
             snapshot = cursor.fetchone()[0]
         chunks = _read_ahead(project, request, order, snapshot)
     else:
-        chunks = _read_chunks(project, request, order)
+        chunks = read_chunks(project, request, order)
     try:
         for ids, heads, rows, first_errors in chunks:
             yield from trajectories_from_rows(ids, heads, rows, lossless, first_errors)
@@ -102,13 +102,14 @@ READ_AHEAD_CHUNKS = 2
 _SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
 
 
-def _read_chunks(
-    project: Project, request: ExportRequest, order: list[int]
+def read_chunks(
+    project: Project, request: ExportRequest, order: list[int], *, sample: bool = False
 ) -> Generator[Chunk, None, None]:
     """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
-    connection, with each step's values from :func:`step_values_table`."""
+    connection, with each step's values from :func:`step_values_table` (for a
+    ``sample``, only those of ``order``'s steps)."""
     verdicts_of = label_source_annotator(request.labels) if request.format == "stepscope" else None
-    with step_values_table(project, request) as table:
+    with step_values_table(project, request, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(project, request, table)
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
@@ -124,12 +125,21 @@ def _read_chunks(
 
 
 @contextlib.contextmanager
-def step_values_table(project: Project, request: ExportRequest) -> Iterator[str]:
+def step_values_table(
+    project: Project, request: ExportRequest, *, only: list[int] | None = None
+) -> Iterator[str]:
     """A temporary table of ``(step_id, label, credit)``: the resolved labels and the
     chosen run's credits, a row per step, indexed, so that each step's values are one
-    index lookup. Yields its name; dropped at the end (or with the transaction)."""
+    index lookup. With ``only`` (trajectory ids), just their steps' rows. Yields its
+    name; dropped at the end (or with the transaction)."""
     table = f"export_values_{uuid.uuid4().hex[:12]}"
     values_sql, values_params = step_values_sql(project, request)
+    if only is not None:
+        values_sql = (
+            f"SELECT * FROM ({values_sql}) v WHERE v.step_id IN"
+            " (SELECT id FROM trajectories_step WHERE trajectory_id = ANY(%s))"
+        )
+        values_params = [*values_params, only]
     with connection.cursor() as cursor:
         cursor.execute(f"CREATE TEMP TABLE {table} ON COMMIT DROP AS {values_sql}", values_params)
         try:
@@ -152,7 +162,7 @@ def step_values_table(project: Project, request: ExportRequest) -> Iterator[str]
 def _read_ahead(
     project: Project, request: ExportRequest, order: list[int], snapshot: str
 ) -> Generator[Chunk, None, None]:
-    """``_read_chunks`` on a thread of its own, in a transaction that imports
+    """``read_chunks`` on a thread of its own, in a transaction that imports
     ``snapshot``, handing chunks over through a bounded queue. Closing this generator
     (the export finished, failed or was cancelled) stops the thread and waits for it."""
     if not _SNAPSHOT_ID.fullmatch(snapshot):
@@ -175,7 +185,7 @@ def _read_ahead(
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-                with closing(_read_chunks(project, request, order)) as chunks:
+                with closing(read_chunks(project, request, order)) as chunks:
                     for chunk in chunks:
                         if not hand(chunk):
                             return

@@ -16,6 +16,7 @@ from labeling.selectors.queues import (
 )
 from labeling.selectors.review import (
     REVIEW_PAGE_SIZE,
+    REVIEW_SHOWS,
     ReviewRow,
     ReviewTable,
     review_candidates,
@@ -47,6 +48,7 @@ __all__ = [
     "QUEUE_PROGRESS_SQL",
     "REVIEWER_ROLES",
     "REVIEW_PAGE_SIZE",
+    "REVIEW_SHOWS",
     "STEPS_PAGE_SIZE",
     "AnnotatorProgress",
     "AnyUser",

@@ -10,6 +10,7 @@ their labels are two more, whatever the trajectory's length.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -349,6 +350,19 @@ _TREE_NUMBER = (
 )
 
 
+# The trajectories that branch from a step (children whose ``branch_index``, the first
+# step they own, is the step's index; on the last step, also those that continue past the
+# end), as ``[[id, external_id, success], ...]`` (at most ALTERNATIVES_SHOWN) and a count.
+# A correlated lookup per step on the parent index, which holds only trajectories with a
+# parent, so a page of a trajectory without children costs next to nothing.
+_ALTERNATIVES_WHERE = (
+    " FROM trajectories_trajectory c WHERE c.parent_id = trajectories_step.trajectory_id"
+    " AND (COALESCE(c.branch_index, 0) = trajectories_step.index"
+    " OR (trajectories_step.index = %s AND c.branch_index > trajectories_step.index))"
+)
+ALTERNATIVES_SHOWN = 8
+
+
 def step_rows(
     state: LabelingState,
     *,
@@ -360,9 +374,12 @@ def step_rows(
     their visible labels, in two queries. Each step carries ``my_label`` (this user's label
     on the active schema), ``other_labels``, ``final_value`` (the adjudicated value, for
     those allowed to see it), ``after_first_error``, and ``tree_parent`` / ``tree_depth``
-    (its parent step's index and its depth in a tree of spans, or None). Returns the
+    (its parent step's index and its depth in a tree of spans, or None), and
+    ``alternatives`` / ``alternatives_count`` (the trajectories that branch from it: its
+    rollouts' continuations, PRM800K's alternative completions). Returns the
     steps and the index the next page starts at (``None`` on the last page)."""
     schema_id = state.schema.pk if state.schema else None
+    last = max(state.trajectory.step_count - 1, 0)
     queryset = (
         Step.objects.filter(trajectory_id=state.trajectory.pk)
         .defer("content", "metadata")
@@ -371,6 +388,13 @@ def step_rows(
             content_length=Length("content"),
             tree_parent=RawSQL(_TREE_NUMBER.format(key="parent"), []),
             tree_depth=RawSQL(_TREE_NUMBER.format(key="depth"), []),
+            alternatives_count=RawSQL(f"SELECT count(*){_ALTERNATIVES_WHERE}", [last]),
+            alternatives_json=RawSQL(
+                "SELECT json_agg(json_build_array(a.id, a.external_id, a.success, a.b))"
+                " FROM (SELECT c.id, c.external_id, c.success, COALESCE(c.branch_index, 0) AS b"
+                f"{_ALTERNATIVES_WHERE} ORDER BY c.id LIMIT {ALTERNATIVES_SHOWN}) a",
+                [last],
+            ),
         )
         .prefetch_related(Prefetch("labels", queryset=visible_labels(state)))
         .order_by("index")
@@ -405,6 +429,13 @@ def step_rows(
         row.after_first_error = bool(stops and first_error is not None and step.index > first_error)
         if not hasattr(row, "final_value"):
             row.final_value = None
+        listed = row.alternatives_json
+        row.alternatives = [
+            {"pk": pk, "external_id": external_id, "success": success, "from": start}
+            for pk, external_id, success, start in (
+                json.loads(listed) if isinstance(listed, str) else listed or []
+            )
+        ]
     return steps, next_start
 
 

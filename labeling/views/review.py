@@ -46,11 +46,23 @@ def review_trajectory(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     trajectory = trajectory_get_for_user(request.user, pk)
     _require_reviewer(membership_role(request.user, trajectory.project))
     schema = selectors.active_schema(trajectory.project)
+    table = selectors.review_table(trajectory, schema) if schema else None
+    # The filter: which rows (``show``) and, optionally, one error tag.
+    show = request.GET.get("show", "all")
+    if show not in selectors.REVIEW_SHOWS:
+        show = "all"
+    tag = request.GET.get("tag", "")
+    if table is None or tag not in table.tags:
+        tag = ""
     context = {
         "project": trajectory.project,
         "trajectory": trajectory,
         "schema": schema,
-        "table": selectors.review_table(trajectory, schema) if schema else None,
+        "table": table,
+        "rows": table.filtered(show, tag) if table else [],
+        "show": show,
+        "shows": selectors.REVIEW_SHOWS,
+        "tag": tag,
         "preview_chars": STEP_PREVIEW_CHARS,
     }
     return render(request, "labeling/review_trajectory.html", context)

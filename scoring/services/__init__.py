@@ -13,6 +13,7 @@ from scoring.services.attribution import (
     credits_write,
     read_tables,
 )
+from scoring.services.choices import evidence_choice_save
 from scoring.services.imported import (
     IMPORT_BATCH,
     ImportProblem,
@@ -59,6 +60,7 @@ __all__ = [
     "attribution_run_plan",
     "attribution_run_start",
     "credits_write",
+    "evidence_choice_save",
     "failure_verdicts_write",
     "judge_create",
     "judge_prompt_create",

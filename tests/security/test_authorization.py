@@ -90,6 +90,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-list": _GET_ONLY,
     "task-tree": _GET_ONLY,
     "trajectory-detail": _GET_ONLY,
+    # Which scorer and run the trajectory pages show: any member picks for themselves.
+    "trajectory-evidence-choose": _MEMBER_WRITE,
     "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
     "import-detail": _GET_ONLY,
@@ -97,6 +99,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "import-new": {"GET": "login 404 403 200 200", "POST": "login 404 403 400 400"},
     # Everyone sees the exports; researchers and admins start and cancel them.
     "export-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
+    # What an export would hold (its records carry labels): researchers and admins; an
+    # empty form is a preview of what to choose (200).
+    "export-preview": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "export-detail": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
     "export-download": _GET_ONLY,
     "selection-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},

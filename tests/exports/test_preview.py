@@ -1,0 +1,169 @@
+"""The export form's choices and preview: every choice says how much it holds, and the
+preview's counts and first records are what the export then writes."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+
+from exports.models import Selection
+from labeling.models import StepLabel
+from tests.exports.test_exports import PROCESSBENCH, export
+from tests.factories import MembershipFactory, UserFactory
+from trajectories.models import Membership, Project, Step, Trajectory
+from trajectories.services import project_create, trajectory_import
+
+pytestmark = pytest.mark.django_db
+
+PRE = re.compile(r'<pre class="json preview-record">(.*?)</pre>', re.S)
+
+
+@pytest.fixture
+def processbench() -> Project:
+    project = project_create(slug="pb", name="pb")
+    trajectory_import(project=project, source_format="processbench", path=PROCESSBENCH)
+    return project
+
+
+@pytest.fixture
+def researcher(processbench: Project) -> Client:
+    user = UserFactory.create(username="researcher")
+    MembershipFactory.create(user=user, project=processbench, role=Membership.Role.RESEARCHER)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def preview(client: Client, **params: str) -> str:
+    response = client.get("/p/pb/exports/preview/", params, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200, response.content
+    return response.content.decode()
+
+
+def stat(page: str, name: str) -> int:
+    found = re.search(rf'stat-value">(\d+)</span><span class="stat-label">{name}<', page)
+    assert found, f"no {name} in the preview"
+    return int(found.group(1))
+
+
+def shown_records(page: str) -> list[dict[str, object]]:
+    return [json.loads(html.unescape(text)) for text in PRE.findall(page)]
+
+
+def test_the_form_offers_the_sources_with_how_many_steps_each_labels(
+    processbench: Project, researcher: Client
+) -> None:
+    imported = StepLabel.objects.filter(annotator__username="import:processbench").count()
+    assert imported
+    page = researcher.get("/p/pb/exports/").content.decode()
+    assert f"imported: processbench · {imported:,} steps" in page
+    assert "humans: majority · 0 steps" in page
+    # Nobody has labelled yet: the form opens on the import's labels.
+    assert '<option value="import:processbench" selected>' in page
+    assert f"all trajectories · {processbench.trajectories.count():,}" in page
+    # The preview is asked for on load and on every change of the form.
+    assert 'hx-get="/p/pb/exports/preview/" hx-trigger="load, change"' in page
+
+
+def test_the_preview_counts_the_selection_and_shows_the_exports_first_records(
+    processbench: Project, researcher: Client, tmp_path: Path
+) -> None:
+    params = {"format": "trl-stepwise", "labels": "import:processbench", "neutral": "drop"}
+    page = preview(researcher, **params)
+    steps = Step.objects.filter(trajectory__project=processbench)
+    assert stat(page, "trajectories") == Trajectory.objects.filter(project=processbench).count()
+    assert stat(page, "steps") == steps.count()
+    assert stat(page, "labelable steps") == steps.filter(labelable=True).count()
+    labelled = StepLabel.objects.filter(
+        annotator__username="import:processbench", step__labelable=True
+    )
+    assert stat(page, "labelled by the source") == labelled.count()
+    bad = labelled.filter(value=-1).count()
+    assert f'<td>bad (-1)</td><td class="num">{bad}</td>' in page
+
+    export("--project", "pb", "--out", str(tmp_path), *(f"--{k}={v}" for k, v in params.items()))
+    written = [
+        json.loads(line)
+        for line in (tmp_path / "trl-stepwise.jsonl").read_text().split("\n")
+        if line
+    ]
+    shown = shown_records(page)
+    assert len(shown) == 3
+    assert shown == written[:3]
+
+
+def test_the_preview_follows_the_selection_and_the_split(
+    processbench: Project, researcher: Client, tmp_path: Path
+) -> None:
+    first = Trajectory.objects.filter(project=processbench).order_by("task_key").first()
+    assert first is not None
+    Selection.objects.create(
+        project=processbench, name="one-task", definition={"task_key": first.task_key}
+    )
+    page = preview(
+        researcher,
+        format="processbench",
+        labels="import:processbench",
+        neutral="keep",
+        selection="one-task",
+    )
+    same_task = Trajectory.objects.filter(project=processbench, task_key=first.task_key)
+    assert stat(page, "trajectories") == same_task.count()
+    assert stat(page, "tasks") == 1
+
+    params = {
+        "format": "processbench",
+        "labels": "import:processbench",
+        "neutral": "keep",
+        "split": "train=0.5,test=0.5",
+        "seed": "3",
+    }
+    page = preview(researcher, **params)
+    export("--project", "pb", "--out", str(tmp_path), *(f"--{k}={v}" for k, v in params.items()))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert stat(page, "tasks") == manifest["counts"]["tasks"]
+    assert stat(page, "labelable steps") == manifest["counts"]["labelable_steps"]
+    resolved = manifest["label_distribution"]["resolved"]
+    names = {"-1": "bad (-1)", "0": "neutral (0)", "1": "good (+1)"}
+    for value, count in resolved.items():
+        if value != "none":
+            assert f'<td>{names[value]}</td><td class="num">{count}</td>' in page
+    assert stat(page, "labelled by the source") == sum(
+        count for value, count in resolved.items() if value != "none"
+    )
+    for split in ("train", "test"):
+        tasks = manifest["split"]["sizes"][split]["tasks"]
+        trajectories = manifest["split"]["sizes"][split]["trajectories"]
+        assert (
+            f'<td>{split}</td><td class="num">{tasks}</td><td class="num">{trajectories}</td>'
+            in page
+        )
+
+
+def test_what_the_export_would_refuse_is_said_in_the_preview(
+    processbench: Project, researcher: Client
+) -> None:
+    page = preview(researcher, format="kto", labels="import:processbench", neutral="keep")
+    assert "kto writes labels as booleans" in page
+    page = preview(researcher, format="kto", labels="model:nobody", neutral="drop")
+    assert "no scorer named &#x27;nobody&#x27;" in page
+    page = preview(researcher, format="kto", labels="human:nobody", neutral="drop")
+    assert stat(page, "labelled by the source") == 0
+    assert "The source labels none of these steps." in page
+    page = preview(researcher, format="kto", labels="import:processbench")
+    assert "neutral: This field is required." in page
+
+
+def test_annotators_get_no_preview(processbench: Project) -> None:
+    annotator = User.objects.create_user("ann")
+    MembershipFactory.create(user=annotator, project=processbench, role=Membership.Role.ANNOTATOR)
+    client = Client()
+    client.force_login(annotator)
+    params = {"format": "kto", "labels": "import:processbench", "neutral": "drop"}
+    assert client.get("/p/pb/exports/preview/", params).status_code == 403
