@@ -201,9 +201,14 @@
 
   // --- Keys ----------------------------------------------------------------------------
 
+  // Controls that take no typed text: with one of these focused (the agent-lanes switch,
+  // an agent filter, an outcome radio) the page's keys still work.
+  const UNTYPED_INPUTS = /^(checkbox|radio|button|submit|reset|image|file|color|range)$/;
+
   function typing(target) {
-    return target instanceof HTMLElement &&
-      (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName));
+    if (!(target instanceof HTMLElement)) return false;
+    if (target.isContentEditable || /^(TEXTAREA|SELECT)$/.test(target.tagName)) return true;
+    return target instanceof HTMLInputElement && !UNTYPED_INPUTS.test(target.type);
   }
 
   document.addEventListener("keydown", function (event) {

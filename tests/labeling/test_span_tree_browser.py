@@ -132,3 +132,47 @@ def _under(steps: dict[int, Step], index: int, ancestor: int) -> bool:
             return True
         parent = steps[parent].metadata.get("parent")
     return False
+
+
+def current_index(page: Any) -> int | None:
+    return page.evaluate(
+        "() => { const r = document.querySelector('li.step.is-current');"
+        " return r ? Number(r.dataset.index) : null; }"
+    )
+
+
+def test_the_keys_work_with_the_lanes_switch_or_an_agent_filter_focused(
+    page: Any, live_server: Any
+) -> None:
+    """A focused checkbox takes no typed text: j/k still walk the steps once the lanes
+    switch or an agent filter has been clicked (they were ignored as if typed)."""
+    project = project_create(slug="ww", name="Who and When")
+    trajectory_import(
+        project=project,
+        source_format="mapped",
+        path=WHO_AND_WHEN_DIR / "Algorithm-Generated" / "1.json",
+        mapping=WHO_AND_WHEN_LABELABLE,
+    )
+    trajectory = Trajectory.objects.get(project=project)
+    signed_in(page, live_server, project)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_selector(".agent-filters:not([hidden])")
+    page.keyboard.press("j")
+    start = current_index(page)
+    assert start is not None
+
+    page.check("[data-lanes]")
+    assert page.evaluate("document.activeElement.matches('[data-lanes]')")
+    page.keyboard.press("j")
+    after_switch = current_index(page)
+    assert after_switch is not None and after_switch > start
+    page.keyboard.press("k")
+    assert current_index(page) == start
+
+    first_filter = page.locator("[data-agent-filter]").first
+    first_filter.uncheck()
+    first_filter.check()
+    assert page.evaluate("document.activeElement.matches('[data-agent-filter]')")
+    page.keyboard.press("j")
+    assert current_index(page) == after_switch
