@@ -184,13 +184,17 @@ def test_a_local_prompt_longer_than_the_context_fails_the_run_naming_the_step(
 def test_a_remote_trajectory_run_scores_up_to_the_first_wrong_step(
     project: Project, openai_server: OpenAIServer
 ) -> None:
-    first, second = trajectories(project, 2, 4)
+    trajectories(project, 2, 4)
     openai_server.control(
         fixed_replies=["Step 2 adds wrongly. \\boxed{2}", "All correct, I think."]
     )
     scorer = remote_judge(project, openai_server, mode="trajectory", concurrency=1)
     run = run_judge(project, scorer)
     assert run.status == ScoringRun.Status.DONE and run.done == 8
+    # The endpoint answers in the order it is asked, and the trajectories may be asked
+    # in either order: "first" is the one that got the first reply.
+    asked = JudgeReply.objects.filter(run=run).order_by("id").values_list("trajectory", flat=True)
+    first, second = (Trajectory.objects.get(pk=pk) for pk in asked)
     steps = list(first.steps.order_by("index").values_list("pk", flat=True))
     scores = dict(StepScore.objects.filter(scorer=scorer).values_list("step_id", "value"))
     assert scores == {steps[0]: 1.0, steps[1]: 1.0, steps[2]: 0.0}  # step 3 unscored
