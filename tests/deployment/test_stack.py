@@ -209,9 +209,14 @@ def test_labels_survive_a_postgres_restart_in_the_middle_of_posting(
             time.sleep(0.25)
         raise AssertionError(f"{method} {path} never got through")
 
-    def annotate(n: int) -> None:
-        user = Browserless("127.0.0.1", stack.port, f"ann{n}", PASSWORD)
+    # Everyone signs in before the restart can begin: the test is about labels posted
+    # across the restart, and a sign-in refused with 503 would end a thread early.
+    users = [Browserless("127.0.0.1", stack.port, f"ann{n}", PASSWORD) for n in range(ANNOTATORS)]
+    for user in users:
         user.login()
+
+    def annotate(n: int) -> None:
+        user = users[n]
         labelled = 0
         while labelled < labels_each:
             status, headers, _ = send(user, "POST", f"/q/{queue}/next/", {})
