@@ -37,7 +37,7 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
-from trajectories.search import SEARCH_MAX_LENGTH, search_condition
+from trajectories.search import SEARCH_MAX_LENGTH, search_condition, search_probe_pays
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -341,7 +341,12 @@ def trajectory_filter_register(name: str) -> Callable[[FilterCondition], FilterC
     return register
 
 
-def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> QuerySet[Trajectory]:
+def trajectories_filtered(
+    project: Project, filters: TrajectoryFilters, *, search_probe: bool = False
+) -> QuerySet[Trajectory]:
+    """The project's trajectories that pass ``filters``. ``search_probe``: test the
+    search per trajectory (``trajectories.search.search_condition``), for a first page
+    of a common word; a count or a whole selection keeps the default."""
     queryset = Trajectory.objects.filter(project=project)
     if filters.outcome in _OUTCOME_FILTERS:
         queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
@@ -364,7 +369,7 @@ def trajectories_filtered(project: Project, filters: TrajectoryFilters) -> Query
         errors = Step.objects.filter(trajectory=OuterRef("pk"), metadata__has_key="error")
         queryset = queryset.filter(~Exists(errors))
     if filters.search.strip():
-        queryset = queryset.filter(search_condition(project, filters.search))
+        queryset = queryset.filter(search_condition(project, filters.search, probe=search_probe))
     for condition in _FILTER_CONDITIONS.values():
         narrowed = condition(project, filters)
         if narrowed is not None:
@@ -399,7 +404,8 @@ def trajectory_list_page(
     with how deep it is. Rows carry ``task_preview`` and ``list_cells`` (a (column, text)
     pair per column); the task text itself, metadata and the raw
     source are not loaded. ``columns`` defaults to every registered column."""
-    queryset = trajectories_filtered(project, filters)
+    probe = bool(filters.search.strip()) and search_probe_pays(filters.search, size)
+    queryset = trajectories_filtered(project, filters, search_probe=probe)
     if after is not None:
         queryset = queryset.filter(id__lt=after)
     if columns is None:

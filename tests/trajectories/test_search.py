@@ -24,6 +24,7 @@ from tests.factories import MembershipFactory, UserFactory, trajectory_with_step
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
 from tests.trajectories.test_views import row_ids
 from trajectories.models import Membership, Project, Step, StepSearch, Trajectory
+from trajectories.search import search_probe_pays
 from trajectories.selectors import (
     TrajectoryFilters,
     trajectories_filtered,
@@ -31,7 +32,11 @@ from trajectories.selectors import (
     trajectory_filters_from,
     trajectory_list_page,
 )
-from trajectories.services import trajectory_import, trajectory_search_index
+from trajectories.services import (
+    trajectory_import,
+    trajectory_records_import,
+    trajectory_search_index,
+)
 
 REALDATA = Path(__file__).resolve().parents[2].parent / "shared" / "realdata"
 TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
@@ -321,7 +326,8 @@ def test_the_list_query_count_does_not_grow_with_rows(project: Project) -> None:
     few = queries()
     for number in range(30):
         trajectory_with_steps(project, [f"step {number}", "more"], metadata={"cost": number})
-    assert queries() == few == 2
+    # The searched page asks PostgreSQL for its estimates first (search_probe_pays).
+    assert queries() == few == 3
 
 
 def test_blind_and_hidden_score_projects_hide_those_columns_from_annotators(
@@ -371,3 +377,55 @@ def test_the_list_page_query_count_does_not_grow_with_labelled_scored_rows(
     html_rows = row_ids(client.get(url, params).content.decode())
     assert len(html_rows) == 21
     assert queries() == few
+
+
+def test_a_common_word_is_probed_per_trajectory_and_a_rare_one_hashed(project: Project) -> None:
+    """The list page chooses how to test the steps from PostgreSQL's estimates: per
+    trajectory, newest first, for a word in many steps (a first page is full after a few
+    trajectories), hashed for a rare one. Both forms find the same page."""
+    records = [
+        {
+            "id": f"t{n}",
+            "task": "count",
+            "steps": [
+                {"content": ("falcon " if s % 2 == 0 else "") + f"plain step {s}"}
+                for s in range(10)
+            ]
+            + ([{"content": "a quokka appears"}] if n == 7 else []),
+        }
+        for n in range(600)
+    ]
+    trajectory_records_import(project=project, records=records)
+    trajectory_search_index(project_id=project.pk)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE trajectories_stepsearch")
+        cursor.execute("ANALYZE trajectories_trajectorysearch")
+
+    assert search_probe_pays("falcon", 50)
+    assert not search_probe_pays("quokka", 50)
+
+    for word in ("falcon", "quokka"):
+        filters = TrajectoryFilters(search=word)
+        hashed = trajectories_filtered(project, filters).order_by("-id")
+        probed = trajectories_filtered(project, filters, search_probe=True).order_by("-id")
+        assert "OFFSET 0" in str(probed.query) and "OFFSET 0" not in str(hashed.query)
+        expected = sorted(with_word(project, word), reverse=True)[:50]
+        assert list(probed.values_list("id", flat=True)[:50]) == expected
+        assert list(hashed.values_list("id", flat=True)[:50]) == expected
+        page, _ = trajectory_list_page(project, filters)
+        assert [row.pk for row in page] == expected
+    # The probed step test is never hashed: PostgreSQL runs it trajectory by trajectory.
+    plan = (
+        trajectories_filtered(project, TrajectoryFilters(search="falcon"), search_probe=True)
+        .order_by("-id")[:50]
+        .explain()
+    )
+    lines = plan.splitlines()
+    step_subplans = [
+        line.strip()
+        for number, line in enumerate(lines)
+        if line.strip().startswith("SubPlan")
+        and "trajectories_stepsearch" in " ".join(lines[number + 1 : number + 3])
+    ]
+    assert step_subplans, plan
+    assert all(f"hashed {name}" not in plan for name in step_subplans), plan
