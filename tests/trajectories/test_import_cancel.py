@@ -108,8 +108,11 @@ def test_cancel_stops_a_running_import_and_nothing_stays(
         assert wait_until(lambda: not write(200) or not importer.is_alive(), timeout=60)
     importer.join(timeout=60)
 
+    # The pipe was open when the cancel came, so the import could not have ended by
+    # itself: had the cancel not stopped it, it would have finished at the pipe's end.
+    # (How much more it read first depends on where it was: none, if its next progress
+    # write came before this test's next write.)
     assert result["batch"].status == ImportBatch.Status.CANCELLED
-    assert written > 2500
     assert not Trajectory.objects.filter(project=project).exists()
     batch.refresh_from_db()
     assert batch.status == ImportBatch.Status.CANCELLED
