@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import User
+
 from trajectories.models import Project
 
 IMPORTED_PREFIX = "import:"
@@ -131,6 +133,10 @@ def label_source_sql(
         username = source.name if source.kind == "human" else IMPORTED_PREFIX + source.name
         if source.kind == "human" and username.startswith(IMPORTED_PREFIX):
             raise ValueError(f"{username!r} is an import source; use {username}")
+        # A misspelt annotator would read as one who labelled nothing. (An import
+        # source may be named before its labels arrive: jobs wait for them.)
+        if source.kind == "human" and not User.objects.filter(username=username).exists():
+            raise ValueError(f"no user named {username!r} (label source human:{username})")
         select = (
             "SELECT l.step_id, l.value FROM labeling_steplabel l"
             " JOIN auth_user u ON u.id = l.annotator_id"

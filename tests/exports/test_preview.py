@@ -154,8 +154,7 @@ def test_what_the_export_would_refuse_is_said_in_the_preview(
     page = preview(researcher, format="kto", labels="model:nobody", neutral="drop")
     assert "no scorer named &#x27;nobody&#x27;" in page
     page = preview(researcher, format="kto", labels="human:nobody", neutral="drop")
-    assert stat(page, "labelled by the source") == 0
-    assert "The source labels none of these steps." in page
+    assert "no user named &#x27;nobody&#x27; (label source human:nobody)" in page
     page = preview(researcher, format="kto", labels="import:processbench")
     assert "neutral: This field is required." in page
 

@@ -44,6 +44,18 @@ def test_one_annotator_submitted_labels_only(project: Project) -> None:
     assert resolve(project, "human:ann") == {a.pk: 1}
 
 
+def test_an_annotator_who_does_not_exist_is_named_and_one_who_labelled_nothing_is_empty(
+    project: Project,
+) -> None:
+    trajectory_with_steps(project, ["a"])
+    with pytest.raises(ValueError, match=r"no user named 'anm' \(label source human:anm\)"):
+        resolve(project, "human:anm")
+    UserFactory.create(username="idle")
+    assert resolve(project, "human:idle") == {}
+    # An import source may be named before its labels come (a job waits for them).
+    assert resolve(project, "import:later") == {}
+
+
 def test_majority_needs_a_strict_plurality_and_ignores_imports(project: Project) -> None:
     a, b, c = trajectory_with_steps(project, ["a", "b", "c"]).steps.order_by("index")
     for name, values in {"x": (1, 1, 0), "y": (1, -1, 0), "z": (-1, 1, 1)}.items():
