@@ -6,8 +6,12 @@ import dataclasses
 from typing import Any
 
 from django import forms
+from django.db.models import Count
 
 from exports.selectors import export_choices
+from labeling.decisive_sources import decisive_source_choices
+from scoring.models import JudgeReply, Scorer
+from scoring.selectors import scorers_for_project
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
 from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
@@ -97,6 +101,7 @@ EXPORT_FORMAT_CHOICES = [
     ("dpo", "DPO pairs (prompt, chosen, rejected)"),
     ("kto", "KTO (prompt, completion, label)"),
     ("sft", "SFT chat messages"),
+    ("critique", "Critiques: a judge's replies as SFT rows (prompt, completion)"),
     ("rl", "RL batch with per-step rewards (Parquet)"),
 ]
 
@@ -145,6 +150,27 @@ class ExportForm(forms.Form):
         choices=[("", "default"), ("jsonl", "JSONL"), ("json", "JSON"), ("parquet", "Parquet")],
     )
     compress = forms.BooleanField(required=False, label="gzip")
+    critiques = forms.ChoiceField(
+        required=False,
+        label="Judge critiques",
+        help_text="An LLM judge whose critiques go beside trl-stepwise's labels, or make"
+        " the critique format's rows.",
+    )
+    critique_rows = forms.ChoiceField(
+        required=False,
+        label="Critique rows",
+        choices=[
+            ("all", "every verdict the judge gave"),
+            ("agreeing", "only verdicts that agree with the label"),
+        ],
+        help_text="The critique format.",
+    )
+    decisive = forms.ChoiceField(
+        required=False,
+        label="Decisive failures",
+        help_text="Whose 'which agent, at which step' goes in each trajectory's record"
+        " (trl-stepwise, prm800k, processbench; stepscope writes the label source's).",
+    )
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -160,11 +186,45 @@ class ExportForm(forms.Form):
             "scorer": [("", "none"), *choices.scorers],
             "credit_run": [("", "none"), *choices.credit_runs],
             "selection": choices.selections,
+            "critiques": [("", "none"), *judge_choices(project)],
+            "decisive": [
+                ("", "none"),
+                *((source, source) for source in decisive_source_choices(project)),
+            ],
         }
         for name, listed in offered.items():
             field = self.fields[name]
             assert isinstance(field, forms.ChoiceField)
             field.choices = _with_given(listed, str(given.get(name, "") or ""))
+
+    def export_options(self) -> dict[str, Any]:
+        """The options of the judge and decisive-failure fields that are set."""
+        data = self.cleaned_data
+        options: dict[str, Any] = {}
+        if data.get("critiques"):
+            options["critiques"] = data["critiques"]
+            options["critique_rows"] = data.get("critique_rows") or "all"
+        if data.get("decisive"):
+            options["decisive"] = data["decisive"]
+        return options
+
+
+def judge_choices(project: Project) -> list[tuple[str, str]]:
+    """The LLM judges the project may use, each with the steps it judged in it."""
+    judged = (
+        JudgeReply.objects.filter(trajectory__project=project, step__isnull=False, parse_error="")
+        .values("scorer__name")
+        .annotate(steps=Count("step", distinct=True))
+    )
+    counts = {row["scorer__name"]: row["steps"] for row in judged}
+    names = sorted(
+        set(
+            scorers_for_project(project)
+            .filter(kind=Scorer.Kind.LLM_JUDGE)
+            .values_list("name", flat=True)
+        )
+    )
+    return [(name, f"{name} · {counts.get(name, 0):,} steps judged") for name in names]
 
 
 def _with_given(choices: list[tuple[str, str]], given: str) -> list[tuple[str, str]]:

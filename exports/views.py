@@ -96,6 +96,7 @@ def _export_request(project: Project, form: ExportForm) -> services.ExportReques
             threshold=data["threshold"] if data["threshold"] is not None else 0.5,
             scorer=data["scorer"],
             credit_run=data["credit_run"],
+            options=form.export_options(),
         )
     except ValueError as error:
         form.add_error(None, str(error))

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
-from labeling.models import RESERVED_KEYS, LabelSchema, Queue, TrajectoryLabel
+from labeling.models import LabelSchema, Queue, TrajectoryLabel, reserved_key_error
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
 
@@ -123,9 +123,9 @@ class SchemaValueForm(forms.Form):
 
     def clean_key(self) -> str:
         key: str = self.cleaned_data["key"]
-        if key.lower() in RESERVED_KEYS:
-            reserved = " ".join(sorted(RESERVED_KEYS))
-            raise ValidationError(f"{key!r} is a labeling shortcut; keys in use: {reserved}.")
+        problem = reserved_key_error(key)
+        if problem is not None:
+            raise ValidationError(problem[0].upper() + problem[1:] + ".")
         return key
 
     def clean_color(self) -> str:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import pghistory
 import pgtrigger
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -44,8 +45,51 @@ DEFAULT_ERROR_TAGS = [
     "unrecoverable",
     "correctable",
 ]
-# Keys the labeling page uses for itself; a schema value may not take them.
-RESERVED_KEYS = frozenset("jkftrcunsgh?xd")
+# The keys the labeling page binds for itself (static/stepscope/labeling.js, the keydown
+# handler; tests/labeling/test_reserved_keys.py reads the script and keeps the two the
+# same). A schema value may not take one, in either case (Caps Lock sends "J" for j).
+RESERVED_KEYS: tuple[str, ...] = ("j", "k", "?", "g", "f", "t", "r", "c", "u", "h", "s", "d", "n")
+_RESERVED_MEANINGS = {
+    "j": "next step",
+    "k": "previous step",
+    "?": "shortcuts",
+    "g": "guidelines",
+    "f": "first error",
+    "t": "error tags",
+    "r": "rationale",
+    "c": "correction",
+    "u": "undo",
+    "h": "history",
+    "s": "submit",
+    "d": "decisive failure",
+    "n": "next queue item",
+}
+
+
+def reserved_key_error(key: str) -> str | None:
+    """Why ``key`` cannot be a schema value's key, or None when it can."""
+    if key.lower() in RESERVED_KEYS:
+        reserved = " ".join(RESERVED_KEYS)
+        meaning = _RESERVED_MEANINGS[key.lower()]
+        return (
+            f"key {key!r} is a labeling shortcut ({meaning}); keys the labeling page"
+            f" uses: {reserved}"
+        )
+    return None
+
+
+def schema_values_key_error(values: Any) -> str | None:
+    """The first reserved key among a schema's ``values``, said with the value it is on."""
+    for position, entry in enumerate(values or []):
+        if not isinstance(entry, dict):
+            continue
+        problem = reserved_key_error(str(entry.get("key") or ""))
+        if problem is not None:
+            name = entry.get("name") or entry.get("value")
+            return f"values.{position} ({name}): {problem}"
+    return None
+
+
 _HEX_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}")
 _FALLBACK_COLOR = "#6b7280"
 
@@ -85,6 +129,12 @@ class LabelSchema(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} v{self.version}"
+
+    def clean(self) -> None:
+        # The admin's form calls this; the schema page and services check the same rule.
+        problem = schema_values_key_error(self.values)
+        if problem is not None:
+            raise ValidationError({"values": problem})
 
     @property
     def entries(self) -> list[dict[str, Any]]:

@@ -40,6 +40,7 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
         "model": trajectory.model_name,
         "outcome": {"reward": trajectory.outcome_reward, "success": trajectory.success},
         "first_error_index": trajectory.first_error_index,
+        "decisive": _decisive_record(getattr(trajectory, "decisive", None)),
         "metadata": trajectory.metadata,
         "steps": [
             {
@@ -56,3 +57,10 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
             for index, step in enumerate(steps)
         ],
     }
+
+
+def _decisive_record(decisive: Any) -> dict[str, Any] | None:
+    """The decisive failure (which agent, at which step, decided that the run failed)."""
+    if decisive is None:
+        return None
+    return {"agent": decisive.agent, "step": decisive.step_index, "reason": decisive.reason}

@@ -67,7 +67,9 @@ def bulk_export_write(
     if request.format == "rl" and container == "parquet":
         order = ordered_ids(project, request)
         return _rl_parquet_write(project, request, order, out_dir, progress)
-    if request.format == "trl-stepwise" and container in ("jsonl", "json"):
+    # A judge's critiques and decisive failures are added by the row builders only.
+    extras = request.options.critiques or request.options.decisive
+    if request.format == "trl-stepwise" and container in ("jsonl", "json") and not extras:
         order = ordered_ids(project, request)
         if _has_labelable_tool_calls(order):
             return None
@@ -264,7 +266,8 @@ def _leading_steps(ids: list[int]) -> Iterator[ExportTrajectory]:
         heads = {row[0]: row for row in cursor.fetchall()}
         cursor.execute(
             "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
-            " s.tool_args, s.metadata, s.labelable, '', NULL, NULL, NULL, NULL, NULL"
+            " s.tool_args, s.metadata, s.labelable, '', NULL, NULL, NULL, NULL, NULL,"
+            " NULL, NULL, NULL"
             " FROM unnest(%s::bigint[]) AS o(id)"
             " CROSS JOIN LATERAL (SELECT min(f.index) AS first FROM trajectories_step f"
             "  WHERE f.trajectory_id = o.id AND f.labelable) lead"

@@ -13,6 +13,7 @@ import threading
 import uuid
 from collections.abc import Generator, Iterator
 from contextlib import closing
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -23,9 +24,11 @@ from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
-from labeling.sources import label_source_annotator, label_source_sql
+from labeling.decisive_sources import decisive_source_parse
+from labeling.sources import LabelSource, label_source_annotator, label_source_sql
 from scoring.selectors import scorer_id_for
 from trajectories import selectors
+from trajectories.formats.base import ParsedDecisive
 from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
@@ -54,8 +57,60 @@ VERDICTS_SQL = (
 )
 
 
+# The trajectories' decisive failures from the export's decisive-failure source (the
+# last parameter, an id array): one annotator's submitted verdicts' (``human:<user>``,
+# ``import:<source>``; the first parameter, a username), or a model's failure
+# attributions (``model:<scorer>``; the first parameter, a scorer id). A verdict that
+# names neither an agent nor a step has none.
+DECISIVE_LABEL_SQL = (
+    "SELECT tl.trajectory_id, tl.decisive_agent, tl.decisive_step, tl.decisive_reason"
+    " FROM labeling_trajectorylabel tl JOIN auth_user u ON u.id = tl.annotator_id"
+    " WHERE u.username = %s AND tl.status = 'submitted'"
+    " AND (tl.decisive_agent <> '' OR tl.decisive_step IS NOT NULL)"
+    " AND tl.trajectory_id = ANY(%s)"
+)
+DECISIVE_MODEL_SQL = (
+    "SELECT v.trajectory_id, v.agent, v.step, v.reason FROM scoring_failureverdict v"
+    " WHERE v.scorer_id = %s AND (v.agent <> '' OR v.step IS NOT NULL)"
+    " AND v.trajectory_id = ANY(%s)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TrajectoryVerdict:
+    """What a chunk reads per trajectory beside its steps: the first error (for the
+    lossless format) and the decisive failure (when the export carries one)."""
+
+    first_error_index: int | None = None
+    decisive: ParsedDecisive | None = None
+
+
 class ExportCancelled(Exception):
     pass
+
+
+def decisive_source_of(request: ExportRequest) -> LabelSource | None:
+    """Whose decisive failures the export writes: the ``decisive`` option's source, or
+    for the lossless format the label source's own (one annotator, an import, a model);
+    None for none."""
+    if request.options.decisive:
+        return decisive_source_parse(request.options.decisive)
+    if request.format != "stepscope":
+        return None
+    if request.labels.kind == "model" or label_source_annotator(request.labels) is not None:
+        return request.labels
+    return None
+
+
+def decisive_query(project: Project, source: LabelSource) -> tuple[str, list[Any]]:
+    """The SQL of ``source``'s decisive failures and its parameters but the id array;
+    ValueError for a scorer that does not exist."""
+    if source.kind == "model":
+        return DECISIVE_MODEL_SQL, [scorer_id_for(project, source.name)]
+    username = label_source_annotator(source)
+    if username is None:
+        raise ValueError(f"{source} names no one whose decisive failures could be written")
+    return DECISIVE_LABEL_SQL, [username]
 
 
 def export_trajectories(
@@ -83,16 +138,18 @@ def export_trajectories(
     else:
         chunks = read_chunks(project, request, order)
     try:
-        for ids, heads, rows, first_errors in chunks:
-            yield from trajectories_from_rows(ids, heads, rows, lossless, first_errors)
+        for ids, heads, rows, verdicts in chunks:
+            yield from trajectories_from_rows(ids, heads, rows, lossless, verdicts)
             progress_tick(progress, len(ids))
     finally:
         chunks.close()
 
 
 # What one chunk reads: the trajectory ids in order, their rows, their steps' rows, and
-# (for the lossless format) their first errors by id.
-Chunk = tuple[list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]], dict[int, int]]
+# the trajectory-level verdicts (first error, decisive failure) by id.
+Chunk = tuple[
+    list[int], dict[int, tuple[Any, ...]], list[tuple[Any, ...]], dict[int, TrajectoryVerdict]
+]
 
 
 # Chunks the reading thread may hold before this thread takes them (bounded memory).
@@ -109,6 +166,8 @@ def read_chunks(
     connection, with each step's values from :func:`step_values_table` (for a
     ``sample``, only those of ``order``'s steps)."""
     verdicts_of = label_source_annotator(request.labels) if request.format == "stepscope" else None
+    decisive_source = decisive_source_of(request)
+    decisive = None if decisive_source is None else decisive_query(project, decisive_source)
     with step_values_table(project, request, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(project, request, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -120,8 +179,21 @@ def read_chunks(
                 if verdicts_of is not None:
                     cursor.execute(VERDICTS_SQL, [verdicts_of, ids])
                     first_errors = dict(cursor.fetchall())
+                decisive_rows: dict[int, ParsedDecisive] = {}
+                if decisive is not None:
+                    cursor.execute(decisive[0], [*decisive[1], ids])
+                    decisive_rows = {
+                        trajectory_id: ParsedDecisive(agent=agent, step_index=step, reason=reason)
+                        for trajectory_id, agent, step, reason in cursor.fetchall()
+                    }
+                verdicts = {
+                    trajectory_id: TrajectoryVerdict(
+                        first_errors.get(trajectory_id), decisive_rows.get(trajectory_id)
+                    )
+                    for trajectory_id in first_errors.keys() | decisive_rows.keys()
+                }
                 cursor.execute(steps_sql, [*extra_params, ids])
-                yield ids, heads, cursor.fetchall(), first_errors
+                yield ids, heads, cursor.fetchall(), verdicts
 
 
 @contextlib.contextmanager
@@ -221,16 +293,17 @@ def trajectories_from_rows(
     heads: dict[int, tuple[Any, ...]],
     rows: list[tuple[Any, ...]],
     lossless: bool,
-    first_errors: dict[int, int] | None = None,
+    verdicts: dict[int, TrajectoryVerdict] | None = None,
 ) -> Iterator[ExportTrajectory]:
     """Snapshots of the trajectories ``ids``, in that order, from their rows (``heads``,
-    by id), their steps' rows (in the column order of :func:`_steps_sql`) and, for the
-    lossless format, their first errors by id.
+    by id), their steps' rows (in the column order of :func:`_steps_sql`) and their
+    trajectory-level verdicts by id (first errors for the lossless format, decisive
+    failures when the export carries them).
 
     The lossless format writes each annotator under the name an import maps back to the
     same user: the ``import:`` prefix the importer adds is taken off again, so a file
     that said ``alice`` says ``alice`` once more (and re-imports as ``import:alice``)."""
-    first_errors = first_errors or {}
+    verdicts = verdicts or {}
     steps: dict[int, list[ExportStep]] = {i: [] for i in ids}
     annotators: dict[int, list[list[tuple[str, int]]]] = {i: [] for i in ids}
     for row in rows:
@@ -251,6 +324,9 @@ def trajectories_from_rows(
             credit,
             correction,
             by_annotator,
+            critique,
+            judgment,
+            judge_verdict,
         ) = row
         steps[trajectory_id].append(
             ExportStep(
@@ -268,6 +344,9 @@ def trajectories_from_rows(
                 score=score,
                 credit=credit,
                 correction=correction or None,
+                critique=critique,
+                judgment=judgment,
+                judge_verdict=judge_verdict,
             )
         )
         if lossless:
@@ -291,6 +370,7 @@ def trajectories_from_rows(
             source_format,
         ) = heads[trajectory_id]
         per_annotator = annotators[trajectory_id]
+        verdict = verdicts.get(trajectory_id, NO_VERDICT)
         yield ExportTrajectory(
             id=trajectory_id,
             external_id=external_id,
@@ -304,8 +384,12 @@ def trajectories_from_rows(
             source_format=source_format,
             steps=steps[trajectory_id],
             labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
-            first_error_index=first_errors.get(trajectory_id),
+            first_error_index=verdict.first_error_index,
+            decisive=verdict.decisive,
         )
+
+
+NO_VERDICT = TrajectoryVerdict()
 
 
 def _json(value: Any) -> Any:
@@ -381,13 +465,27 @@ def _steps_sql(
     # formats that use them: chat messages and the lossless format, and sibling pairs.
     metadata = "s.metadata" if request.format in ("stepscope", "sft", "rl") else "NULL"
     prefix_hash = "s.prefix_hash" if request.format == "dpo" else "''"
+    # The chosen judge's newest reply on the step that gave a verdict (a reply it could
+    # not parse has none), through the (scorer, step) index.
+    judge = "NULL, NULL, NULL::int"
+    judge_join = ""
+    if request.options.critiques:
+        judge = "j.critique, j.text, j.verdict"
+        judge_join = (
+            " LEFT JOIN LATERAL (SELECT jr.critique, jr.text, jr.verdict"
+            " FROM scoring_judgereply jr WHERE jr.scorer_id = %s AND jr.step_id = s.id"
+            " AND jr.parse_error = '' AND jr.verdict IS NOT NULL"
+            " ORDER BY jr.id DESC LIMIT 1) j ON true"
+        )
+        params.append(scorer_id_for(project, request.options.critiques))
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
         f" s.tool_args, {metadata}, s.labelable, {prefix_hash}, v.label,"
-        f" {score}, v.credit, {correction}, {annotators}"
+        f" {score}, v.credit, {correction}, {annotators}, {judge}"
         " FROM trajectories_step s"
         " LEFT JOIN LATERAL (SELECT r.label, r.credit FROM"
         f" {values_table} r WHERE r.step_id = s.id OFFSET 0) v ON true"
+        f"{judge_join}"
         " WHERE s.trajectory_id = ANY(%s)"
         " ORDER BY s.trajectory_id, s.index"
     )

@@ -7,14 +7,22 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth.models import User
+
 from exports.models import ExportJob, Selection
 from exports.writers import (
     ExportOptions,
     parse_split_spec,
 )
-from exports.writers.export import export_format
-from labeling.sources import LabelSource, label_source_parse, label_source_sql
-from scoring.models import AttributionRun
+from exports.writers.export import CRITIQUE_OUTPUTS, DECISIVE_OUTPUTS, export_format
+from labeling.decisive_sources import decisive_source_parse
+from labeling.sources import (
+    LabelSource,
+    label_source_annotator,
+    label_source_parse,
+    label_source_sql,
+)
+from scoring.models import AttributionRun, Scorer
 from scoring.selectors import scorer_id_for
 from trajectories import selectors
 from trajectories.models import Project
@@ -76,6 +84,8 @@ def export_request_build(
     elif export_options.pair_value == "credit" and format == "dpo":
         raise ValueError("dpo pairs by credit need an attribution run (--credit-run)")
     label_source_sql(project, source)  # names a missing annotator's scorer now, not later
+    _check_critiques(project, format, export_options.critiques)
+    _check_decisive(project, format, export_options.decisive)
     return ExportRequest(
         format=format,
         labels=source,
@@ -89,6 +99,41 @@ def export_request_build(
         scorer=scorer,
         credit_run=credit_run,
     )
+
+
+def _check_critiques(project: Project, format: str, judge: str) -> None:
+    """A format that carries critiques names a judge, and the judge is an LLM judge of
+    the project."""
+    if not judge:
+        if export_format(format).needs_critiques:
+            raise ValueError(f"{format} rows are a judge's critiques; name the judge (critiques)")
+        return
+    if format not in ("critique", *CRITIQUE_OUTPUTS):
+        raise ValueError(
+            f"critiques go beside the labels of trl-stepwise and make the critique format's"
+            f" rows; {format} has no place for them"
+        )
+    scorer = Scorer.objects.get(pk=scorer_id_for(project, judge))
+    if scorer.kind != Scorer.Kind.LLM_JUDGE:
+        raise ValueError(f"critiques: scorer {judge!r} is a {scorer.kind}, not an llm-judge")
+
+
+def _check_decisive(project: Project, format: str, text: str) -> None:
+    """A decisive-failure source that exists, for a format with trajectory-level records."""
+    if not text:
+        return
+    if format not in ("stepscope", *DECISIVE_OUTPUTS):
+        allowed = ", ".join(("stepscope", *DECISIVE_OUTPUTS))
+        raise ValueError(
+            f"decisive: {format} has no record per trajectory to carry it; it goes in {allowed}"
+        )
+    source = decisive_source_parse(text)
+    if source.kind == "model":
+        scorer_id_for(project, source.name)
+        return
+    username = label_source_annotator(source)
+    if not User.objects.filter(username=username).exists():
+        raise ValueError(f"decisive: no annotator {username!r}")
 
 
 def credit_run_for(project: Project, run_id: int) -> AttributionRun:

@@ -33,6 +33,7 @@ from exports.writers.output import (
 )
 from exports.writers.pairs import dpo_records
 from exports.writers.records import (
+    critique_records,
     kto_records,
     prm800k_records,
     processbench_records,
@@ -68,6 +69,26 @@ class ExportFormat:
     whole_tasks: bool = False
     # Writes labels as booleans, so a neutral label must become one (no ``keep``).
     boolean_labels: bool = False
+    # Its rows are a judge's replies: an export names the judge (``options.critiques``).
+    needs_critiques: bool = False
+
+
+# The outputs whose records take a judge's critiques, and a decisive failure, when the
+# options ask (records.py adds the keys; output_schema the Parquet columns).
+CRITIQUE_OUTPUTS = ("trl-stepwise",)
+DECISIVE_OUTPUTS = ("trl-stepwise", "prm800k", "processbench")
+
+
+def output_schema(output: Output, options: ExportOptions) -> pa.Schema | None:
+    """The output's Parquet schema with the columns the options add."""
+    schema = output.schema
+    if schema is None:
+        return None
+    if options.critiques and output.name in CRITIQUE_OUTPUTS:
+        schema = schema.append(schemas.CRITIQUES)
+    if options.decisive and output.name in DECISIVE_OUTPUTS:
+        schema = schema.append(schemas.DECISIVE)
+    return schema
 
 
 FORMATS: dict[str, ExportFormat] = {
@@ -100,6 +121,12 @@ FORMATS: dict[str, ExportFormat] = {
         ),
         ExportFormat(
             "sft", (Output("sft", sft_records, schemas.SFT),), ("jsonl", "parquet", "json")
+        ),
+        ExportFormat(
+            "critique",
+            (Output("critique", critique_records, schemas.CRITIQUE),),
+            ("jsonl", "parquet", "json"),
+            needs_critiques=True,
         ),
         ExportFormat(
             "rl",
@@ -137,6 +164,8 @@ def check_export(
         )
     if compress and container == "parquet":
         raise ValueError("Parquet compresses its own columns; gzip applies to JSON only")
+    if export.needs_critiques and not options.critiques:
+        raise ValueError(f"{export.name} rows are a judge's critiques; name the judge (critiques)")
     if export.boolean_labels and options.neutral is Neutral.KEEP:
         raise ValueError(
             f"{export.name} writes labels as booleans; map neutral labels with "
@@ -360,7 +389,7 @@ class ExportFiles:
                     self.writers[output.name, split] = open_writer(
                         Path(out_dir) / name,
                         container,
-                        schema=output.schema,
+                        schema=output_schema(output, options),
                         compress=compress,
                         row_group_size=row_group_size,
                     )

@@ -16,9 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from exports.writers.labels import Neutral, parse_neutral
+from trajectories.formats.base import ParsedDecisive
 
 PairValue = Literal["label", "score", "credit"]
 SftMode = Literal["success", "before_first_error"]
+CritiqueRows = Literal["all", "agreeing"]
 StepReward = Literal["label", "score"]
 PromptsPer = Literal["task", "trajectory"]
 
@@ -47,6 +49,12 @@ class ExportStep:
     credit: float | None = None
     # An annotator's corrected text for the step, when one exists.
     correction: str | None = None
+    # The chosen LLM judge's newest parsed reply on the step (``ExportOptions.critiques``):
+    # its critique (the reply before the verdict), the whole reply as the judge wrote it,
+    # and its verdict (+1, 0, -1). Untrusted model text, written as it is.
+    critique: str | None = None
+    judgment: str | None = None
+    judge_verdict: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +76,9 @@ class ExportTrajectory:
     # The trajectory-level verdict as stored; the other formats derive the first error
     # from the resolved step labels instead (labels.first_error_position).
     first_error_index: int | None = None
+    # Which agent, at which step (an index into ``steps``), decided that the run failed,
+    # from the export's decisive-failure source (a person's, an import's or a model's).
+    decisive: ParsedDecisive | None = None
 
     @property
     def group_key(self) -> str:
@@ -123,6 +134,17 @@ class ExportOptions:
     prompts_per: PromptsPer = "task"
     # prm800k: the record's labeler field.
     labeler: str = "stepscope"
+    # An LLM judge (its scorer name) whose critiques go beside each step's label:
+    # trl-stepwise's ``critiques`` column, and the rows of the ``critique`` format.
+    critiques: str = ""
+    # critique: every parsed reply, or only those whose verdict agrees with the step's
+    # mapped label (critiques that reach the right answer, as ThinkPRM trains on).
+    critique_rows: CritiqueRows = "all"
+    # A decisive-failure source (``human:<user>``, ``import:<source>``, ``model:<scorer>``)
+    # whose "which agent, at which step" goes in each trajectory-level record's
+    # ``decisive`` (trl-stepwise, prm800k, processbench). The lossless format always
+    # writes one, from this source or else the label source's own.
+    decisive: str = ""
 
     def __post_init__(self) -> None:
         # The Django side passes the --neutral text as it came; a frozen dataclass needs
@@ -141,6 +163,10 @@ class ExportOptions:
             raise ValueError(f"min_margin is {self.min_margin!r}; expected a number >= 0")
         if not self.labeler.strip():
             raise ValueError("labeler is empty")
+        _check_choice("critique_rows", self.critique_rows, ("all", "agreeing"))
+        for name in ("critiques", "decisive"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(f"{name} is {getattr(self, name)!r}; expected a name (text)")
 
 
 def _check_choice(name: str, value: str, choices: tuple[str, ...]) -> None:

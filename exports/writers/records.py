@@ -1,5 +1,5 @@
 """Record builders for the per-trajectory formats (no Django): ``stepscope``,
-``trl-stepwise``, ``prm800k``, ``processbench``, ``kto`` and ``sft``.
+``trl-stepwise``, ``prm800k``, ``processbench``, ``kto``, ``sft`` and ``critique``.
 
 Each builder takes one task's trajectories (a :class:`TaskGroup`), the export options and
 a tally that counts what it left out and why, and yields plain dicts in a fixed key
@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from exports.writers.inputs import ExportOptions, ExportTrajectory, TaskGroup
+from exports.writers.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
 from exports.writers.labels import (
     first_error_position,
     label_to_bool,
@@ -75,7 +75,26 @@ def to_parsed(trajectory: ExportTrajectory) -> ParsedTrajectory:
         first_error_index=trajectory.first_error_index,
         metadata=trajectory.metadata,
         labels=labels,
+        decisive=trajectory.decisive,
     )
+
+
+def decisive_record(
+    trajectory: ExportTrajectory, positions: dict[int, int] | None = None
+) -> Record | None:
+    """The trajectory's decisive failure as written in a record: ``agent`` (``""`` when
+    none is named), ``step`` (an index into the trajectory's steps, or null), with
+    ``positions`` also ``position``, where that step falls among the record's own steps
+    (null when it is not one of them), and ``reason``. None when there is none."""
+    decisive = trajectory.decisive
+    if decisive is None:
+        return None
+    record: Record = {"agent": decisive.agent, "step": decisive.step_index}
+    if positions is not None:
+        step = decisive.step_index
+        record["position"] = None if step is None else positions.get(step)
+    record["reason"] = decisive.reason
+    return record
 
 
 def stepscope_records(
@@ -104,6 +123,7 @@ def trl_stepwise_records(
     for trajectory in group.trajectories:
         completions: list[str] = []
         labels: list[bool] = []
+        written: list[ExportStep] = []
         for step in trajectory.steps:
             if not step.labelable:
                 continue
@@ -112,13 +132,20 @@ def trl_stepwise_records(
                 tally["cut_at_unlabelled_step"] += 1
                 break
             completions.append(step_text(step))
+            written.append(step)
             labels.append(value)
             if options.stop_at_first_error and not value:
                 break
         if not completions:
             tally["skipped_no_labelled_step"] += 1
             continue
-        yield {"prompt": trajectory.task, "completions": completions, "labels": labels}
+        record: Record = {"prompt": trajectory.task, "completions": completions, "labels": labels}
+        if options.critiques:
+            record["critiques"] = [step.critique for step in written]
+        if options.decisive:
+            positions = {step.index: position for position, step in enumerate(written)}
+            record["decisive"] = decisive_record(trajectory, positions)
+        yield record
 
 
 def prm800k_records(
@@ -136,11 +163,13 @@ def prm800k_records(
     """
     for trajectory in group.trajectories:
         steps: list[Record] = []
+        positions: dict[int, int] = {}
         found_error = False
         for step in trajectory.steps:
             if not step.labelable:
                 continue
             rating = map_label(step.label, options.neutral)
+            positions[step.index] = len(steps)
             steps.append(
                 {
                     "completions": [{"text": step_text(step), "rating": rating, "flagged": None}],
@@ -155,7 +184,7 @@ def prm800k_records(
         if not steps:
             tally["skipped_no_labelable_step"] += 1
             continue
-        yield {
+        record: Record = {
             "labeler": options.labeler,
             "timestamp": trajectory.external_id,
             "generation": None,
@@ -171,6 +200,9 @@ def prm800k_records(
                 "finish_reason": "found_error" if found_error else "solution",
             },
         }
+        if options.decisive:
+            record["decisive"] = decisive_record(trajectory, positions)
+        yield record
 
 
 def processbench_records(
@@ -199,7 +231,7 @@ def processbench_records(
         if trajectory.success is None:
             tally["skipped_unknown_outcome"] += 1
             continue
-        yield {
+        record: Record = {
             "id": trajectory.external_id,
             "generator": trajectory.model_name,
             "problem": trajectory.task,
@@ -207,6 +239,10 @@ def processbench_records(
             "final_answer_correct": trajectory.success,
             "label": first_error,
         }
+        if options.decisive:
+            positions = {step.index: position for position, step in enumerate(labelable)}
+            record["decisive"] = decisive_record(trajectory, positions)
+        yield record
 
 
 def kto_records(group: TaskGroup, options: ExportOptions, tally: Counter[str]) -> Iterator[Record]:
@@ -259,3 +295,45 @@ def sft_records(group: TaskGroup, options: ExportOptions, tally: Counter[str]) -
             tally["skipped_no_assistant_message"] += 1
             continue
         yield {"messages": messages}
+
+
+def critique_records(
+    group: TaskGroup, options: ExportOptions, tally: Counter[str]
+) -> Iterator[Record]:
+    """SFT rows for a generative verifier, one per labelable step the chosen judge
+    (``options.critiques``) answered with a verdict it could read:
+
+    - ``prompt``: the task and the steps up to and including the judged one
+      (text.prompt_text, so a completion appended reads as the next paragraph);
+    - ``completion``: the judge's reply as it wrote it, its critique then its verdict
+      in the judge's own verdict syntax (``\\boxed{-1}`` by default);
+    - ``verdict``: the judge's -1 / 0 / +1, ``label`` the step's mapped label from the
+      label source (null when it has none) and ``agrees`` whether the two match.
+
+    With ``critique_rows="agreeing"`` only rows whose verdict matches a label are
+    written: critiques that reach the answer the labels give. Steps the judge did not
+    answer, and replies it could not parse, give no row (counted in the manifest).
+    """
+    agreeing = options.critique_rows == "agreeing"
+    for trajectory in group.trajectories:
+        steps = trajectory.steps
+        for position, step in enumerate(steps):
+            if not step.labelable:
+                continue
+            if step.judgment is None or step.judge_verdict is None:
+                tally["critique_steps_without_reply"] += 1
+                continue
+            label = map_label(step.label, options.neutral)
+            agrees = None if label is None else step.judge_verdict == label
+            if agreeing and not agrees:
+                tally["critique_unlabelled" if label is None else "critique_disagreeing"] += 1
+                continue
+            yield {
+                "id": trajectory.external_id,
+                "step_index": step.index,
+                "prompt": prompt_text(trajectory.task, steps[: position + 1]),
+                "completion": step.judgment.strip(),
+                "verdict": step.judge_verdict,
+                "label": label,
+                "agrees": agrees,
+            }

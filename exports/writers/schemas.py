@@ -15,6 +15,29 @@ TRL_STEPWISE = pa.schema(
     [("prompt", _TEXT), ("completions", pa.list_(_TEXT)), ("labels", pa.list_(pa.bool_()))]
 )
 
+# What optional options add to an output's records, in this order, after its own
+# columns (export.output_schema): a judge's critiques beside trl-stepwise's labels, and
+# the decisive failure of a trajectory-level record.
+CRITIQUES = pa.field("critiques", pa.list_(_TEXT))
+DECISIVE = pa.field(
+    "decisive",
+    pa.struct(
+        [("agent", _TEXT), ("step", pa.int64()), ("position", pa.int64()), ("reason", _TEXT)]
+    ),
+)
+
+CRITIQUE = pa.schema(
+    [
+        ("id", _TEXT),
+        ("step_index", pa.int64()),
+        ("prompt", _TEXT),
+        ("completion", _TEXT),
+        ("verdict", pa.int64()),
+        ("label", pa.int64()),
+        ("agrees", pa.bool_()),
+    ]
+)
+
 PROCESSBENCH = pa.schema(
     [
         ("id", _TEXT),

@@ -8,8 +8,10 @@ from django.db import transaction
 
 from labeling.models import (
     LabelSchema,
+    schema_values_key_error,
 )
 from labeling.services.common import (
+    LabelingError,
     StaleSchema,
 )
 from trajectories.models import Project
@@ -34,7 +36,13 @@ def label_schema_save(
     first_error_mode: bool,
 ) -> LabelSchema:
     """Save an edit of ``schema``. A change of values or tags makes a new version (the old
-    one is deactivated and keeps its labels); other changes apply in place."""
+    one is deactivated and keeps its labels); other changes apply in place.
+
+    A value whose key is one of the labeling page's own shortcuts is refused here, so
+    every way a schema is saved (the page, the admin, a script) keeps the rule."""
+    problem = schema_values_key_error(values)
+    if problem is not None:
+        raise LabelingError(f"Refused: {problem}.", field="values")
     with transaction.atomic():
         current = LabelSchema.objects.select_for_update().get(pk=schema.pk)
         if not current.is_active:

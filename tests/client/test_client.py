@@ -3,6 +3,7 @@ server on the test database) and, where a job must run, the suite's Celery worke
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -18,7 +19,7 @@ from labeling.models import StepLabel
 from scoring.models import StepScore
 from tests.conftest import REALDATA
 from trajectories.formats import parser_for
-from trajectories.formats.base import ParsedTrajectory
+from trajectories.formats.base import ParsedDecisive, ParsedTrajectory
 from trajectories.formats.stepscope import to_record
 from trajectories.models import ImportBatch, Project, Trajectory
 
@@ -65,6 +66,13 @@ def test_parsed_trajectories_are_pushed_as_stepscope_writes_them(
     assert len(parsed) == 400
     # The client's copy of the format must write what Stepscope's own writer writes.
     assert [trajectory_record(t) for t in parsed] == [to_record(t) for t in parsed]
+    decided = dataclasses.replace(parsed[0], decisive=ParsedDecisive("assistant", 1, "why"))
+    assert trajectory_record(decided) == to_record(decided)
+    assert trajectory_record(decided)["decisive"] == {
+        "agent": "assistant",
+        "step": 1,
+        "reason": "why",
+    }
 
     pushed = stepscope.push_trajectories(project.slug, parsed[:50], chunk_size=20)
 

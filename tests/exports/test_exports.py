@@ -107,7 +107,9 @@ def test_stepscope_export_round_trips_the_real_files(tmp_path: Path, path: Path,
     assert snapshot(copy) == snapshot(source)
 
 
-def full_record(external_id: str, first_error_index: int | None) -> dict[str, Any]:
+def full_record(
+    external_id: str, first_error_index: int | None, decisive: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """A Stepscope record with every field written out, as the export writes it."""
     return {
         "id": external_id,
@@ -117,6 +119,7 @@ def full_record(external_id: str, first_error_index: int | None) -> dict[str, An
         "model": "gpt-4o",
         "outcome": {"reward": 0.5, "success": False},
         "first_error_index": first_error_index,
+        "decisive": decisive,
         "metadata": {"seed": 7, "nested": {"list": [1, None, "x"]}},
         "steps": [
             {
@@ -162,7 +165,14 @@ def full_record(external_id: str, first_error_index: int | None) -> dict[str, An
 
 @pytest.mark.django_db
 def test_stepscope_file_round_trips_every_field(tmp_path: Path) -> None:
-    originals = [full_record("found", 2), full_record("clean", -1), full_record("unjudged", None)]
+    decisive = {"agent": "solver", "step": 2, "reason": "miscounts the r's"}
+    originals = [
+        full_record("found", 2, decisive),
+        full_record("clean", -1),
+        full_record("unjudged", None),
+        # A decisive failure without a first error still makes the import's verdict.
+        full_record("decided", None, {"agent": "", "step": 1, "reason": ""}),
+    ]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in originals))
     project = project_create(slug="own", name="own")

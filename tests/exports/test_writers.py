@@ -307,9 +307,11 @@ def test_stepscope_record_is_the_importers_own_shape() -> None:
         "model",
         "outcome",
         "first_error_index",
+        "decisive",
         "metadata",
         "steps",
     ]
+    assert record["decisive"] is None
     assert record["outcome"] == {"reward": 1.0, "success": True}
     assert record["steps"][1] == {
         "kind": "tool_call",
@@ -834,7 +836,15 @@ def documented_rollouts() -> list[ExportTrajectory]:
             42,
             [
                 step("3 * 4 = 12.", 1, credit=0.12),
-                step("12 + 2 = 15.", -1, credit=-0.55, correction="12 + 2 = 14."),
+                step(
+                    "12 + 2 = 15.",
+                    -1,
+                    credit=-0.55,
+                    correction="12 + 2 = 14.",
+                    critique="12 + 2 is 14, not 15.",
+                    judgment="12 + 2 is 14, not 15.\n\n\\boxed{-1}",
+                    judge_verdict=-1,
+                ),
                 step("The answer is 15.", None, kind="answer", credit=-0.1),
             ],
             external_id="run-42",
@@ -857,12 +867,14 @@ def test_docs_show_records_the_builders_make() -> None:
         "dpo",
         "kto",
         "sft",
+        "critique",
         "rl",
         "rl-prompts",
     }
     assert set(examples) == outputs
     for output, documented in examples.items():
         format_name = "rl" if output.startswith("rl") else output
-        made = list(records(format_name, documented_rollouts(), options(), output=output))
+        chosen = options(critiques="judge") if output == "critique" else options()
+        made = list(records(format_name, documented_rollouts(), chosen, output=output))
         for record in documented:
             assert record in made, output

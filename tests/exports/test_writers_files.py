@@ -47,7 +47,15 @@ def corpus(tasks: int = 6) -> list[ExportTrajectory]:
         task = f"Tâche {number}: what is 2 + 3 * 4?"
         shared = [
             step(task, role="user", kind="message"),
-            step("3 * 4 = 12.", 1, score=0.9, credit=0.1),
+            step(
+                "3 * 4 = 12.",
+                1,
+                score=0.9,
+                credit=0.1,
+                critique="Right: 3 * 4 is 12.",
+                judgment="Right: 3 * 4 is 12.\n\\boxed{+1}",
+                judge_verdict=1,
+            ),
             step(
                 "Check it.",
                 1,
@@ -78,7 +86,16 @@ def corpus(tasks: int = 6) -> list[ExportTrajectory]:
                 2 * number + 1,
                 [
                     *shared,
-                    step("12 + 2 = 15.", -1, score=0.2, credit=-0.6, correction="12 + 2 = 14."),
+                    step(
+                        "12 + 2 = 15.",
+                        -1,
+                        score=0.2,
+                        credit=-0.6,
+                        correction="12 + 2 = 14.",
+                        critique="<b>Wrong</b>: 12 + 2 is 14.",
+                        judgment="<b>Wrong</b>: 12 + 2 is 14.\n\\boxed{-1}",
+                        judge_verdict=-1,
+                    ),
                     step("The answer is 15.", 0, score=0.1),
                 ],
                 task=task,
@@ -184,13 +201,17 @@ def test_splits_never_share_a_task(tmp_path: Path) -> None:
 # --- determinism --------------------------------------------------------------------------
 
 
+# What a format needs beyond the defaults to give records from the corpus.
+FORMAT_OPTIONS: dict[str, dict[str, Any]] = {"critique": {"critiques": "judge"}}
+
+
 def export_twice(tmp_path: Path, format_name: str, **arguments: Any) -> tuple[str, str, Path]:
     shas = []
     for run in ("one", "two"):
         result = write_export(
             corpus(),
             format_name=format_name,
-            options=options(),
+            options=options(**FORMAT_OPTIONS.get(format_name, {})),
             out_dir=tmp_path / run,
             splits=parse_split_spec("train=0.5,test=0.5"),
             seed=3,
@@ -486,6 +507,15 @@ FLAT_FEATURES: dict[str, dict[str, Any]] = {
         "label": V("int64"),
     },
     "dpo": {"prompt": V("string"), "chosen": V("string"), "rejected": V("string")},
+    "critique": {
+        "id": V("string"),
+        "step_index": V("int64"),
+        "prompt": V("string"),
+        "completion": V("string"),
+        "verdict": V("int64"),
+        "label": V("int64"),
+        "agrees": V("bool"),
+    },
     "kto": {"prompt": V("string"), "completion": V("string"), "label": V("bool")},
     "rl": {
         "trajectory_id": V("int64"),
@@ -525,17 +555,18 @@ LOADABLE = [
 def test_every_format_loads_with_datasets(
     tmp_path: Path, format_name: str, container: str, compress: bool
 ) -> None:
+    chosen = options(**FORMAT_OPTIONS.get(format_name, {}))
     result = write_export(
         corpus(),
         format_name=format_name,
-        options=options(),
+        options=chosen,
         out_dir=tmp_path / "out",
         container=container,  # type: ignore[arg-type]
         compress=compress,
     )
     for file in result.files:
         dataset = load(file.path, tmp_path / "hf")
-        expected = list(records(format_name, corpus(), options(), output=file.output))
+        expected = list(records(format_name, corpus(), chosen, output=file.output))
         assert dataset.num_rows == file.rows == len(expected) > 0
         assert dataset.column_names == list(expected[0])
         if file.output in FLAT_FEATURES:

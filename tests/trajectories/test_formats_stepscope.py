@@ -18,6 +18,7 @@ from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import (
     FieldError,
     FileError,
+    ParsedDecisive,
     ParsedLabel,
     ParsedStep,
     ParsedTrajectory,
@@ -273,6 +274,21 @@ def broken(change: dict[str, Any]) -> dict[str, Any]:
             "already labels this step",
         ),
         ({"steps.2.labels": [{"value": 1}]}, "steps.2.labels", "labelable false"),
+        ({"decisive": "solver"}, "decisive", "expected dict, got str"),
+        ({"decisive": {}}, "decisive", "names neither an agent nor a step"),
+        ({"decisive": {"reason": "why"}}, "decisive", "names neither an agent nor a step"),
+        ({"decisive": {"agent": "solver", "stepp": 1}}, "decisive.stepp", "unknown field"),
+        ({"decisive": {"step": 4}}, "decisive.step", "is 4; expected a step index from 0 to 3"),
+        ({"decisive": {"step": -1}}, "decisive.step", "from 0 to 3"),
+        ({"decisive": {"step": "1"}}, "decisive.step", "expected int, got str"),
+        ({"decisive": {"step": True}}, "decisive.step", "expected int, got bool"),
+        ({"decisive": {"agent": 3}}, "decisive.agent", "expected str, got int"),
+        (
+            {"decisive": {"agent": "user-sim", "step": 0}},
+            "decisive.agent",
+            "is 'user-sim', not one of the trajectory's agents (solver)",
+        ),
+        ({"decisive": {"agent": "solver", "reason": 1}}, "decisive.reason", "expected str"),
     ],
 )
 def test_malformed_record_names_its_field(
@@ -430,4 +446,50 @@ def test_plain_step_check_takes_the_common_step() -> None:
     raw = {"kind": "thought", "content": "2 + 2 = 4", "labels": []}
     assert stepscope._plain_step(raw) == ParsedStep(
         kind="thought", role="assistant", content="2 + 2 = 4", labelable=True
+    )
+
+
+@pytest.mark.parametrize(
+    ("decisive", "expected"),
+    [
+        (
+            {"agent": "solver", "step": 1, "reason": "counted <b>wrong</b>"},
+            ParsedDecisive(agent="solver", step_index=1, reason="counted <b>wrong</b>"),
+        ),
+        ({"step": 3}, ParsedDecisive(agent="", step_index=3, reason="")),
+        ({"agent": "solver", "step": None}, ParsedDecisive(agent="solver", step_index=None)),
+        (None, None),
+    ],
+)
+def test_decisive_failure_is_read_and_written_back(
+    tmp_path: Path, decisive: dict[str, Any] | None, expected: ParsedDecisive | None
+) -> None:
+    record = broken({"decisive": decisive})
+    [parsed] = trajectories(list(parse(write_lines(tmp_path / "runs.jsonl", [record]))))
+    assert parsed.decisive == expected
+    written = to_record(parsed)
+    assert list(written).index("decisive") == list(written).index("first_error_index") + 1
+    again = write_lines(tmp_path / "again.jsonl", [written])
+    assert trajectories(list(parse(again)))[0].decisive == expected
+
+
+def test_decisive_agent_is_a_role_where_no_step_names_an_agent(tmp_path: Path) -> None:
+    record = {
+        "id": "m1",
+        "task": "t",
+        "steps": [
+            {"role": "user", "content": "go"},
+            {"role": "Orchestrator (thought)", "content": "plan", "labelable": True},
+            {"role": "WebSurfer", "content": "search", "labelable": True},
+        ],
+        "decisive": {"agent": "WebSurfer", "step": 2},
+    }
+    bad = dict(record, id="m2", decisive={"agent": "Orchestrator (thought)"})
+    results = list(parse(write_lines(tmp_path / "runs.jsonl", [record, bad])))
+    assert isinstance(results[0], ParsedTrajectory)
+    assert results[0].decisive == ParsedDecisive(agent="WebSurfer", step_index=2)
+    assert results[1] == RecordError(
+        "line 2",
+        "decisive.agent",
+        "is 'Orchestrator (thought)', not one of the trajectory's agents (Orchestrator, WebSurfer)",
     )

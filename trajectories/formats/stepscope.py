@@ -12,11 +12,13 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from trajectories.agents import trajectory_agents
 from trajectories.formats import jsonio, register
 from trajectories.formats.base import (
     STEP_KINDS,
     FieldError,
     FileError,
+    ParsedDecisive,
     ParsedLabel,
     ParsedStep,
     ParsedTrajectory,
@@ -36,6 +38,7 @@ TRAJECTORY_KEYS = (
     "model",
     "outcome",
     "first_error_index",
+    "decisive",
     "metadata",
     "steps",
 )
@@ -52,6 +55,7 @@ STEP_KEYS = (
     "labels",
 )
 LABEL_KEYS = ("annotator", "value")
+DECISIVE_KEYS = ("agent", "step", "reason")
 
 
 @register("stepscope", label="Stepscope JSONL")
@@ -133,6 +137,7 @@ def to_record(trajectory: ParsedTrajectory) -> dict[str, Any]:
         "model": trajectory.model_name,
         "outcome": {"reward": trajectory.outcome_reward, "success": trajectory.success},
         "first_error_index": trajectory.first_error_index,
+        "decisive": _decisive_record(trajectory.decisive),
         "metadata": trajectory.metadata,
         "steps": [
             {
@@ -180,6 +185,7 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
             f"is {first_error_index}; expected -1 (no error) or a step index "
             f"from 0 to {len(steps) - 1}",
         )
+    decisive = _decisive(record, steps)
     return ParsedTrajectory(
         external_id=external_id,
         task=task,
@@ -192,11 +198,46 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
         first_error_index=first_error_index,
         metadata=_optional(record, "metadata", dict, {}),
         labels=labels,
+        decisive=decisive,
         # Our own format is lossless, so the parsed trajectory is the record; keeping a
         # second copy would double what an import writes.
         raw=None,
         location=location,
     )
+
+
+def _decisive_record(decisive: ParsedDecisive | None) -> dict[str, Any] | None:
+    if decisive is None:
+        return None
+    return {"agent": decisive.agent, "step": decisive.step_index, "reason": decisive.reason}
+
+
+def _decisive(record: dict[str, Any], steps: list[ParsedStep]) -> ParsedDecisive | None:
+    """The decisive failure (which agent, at which step, decided that the run failed):
+    null or absent for none; else ``agent`` one of the trajectory's agents
+    (``trajectories.agents``), ``step`` one of its step indexes, at least one of the two
+    given, and an optional ``reason``."""
+    raw = _optional(record, "decisive", dict, None, nullable=True)
+    if raw is None:
+        return None
+    _reject_unknown_keys(raw, DECISIVE_KEYS, "decisive")
+    agent = _optional(raw, "agent", str, "", "decisive")
+    step = _optional(raw, "step", int, None, "decisive", nullable=True)
+    reason = _optional(raw, "reason", str, "", "decisive")
+    if step is not None and not 0 <= step < len(steps):
+        raise FieldError(
+            "decisive.step", f"is {step}; expected a step index from 0 to {len(steps) - 1}"
+        )
+    if agent:
+        agents = trajectory_agents((s.agent, s.role, s.labelable) for s in steps)
+        if agent not in agents:
+            raise FieldError(
+                "decisive.agent",
+                f"is {agent!r}, not one of the trajectory's agents ({', '.join(agents) or 'none'})",
+            )
+    elif step is None:
+        raise FieldError("decisive", "names neither an agent nor a step; write null for none")
+    return ParsedDecisive(agent=agent, step_index=step, reason=reason)
 
 
 def _outcome(record: dict[str, Any]) -> tuple[float | None, bool | None]:

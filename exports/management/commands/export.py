@@ -1,5 +1,6 @@
 """python manage.py export --project SLUG --format FORMAT --labels SOURCE --neutral MAP
---out DIR [--selection NAME] [--split train=0.9,test=0.1 --seed S] [--credit-run ID] [...]"""
+--out DIR [--selection NAME] [--split train=0.9,test=0.1 --seed S] [--credit-run ID]
+[--critiques JUDGE [--critique-rows all|agreeing]] [--decisive SOURCE] [...]"""
 
 from __future__ import annotations
 
@@ -63,6 +64,27 @@ class Command(BaseCommand):
             " (the default)",
         )
 
+        parser.add_argument(
+            "--critiques",
+            default=None,
+            metavar="JUDGE",
+            help="an llm-judge scorer whose critiques go beside trl-stepwise's labels"
+            " (needed by --format critique)",
+        )
+        parser.add_argument(
+            "--critique-rows",
+            choices=["all", "agreeing"],
+            default=None,
+            help="critique: every parsed verdict, or only those that agree with the label",
+        )
+        parser.add_argument(
+            "--decisive",
+            default=None,
+            metavar="SOURCE",
+            help="human:<user>, import:<source> or model:<scorer>: whose decisive failure"
+            " goes in each trajectory-level record (stepscope writes the label source's)",
+        )
+
     def handle(self, *args: Any, **options: Any) -> None:
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None:
@@ -74,6 +96,9 @@ class Command(BaseCommand):
                 ("pair_value", "pair_value"),
                 ("sft", "sft"),
                 ("stop_at_first_error", "stop_at_first_error"),
+                ("critiques", "critiques"),
+                ("critique_rows", "critique_rows"),
+                ("decisive", "decisive"),
             )
             if options[name] is not None
         }
