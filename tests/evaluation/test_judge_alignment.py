@@ -396,3 +396,36 @@ def test_api_gives_the_same_figures(world: dict[str, Any], owner: User) -> None:
     )
     not_judge = client.get(f"/api/v1/scorers/{prm.pk}/alignment/")
     assert not_judge.status_code == 400 and "not an llm-judge" in not_judge.json()["scorer"]
+
+
+def test_trajectory_mode_replies_give_step_values(project: Project, world: dict[str, Any]) -> None:
+    """A trajectory-mode judge names the first wrong step: the steps before it count
+    good, that step bad, later ones unjudged; -1 makes every step good. On A (human
+    [+1, +1, -1]) it names step 1: A0 good (agrees), A1 bad (disagrees), A2 not counted;
+    on C (human [+1, +1]) it says -1: both good."""
+    judge = judge_create(
+        name="pb-judge", model_ref="tiny", project=project, parameters={"mode": "trajectory"}
+    )
+    prompt = judge.prompts.get(version=1)
+    run = ScoringRun.objects.create(
+        project=project, scorer=judge, prompt=prompt, status=ScoringRun.Status.DONE
+    )
+    for trajectory, verdict in ((world["a"], 1), (world["c"], -1)):
+        JudgeReply.objects.create(
+            run=run,
+            scorer=judge,
+            prompt=prompt,
+            key=f"t{trajectory.pk}",
+            trajectory=trajectory,
+            text=f"\\boxed{{{verdict}}}",
+            critique="step 1 divides by zero" if verdict == 1 else "all fine",
+            verdict=verdict,
+        )
+    query = alignment_query_build(project, judge, source="human:majority")
+    result = alignment_run(query)
+    figures = row(result, 1).figures
+    assert (figures.steps, figures.trajectories) == (4, 2)
+    assert figures.confusion.tolist() == [[0, 0, 0], [0, 0, 0], [1, 0, 3]]
+    listed, _ = disagreements(query, result, prompt)
+    assert [(d.trajectory, d.index, d.verdict) for d in listed] == [("A", 1, "first wrong step 1")]
+    assert listed[0].critique == "step 1 divides by zero"
