@@ -150,8 +150,8 @@ def version_figures(
         for start in range(0, resamples, block):
             count = min(block, resamples - start)
             picks = rng.integers(0, n, size=(count, n))
-            weights = np.zeros((count, n), dtype=np.float64)
-            np.add.at(weights, (np.repeat(np.arange(count), n), picks.ravel()), 1.0)
+            cells = (picks + (np.arange(count) * n)[:, None]).ravel()
+            weights = np.bincount(cells, minlength=count * n).reshape(count, n).astype(np.float64)
             for i, part in enumerate(_figures(weights, per_trajectory, erroneous, hit, bad)):
                 samples[i].append(part)
     estimates = []
