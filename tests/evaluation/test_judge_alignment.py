@@ -429,3 +429,32 @@ def test_trajectory_mode_replies_give_step_values(project: Project, world: dict[
     listed, _ = disagreements(query, result, prompt)
     assert [(d.trajectory, d.index, d.verdict) for d in listed] == [("A", 1, "first wrong step 1")]
     assert listed[0].critique == "step 1 divides by zero"
+
+
+def test_disagreements_come_a_page_at_a_time(
+    project: Project, world: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version that answers every step against the human label disagrees on all
+    seven (each is good or bad): three a page, in trajectory and step order."""
+    from evaluation import alignment as alignment_module
+
+    monkeypatch.setattr(alignment_module, "PAGE_SIZE", 3)
+    judge = world["judge"]
+    contrary = JudgePrompt.objects.create(scorer=judge, version=2, template="{step}")
+    answers: dict[Step, int | None] = {}
+    for trajectory, labels in (
+        (world["a"], [1, 1, -1]),
+        (world["b"], [1, -1]),
+        (world["c"], [1, 1]),
+    ):
+        for step, label in zip(steps_of(trajectory), labels, strict=True):
+            answers[step] = -label
+    judge_run(judge, contrary, answers)
+    query = alignment_query_build(project, judge)
+    result = alignment_run(query)
+    pages = [disagreements(query, result, contrary, page=n) for n in (1, 2, 3)]
+    assert [len(listed) for listed, _ in pages] == [3, 3, 1]
+    assert [more for _, more in pages] == [True, True, False]
+    seen = [(d.trajectory, d.index) for listed, _ in pages for d in listed]
+    assert seen == [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("C", 1)]
+    assert row(result, 2).figures.kappa.value < 0
