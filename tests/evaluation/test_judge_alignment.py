@@ -458,3 +458,19 @@ def test_disagreements_come_a_page_at_a_time(
     seen = [(d.trajectory, d.index) for listed, _ in pages for d in listed]
     assert seen == [("A", 0), ("A", 1), ("A", 2), ("B", 0), ("B", 1), ("C", 0), ("C", 1)]
     assert row(result, 2).figures.kappa.value < 0
+
+
+def test_the_prompts_api_shows_a_versions_examples(
+    project: Project, world: dict[str, Any], owner: User
+) -> None:
+    step = steps_of(world["a"])[1]
+    judge_examples_add(
+        project=project,
+        scorer=world["judge"],
+        base=world["v1"],
+        step_ids=[step.pk],
+        source=LabelSource("human", "majority"),
+    )
+    versions = api(owner).get(f"/api/v1/scorers/{world['judge'].pk}/prompts/").json()
+    listed = versions["results"] if isinstance(versions, dict) else versions
+    assert [(v["version"], v["example_steps"]) for v in listed] == [(2, [step.pk]), (1, [])]
