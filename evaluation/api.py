@@ -1,5 +1,7 @@
-"""/api/v1/compare/: a scorer against a label source, as JSON. The project lookup makes
-anything outside the user's projects a 404."""
+"""/api/v1/compare/: a scorer against a label source, as JSON; and
+/api/v1/scorers/<id>/alignment/: every prompt version of an LLM judge against a human
+label source. The project and scorer lookups make anything outside the user's projects a
+404."""
 
 from __future__ import annotations
 
@@ -8,13 +10,18 @@ from typing import Any, cast
 from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from evaluation import compare, decisive
-from evaluation.serializers import CompareParamsSerializer, DecisiveParamsSerializer
+from evaluation import alignment, compare, decisive
+from evaluation.serializers import (
+    AlignmentParamsSerializer,
+    CompareParamsSerializer,
+    DecisiveParamsSerializer,
+)
 from labeling import selectors
+from scoring.selectors import scorer_get_for_user
 from trajectories.selectors import project_get_for_user
 
 
@@ -77,7 +84,44 @@ class DecisiveCompareView(generics.GenericAPIView[Any]):
         return Response(result.as_json())
 
 
+class JudgeAlignmentView(generics.GenericAPIView[Any]):
+    """Every prompt version of an LLM judge against a human label source (``source``,
+    default ``human:majority``): kappa, bad-step F1 and first-error F1 with bootstrap
+    intervals, agent and step accuracy of its failure verdicts against ``decisive``,
+    parse failures, calls and tokens; the numbers of the judge alignment page."""
+
+    serializer_class = AlignmentParamsSerializer
+    pagination_class = None
+
+    @extend_schema(parameters=[AlignmentParamsSerializer], responses={200: dict})
+    def get(self, request: Request, pk: int) -> Response:
+        params = AlignmentParamsSerializer(data=request.query_params)
+        params.is_valid(raise_exception=True)
+        data = params.validated_data
+        scorer = scorer_get_for_user(request.user, pk)
+        slug = str(data["project"]) or (scorer.project.slug if scorer.project else "")
+        if not slug:
+            raise ValidationError(
+                {"project": "this scorer is offered to every project: name one (?project=)"}
+            )
+        project = project_get_for_user(request.user, slug)
+        if not selectors.can_compare(request.user, project):
+            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        try:
+            scorer = alignment.judge_for_project(project, pk)
+            query = alignment.alignment_query_build(
+                project, scorer, source=str(data["source"]), decisive=str(data["decisive"])
+            )
+        except alignment.NotFound as error:
+            raise NotFound(str(error)) from None
+        except ValueError as error:
+            field, _, message = str(error).partition(": ")
+            raise ValidationError({field: message} if message else {"detail": str(error)}) from None
+        return Response(alignment.alignment_run(query).as_json())
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("compare/", CompareView.as_view(), name="api-compare"),
     path("compare/decisive/", DecisiveCompareView.as_view(), name="api-compare-decisive"),
+    path("scorers/<int:pk>/alignment/", JudgeAlignmentView.as_view(), name="scorer-alignment"),
 ]

@@ -30,3 +30,30 @@ class DecisiveParamsSerializer(serializers.Serializer[dict[str, object]]):
         max_length=300, help_text="model:<scorer> or human:<username>"
     )
     k = serializers.IntegerField(required=False, default=1, min_value=0, max_value=50)
+
+
+class AlignmentParamsSerializer(serializers.Serializer[dict[str, object]]):
+    """The query parameters of ``GET /api/v1/scorers/<id>/alignment/``."""
+
+    project = serializers.SlugField(
+        required=False,
+        default="",
+        allow_blank=True,
+        help_text="needed for a scorer offered to every project; else the scorer's own",
+    )
+    # The metaclass takes declared fields off the class, so this does not shadow
+    # ``Field.source`` at run time; mypy sees only the class attribute.
+    source = serializers.CharField(  # type: ignore[assignment]
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=300,
+        help_text="e.g. human:majority",
+    )
+    decisive = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=300,
+        help_text="a human decisive-failure source, e.g. import:who-and-when",
+    )

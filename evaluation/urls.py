@@ -1,6 +1,6 @@
 from django.urls import path
 
-from evaluation import views
+from evaluation import alignment_views, views
 
 urlpatterns = [
     # Model against humans, and where failed rollouts go wrong.
@@ -25,6 +25,22 @@ urlpatterns = [
     ),
     path("p/<slug:slug>/failures/", views.failure_overview, name="failure-overview"),
     path("p/<slug:slug>/failures/list/", views.failure_list, name="failure-list"),
+    # How far to trust each prompt version of an LLM judge.
+    path(
+        "p/<slug:slug>/judges/<int:pk>/alignment/",
+        alignment_views.judge_alignment,
+        name="judge-alignment",
+    ),
+    path(
+        "p/<slug:slug>/judges/<int:pk>/alignment/examples/",
+        alignment_views.judge_alignment_examples,
+        name="judge-alignment-examples",
+    ),
+    path(
+        "p/<slug:slug>/judges/<int:pk>/alignment/score/",
+        alignment_views.judge_alignment_score,
+        name="judge-alignment-score",
+    ),
     # A rollout against another of its task.
     path("t/<int:pk>/compare/", views.rollout_diff, name="rollout-diff"),
 ]

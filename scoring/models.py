@@ -169,6 +169,10 @@ class JudgePrompt(models.Model):
     system = models.TextField(blank=True)
     template = models.TextField()
     note = models.CharField(max_length=200, blank=True)
+    # Ids of the steps this version shows as few-shot examples (chosen on the judge
+    # alignment page): their trajectories are left out of this version's metrics, which
+    # would otherwise grade the judge on answers it was given.
+    example_steps = models.JSONField(default=list, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )

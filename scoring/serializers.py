@@ -32,7 +32,7 @@ class JudgePromptCreateSerializer(StrictSerializer):
 class JudgePromptSerializer(serializers.ModelSerializer[JudgePrompt]):
     class Meta:
         model = JudgePrompt
-        fields = ["id", "version", "system", "template", "note", "created_at"]
+        fields = ["id", "version", "system", "template", "note", "example_steps", "created_at"]
         read_only_fields = fields
 
 

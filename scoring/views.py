@@ -50,6 +50,7 @@ def _section(
         "runs": selectors.scoring_runs_recent(project),
         "attribution_runs": selectors.attribution_runs_recent(project),
         "scorers": scorers,
+        "judges": [s for s in scorers if s.kind == Scorer.Kind.LLM_JUDGE],
         "run_form": run_form or ScoringRunForm(scorers=scorers, project=project),
         "train_form": train_form or TrainHeadForm(),
         "methods": methods.METHODS.values(),

@@ -93,10 +93,12 @@ def judge_prompt_create(
     system: str | None = None,
     template: str | None = None,
     note: str = "",
+    example_steps: list[int] | None = None,
     user: User | None = None,
 ) -> JudgePrompt:
     """The judge's next prompt version. ``None`` takes the mode's default text; an unknown
-    placeholder or unbalanced brace is refused here, naming it."""
+    placeholder or unbalanced brace is refused here, naming it. ``example_steps`` are the
+    steps the text shows as few-shot examples (``services/judge_examples.py``)."""
     from scoring.services.scores import ScoringError
 
     if scorer.kind != Scorer.Kind.LLM_JUDGE:
@@ -119,6 +121,7 @@ def judge_prompt_create(
             system=system,
             template=template,
             note=note,
+            example_steps=list(example_steps or []),
             created_by=user,
         )
 

@@ -140,6 +140,11 @@ ACCESS: dict[str, dict[str, str]] = {
     "compare-disagreements": _GET_ONLY,
     "compare-disagreement-queue": _CANCEL,
     "failure-overview": _GET_ONLY,
+    # A judge's alignment page: readers as for compare; a new prompt version or a run is
+    # for researchers and admins (an empty form names what is missing: 400).
+    "judge-alignment": _GET_ONLY,
+    "judge-alignment-examples": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
+    "judge-alignment-score": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "failure-list": _GET_ONLY,
     # Scoring and attribution.
     "scoring-section": _GET_ONLY,
@@ -190,6 +195,7 @@ ACCESS: dict[str, dict[str, str]] = {
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:api-compare-decisive": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
+    "api:scorer-alignment": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
     "api:label-bulk": _API_POST_ONLY,

@@ -31,7 +31,15 @@ from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
-from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
+from scoring.models import (
+    AttributionRun,
+    JudgePrompt,
+    JudgeReply,
+    Scorer,
+    ScoringRun,
+    StepCredit,
+    StepScore,
+)
 from tests.factories import MembershipFactory, TrajectoryFactory, UserFactory
 from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
@@ -65,6 +73,8 @@ class World:
     selection: Selection
     scorer: Scorer
     scoring_run: ScoringRun
+    # An LLM judge with one prompt version and a reply (its critique is free text).
+    judge: Scorer
     attribution_run: AttributionRun
     policy: Policy
     rollout_job: RolloutJob
@@ -116,6 +126,8 @@ class World:
             ("attribution-runs", self.attribution_run.pk),
             ("rollout-jobs", self.rollout_job.pk),
             ("rollouts", self.rollout_job.pk),
+            ("p/<slug:slug>/judges/", self.judge.pk),
+            ("scorers/<int:pk>/alignment/", self.judge.pk),
             ("scorers", self.scorer.pk),
             ("policies", self.policy.pk),
             ("labels", self.label.pk),
@@ -189,6 +201,42 @@ def body(response: Any) -> str:
     if getattr(response, "streaming", False):
         return b"".join(response.streaming_content).decode(errors="replace")
     return str(response.content.decode(errors="replace"))
+
+
+def _judge(project: Project, step: Step, text: str, admin: User) -> Scorer:
+    """An LLM judge of the project whose one run said the world's step is right (the
+    annotator's label says wrong: a disagreement, listed with both texts), with
+    ``text`` in its prompt note and its critique."""
+    judge = Scorer.objects.create(
+        project=project,
+        name="world-judge",
+        kind=Scorer.Kind.LLM_JUDGE,
+        model_ref="tiny",
+        parameters={"mode": "per-step"},
+    )
+    prompt = JudgePrompt.objects.create(
+        scorer=judge, version=1, template="Judge {step}", note=f"note {text}"[:200]
+    )
+    run = ScoringRun.objects.create(
+        project=project,
+        scorer=judge,
+        prompt=prompt,
+        status=ScoringRun.Status.DONE,
+        created_by=admin,
+    )
+    JudgeReply.objects.create(
+        run=run,
+        scorer=judge,
+        prompt=prompt,
+        key=f"s{step.pk}",
+        trajectory_id=step.trajectory_id,
+        step=step,
+        text=f"reply {text}",
+        critique=f"critique {text}",
+        verdict=1,
+        value=1.0,
+    )
+    return judge
 
 
 def route_query(route: Route, world: World) -> str:
@@ -426,6 +474,7 @@ def build_world(
         created_by=users["admin"],
     )
     StepCredit.objects.create(step=step, run=attribution_run, value=0.5, level=0.25)
+    judge = _judge(project, step, text, users["admin"])
     policy = Policy.objects.create(project=project, name=f"policy{text}", model_ref="tiny")
     rollout_job = RolloutJob.objects.create(
         project=project,
@@ -452,6 +501,7 @@ def build_world(
         selection=selection,
         scorer=scorer,
         scoring_run=scoring_run,
+        judge=judge,
         attribution_run=attribution_run,
         policy=policy,
         rollout_job=rollout_job,
