@@ -21,6 +21,7 @@ from trajectories.services.invites import (
     invite_accept,
     invite_create,
     invite_get_usable,
+    invite_join,
     invite_revoke,
 )
 from trajectories.services.members import (
@@ -53,6 +54,7 @@ __all__ = [
     "invite_accept",
     "invite_create",
     "invite_get_usable",
+    "invite_join",
     "invite_revoke",
     "member_add",
     "member_remove",
