@@ -24,6 +24,7 @@ from trajectories.services import (
     INVITE_DAYS,
     InviteUnusable,
     MemberError,
+    SlugTaken,
     invite_accept,
     invite_create,
     invite_get_usable,
@@ -46,14 +47,18 @@ def project_list(request: HttpRequest) -> HttpResponse:
         if not may_create:
             raise PermissionDenied("Only staff create projects here.")
         if form.is_valid():
-            project = project_create(
-                owner=cast(User, request.user),
-                slug=form.cleaned_data["slug"],
-                name=form.cleaned_data["name"],
-                guidelines=form.cleaned_data["guidelines"],
-            )
-            messages.success(request, f"Project {project.name!r} created; you are its admin.")
-            return redirect("project-home", slug=project.slug)
+            try:
+                project = project_create(
+                    owner=cast(User, request.user),
+                    slug=form.cleaned_data["slug"],
+                    name=form.cleaned_data["name"],
+                    guidelines=form.cleaned_data["guidelines"],
+                )
+            except SlugTaken as taken:  # taken since the form's check
+                form.add_error("slug", taken.message)
+            else:
+                messages.success(request, f"Project {project.name!r} created; you are its admin.")
+                return redirect("project-home", slug=project.slug)
     # A refused form re-renders with its errors.
     context = {
         "projects": selectors.project_list_for_user(request.user),
@@ -291,6 +296,6 @@ def _invite_join(request: HttpRequest, secret: str, page: dict[str, object]) -> 
     if not user.is_authenticated:
         page["form"] = InviteAcceptForm()
         return render(request, "home/invite_accept.html", page, status=400)
-    project = page["invited_project"]
+    project = cast(Project, page["invited_project"])
     page["membership"] = Membership.objects.filter(user=user, project=project).first()
     return render(request, "home/invite_join.html", page, status=400)
