@@ -387,3 +387,15 @@ def test_the_admin_form_refuses_what_the_api_refuses(project: Project, models_di
     assert not form.is_valid()
     assert "STEPSCOPE_ALLOW_REMOTE_CODE" in form.errors["trust_remote_code"][0]
     assert ScorerForm({**data, "model_ref": "prm"}).is_valid()
+
+
+def test_policies_get_the_same_check(project: Project, models_dir: Path) -> None:
+    from rollouts.models import Policy
+    from rollouts.services import RolloutError, policy_create
+
+    with pytest.raises(RolloutError, match="outside the model directories"):
+        policy_create(name="p", model_ref=f"{models_dir}/../..", project=project)
+    with pytest.raises(RolloutError, match="trust_remote_code is off"):
+        policy_create(name="p", model_ref="prm", project=project, trust_remote_code=True)
+    assert not Policy.objects.exists()
+    assert policy_create(name="p", model_ref="prm", project=project).model_ref == "prm"
