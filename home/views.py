@@ -24,9 +24,11 @@ from trajectories.services import (
     INVITE_DAYS,
     InviteUnusable,
     MemberError,
+    SlugTaken,
     invite_accept,
     invite_create,
     invite_get_usable,
+    invite_join,
     member_add,
     member_remove,
     member_role_set,
@@ -45,14 +47,18 @@ def project_list(request: HttpRequest) -> HttpResponse:
         if not may_create:
             raise PermissionDenied("Only staff create projects here.")
         if form.is_valid():
-            project = project_create(
-                owner=cast(User, request.user),
-                slug=form.cleaned_data["slug"],
-                name=form.cleaned_data["name"],
-                guidelines=form.cleaned_data["guidelines"],
-            )
-            messages.success(request, f"Project {project.name!r} created; you are its admin.")
-            return redirect("project-home", slug=project.slug)
+            try:
+                project = project_create(
+                    owner=cast(User, request.user),
+                    slug=form.cleaned_data["slug"],
+                    name=form.cleaned_data["name"],
+                    guidelines=form.cleaned_data["guidelines"],
+                )
+            except SlugTaken as taken:  # taken since the form's check
+                form.add_error("slug", taken.message)
+            else:
+                messages.success(request, f"Project {project.name!r} created; you are its admin.")
+                return redirect("project-home", slug=project.slug)
     # A refused form re-renders with its errors.
     context = {
         "projects": selectors.project_list_for_user(request.user),
@@ -210,16 +216,34 @@ _UNUSABLE = {
 }
 
 
+def _unusable(request: HttpRequest, unusable: InviteUnusable) -> HttpResponse:
+    context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
+    status = 404 if unusable.reason == "unknown" else 410
+    return render(request, "home/invite_unusable.html", context, status=status)
+
+
+def _welcome(request: HttpRequest, membership: Membership) -> HttpResponse:
+    messages.success(
+        request, f"Welcome, {membership.user.get_username()}: you are {membership.role}."
+    )
+    return redirect("project-home", slug=membership.project.slug)
+
+
 @require_http_methods(["GET", "POST"])
 def invite_accept_view(request: HttpRequest, secret: str) -> HttpResponse:
-    """Open to anyone with the link: choose a username and password, join, signed in."""
+    """Open to anyone with the link. Signed out: choose a username and password, join,
+    signed in. Signed in: join as yourself with one POST (``join_as`` names the account
+    the page was shown to, so a page left open across a change of account joins no one
+    by surprise)."""
     try:
         invite = invite_get_usable(secret)
     except InviteUnusable as unusable:
-        context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
-        status = 404 if unusable.reason == "unknown" else 410
-        return render(request, "home/invite_unusable.html", context, status=status)
+        return _unusable(request, unusable)
+    page: dict[str, object] = {"invite": invite, "invited_project": invite.project}
+    if request.method == "POST" and "join_as" in request.POST:
+        return _invite_join(request, secret, page)
     form = InviteAcceptForm(request.POST if request.method == "POST" else None)
+    status = 200
     if request.method == "POST":
         if form.is_valid():
             try:
@@ -229,19 +253,49 @@ def invite_accept_view(request: HttpRequest, secret: str) -> HttpResponse:
                     password=form.cleaned_data["password"],
                 )
             except InviteUnusable as unusable:
+                # Used or expired between the page and the post (it was known then).
                 context = {"message": _UNUSABLE[unusable.reason], "reason": unusable.reason}
                 return render(request, "home/invite_unusable.html", context, status=410)
             except MemberError as error:
                 form.add_error(error.field, error.message)
             else:
                 login(request, membership.user, backend="django.contrib.auth.backends.ModelBackend")
-                messages.success(
-                    request,
-                    f"Welcome, {membership.user.get_username()}: you are {membership.role}.",
-                )
-                return redirect("project-home", slug=membership.project.slug)
+                return _welcome(request, membership)
         status = 400
-    else:
-        status = 200
-    page = {"invite": invite, "form": form, "invited_project": invite.project}
+    page["form"] = form
+    if request.user.is_authenticated and "new_account" not in request.GET:
+        page["membership"] = Membership.objects.filter(
+            user=request.user, project=invite.project
+        ).first()
+        return render(request, "home/invite_join.html", page, status=status)
     return render(request, "home/invite_accept.html", page, status=status)
+
+
+def _invite_join(request: HttpRequest, secret: str, page: dict[str, object]) -> HttpResponse:
+    """The "join as me" POST: the signed-in user becomes a member; the invite is used."""
+    user = request.user
+    wanted = request.POST.get("join_as", "")
+    error = ""
+    if not user.is_authenticated:
+        error = "Sign in first to join as yourself, or choose a username and password below."
+    elif wanted != user.get_username():
+        error = (
+            f"This page was opened as {wanted!r}, but you are signed in as"
+            f" {user.get_username()!r}: reload it and join again."
+        )
+    else:
+        try:
+            membership = invite_join(secret=secret, user=cast(User, user))
+        except InviteUnusable as unusable:
+            return _unusable(request, unusable)
+        except MemberError as refused:
+            error = refused.message
+        else:
+            return _welcome(request, membership)
+    page["join_error"] = error
+    if not user.is_authenticated:
+        page["form"] = InviteAcceptForm()
+        return render(request, "home/invite_accept.html", page, status=400)
+    project = cast(Project, page["invited_project"])
+    page["membership"] = Membership.objects.filter(user=user, project=project).first()
+    return render(request, "home/invite_join.html", page, status=400)

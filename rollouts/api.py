@@ -30,6 +30,7 @@ from rollouts.serializers import (
     RolloutJobSerializer,
     StepMCSerializer,
 )
+from scoring.model_policy import model_policy
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from trajectories.models import Project
@@ -71,7 +72,12 @@ class PolicyViewSet(
             project = _managed_project(request, project.slug)
         elif not request.user.is_staff:
             raise PermissionDenied("Only staff may add a policy for every project.")
-        if data.get("trust_remote_code") and not request.user.is_staff:
+        if (
+            data.get("trust_remote_code")
+            and model_policy().allow_remote_code
+            and not request.user.is_staff
+        ):
+            # Where the operator forbids it outright, the service says so (400) instead.
             raise PermissionDenied("Only staff may allow a model to run its own code.")
         try:
             policy = services.policy_create(

@@ -18,6 +18,7 @@ from scoring.models import (
     StepCredit,
     StepScore,
 )
+from scoring.services.scores import ScoringError, scorer_model_check
 from trajectories.admin import BigTableAdmin
 
 
@@ -46,6 +47,16 @@ class ScorerForm(forms.ModelForm):
                 prm.params_for_kind(kind, cleaned.get("parameters") or {})
         except (prm.ScorerError, JudgeError) as error:
             raise forms.ValidationError({"parameters": str(error)}) from None
+        # Where the model may come from, and remote code: the check the API makes.
+        try:
+            scorer_model_check(
+                kind=kind,
+                model_ref=cleaned.get("model_ref", ""),
+                parameters=cleaned.get("parameters") or {},
+                trust_remote_code=bool(cleaned.get("trust_remote_code")),
+            )
+        except ScoringError as error:
+            raise forms.ValidationError({error.field: str(error)}) from None
         return cleaned
 
 

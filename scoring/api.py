@@ -26,6 +26,7 @@ from rest_framework.routers import SimpleRouter
 from labeling.models import Queue
 from labeling.selectors import LabelingState, can_compare, labeling_state_for_user
 from scoring import selectors, services
+from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.serializers import (
     AttributionRunCreateSerializer,
@@ -93,7 +94,12 @@ class ScorerViewSet(
             project = _managed_project(request, project.slug)
         elif not request.user.is_staff:
             raise PermissionDenied("Only staff may add a scorer for every project.")
-        if data.get("trust_remote_code") and not request.user.is_staff:
+        if (
+            data.get("trust_remote_code")
+            and model_policy().allow_remote_code
+            and not request.user.is_staff
+        ):
+            # Where the operator forbids it outright, the service says so (400) instead.
             raise PermissionDenied("Only staff may allow a model to run its own code.")
         common = {
             "project": project,
@@ -117,7 +123,7 @@ class ScorerViewSet(
             else:
                 scorer = services.scorer_create(kind=data["kind"], **common)
         except services.ScoringError as error:
-            raise ValidationError({"detail": str(error)}) from None
+            raise ValidationError({error.field or "detail": str(error)}) from None
         return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(

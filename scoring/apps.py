@@ -10,3 +10,9 @@ class ScoringConfig(AppConfig):
         # model: label source with labeling's label sources, and what labeling queues'
         # "most uncertain first" order ranks by, and the model: decisive-failure source.
         from scoring import columns, filters, queue_order, sources, verdicts  # noqa: F401
+        from scoring.model_policy import model_policy
+        from scoring.prm import model_refs
+
+        # Every model load in this process (web, worker, command) checks its model_ref
+        # and trust_remote_code against the operator's settings.
+        model_refs.POLICY_SOURCE = model_policy

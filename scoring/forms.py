@@ -5,6 +5,8 @@ from typing import Any
 from django import forms
 
 from labeling.models import Queue
+from scoring import prm
+from scoring.judges.config import BACKENDS, MODES
 from scoring.methods import METHODS
 from scoring.models import Scorer
 from scoring.services import NEUTRAL_CHOICES
@@ -31,6 +33,87 @@ class ScoringRunForm(forms.Form):
         queue = self.fields["queue"]
         assert isinstance(queue, forms.ModelChoiceField)
         queue.queryset = Queue.objects.filter(project=project).order_by("name")
+
+
+SCORER_KINDS = (
+    prm.TOKEN_CLASSIFICATION,
+    prm.STEP_TAG_LM,
+    prm.CHAT_TURN_LM,
+    prm.SEQUENCE_CLASSIFIER,
+    prm.LLM_JUDGE,
+)
+
+
+class ScorerCreateForm(forms.Form):
+    """A model scorer of the project, as ``POST /api/v1/scorers/`` makes one: a PRM kind or
+    an LLM judge (local model, or an OpenAI-compatible endpoint). The model reference is
+    checked against the operator's model directories by the service, as the API's is.
+    Further parameters (batch size, prompt format, decoding) go through the API."""
+
+    kind = forms.ChoiceField(
+        choices=[(k, k) for k in SCORER_KINDS], initial=prm.TOKEN_CLASSIFICATION
+    )
+    name = forms.CharField(
+        max_length=100, widget=forms.TextInput(attrs={"placeholder": "qwen-prm", "size": 14})
+    )
+    model_ref = forms.CharField(
+        max_length=500,
+        label="Model",
+        help_text="a directory under a model directory, or a hub id; a remote judge: the"
+        " endpoint's model name",
+        widget=forms.TextInput(attrs={"placeholder": "Qwen/Qwen2.5-Math-PRM-7B", "size": 28}),
+    )
+    queue = forms.CharField(max_length=50, initial="gpu", widget=forms.TextInput(attrs={"size": 8}))
+    backend = forms.ChoiceField(
+        choices=[(b, b) for b in BACKENDS], initial="local", required=False, label="Backend"
+    )
+    mode = forms.ChoiceField(
+        choices=[(m, m) for m in MODES], initial=MODES[0], required=False, label="Mode"
+    )
+    # Not a URLField: a compose service name ("http://vllm:8000/v1") has no dot; the
+    # judge's parameter check wants an http(s) URL.
+    base_url = forms.CharField(
+        required=False,
+        max_length=500,
+        label="Endpoint URL",
+        widget=forms.TextInput(attrs={"placeholder": "http://vllm:8000/v1", "size": 24}),
+    )
+    api_key_env = forms.CharField(
+        required=False,
+        max_length=128,
+        label="Key variable",
+        help_text="the NAME of the environment variable holding the key on the workers",
+        widget=forms.TextInput(attrs={"placeholder": "OPENAI_API_KEY", "size": 16}),
+    )
+    trust_remote_code = forms.BooleanField(required=False, label="Run the model's own code")
+
+    def __init__(self, *args: Any, allow_remote_code: bool = False, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "id_scorer_%s")
+        super().__init__(*args, **kwargs)
+        if not allow_remote_code:
+            # Off on this server (or for this user): not offered at all.
+            del self.fields["trust_remote_code"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        remote_judge = cleaned.get("kind") == prm.LLM_JUDGE and cleaned.get("backend") == "remote"
+        if remote_judge and not cleaned.get("base_url"):
+            self.add_error("base_url", "a remote judge needs its endpoint's URL")
+        return cleaned
+
+    def parameters(self) -> dict[str, Any]:
+        data = self.cleaned_data
+        if data["kind"] != prm.LLM_JUDGE:
+            return {}
+        parameters: dict[str, Any] = {
+            "backend": data["backend"] or "local",
+            "mode": data["mode"] or MODES[0],
+        }
+        if data["backend"] == "remote":
+            parameters["base_url"] = data["base_url"]
+            if data["api_key_env"]:
+                parameters["api_key_env"] = data["api_key_env"]
+        return parameters
 
 
 class TrainHeadForm(forms.Form):

@@ -6,6 +6,7 @@ urlpatterns = [
     path("p/<slug:slug>/scoring/", views.scoring_section, name="scoring-section"),
     path("p/<slug:slug>/scoring/runs/", views.scoring_run_start, name="scoring-run-start"),
     path("p/<slug:slug>/scoring/train/", views.scorer_train, name="scorer-train"),
+    path("p/<slug:slug>/scoring/scorers/", views.scorer_create, name="scorer-create"),
     path("scoring-runs/<int:pk>/", views.scoring_run_row, name="scoring-run-row"),
     path("scoring-runs/<int:pk>/cancel/", views.scoring_run_cancel, name="scoring-run-cancel"),
     path(

@@ -23,7 +23,8 @@ from django_htmx.middleware import HtmxDetails
 
 from labeling.selectors import LabelingState, labeling_state_for_user
 from scoring import methods, selectors, services
-from scoring.forms import AttributionRunForm, ScoringRunForm, TrainHeadForm
+from scoring.forms import AttributionRunForm, ScorerCreateForm, ScoringRunForm, TrainHeadForm
+from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer
 from stepscope.jobs.views import JobRows
 from trajectories.models import Project
@@ -41,6 +42,8 @@ def _section(
     run_form: ScoringRunForm | None = None,
     train_form: TrainHeadForm | None = None,
     attribution_form: AttributionRunForm | None = None,
+    scorer_form: ScorerCreateForm | None = None,
+    added: Scorer | None = None,
 ) -> HttpResponse:
     scorers = selectors.scorer_choices(project)
     can_manage = can_manage_data(request.user, project)
@@ -59,6 +62,11 @@ def _section(
         context["attribution_form"] = attribution_form or AttributionRunForm(
             scorers=selectors.scorers_with_scores(project)
         )
+        context["scorer_form"] = scorer_form or ScorerCreateForm(
+            allow_remote_code=_may_allow_remote_code(request)
+        )
+        context["added"] = added
+        context["model_dirs"] = model_policy().model_dirs
     template = "scoring/project_scoring.html"
     if request.htmx:
         template += "#scoring-section"
@@ -123,6 +131,43 @@ def scorer_train(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return _section(request, project)
     return redirect(reverse("scoring-section", args=[project.slug]))
+
+
+def _may_allow_remote_code(request: HtmxHttpRequest) -> bool:
+    # As in the API: only where the operator allows it, and then only for staff.
+    return model_policy().allow_remote_code and request.user.is_staff
+
+
+@login_required
+@require_POST
+def scorer_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Register a model scorer of the project (a PRM or an LLM judge), through the same
+    services and checks as ``POST /api/v1/scorers/``."""
+    project = _managed_project(request, slug)
+    form = ScorerCreateForm(request.POST, allow_remote_code=_may_allow_remote_code(request))
+    scorer = None
+    if form.is_valid():
+        data = form.cleaned_data
+        common: dict[str, Any] = {
+            "project": project,
+            "name": data["name"],
+            "model_ref": data["model_ref"],
+            "parameters": form.parameters(),
+            "queue": data["queue"],
+            "trust_remote_code": data.get("trust_remote_code", False),
+            "user": request.user,
+        }
+        try:
+            if data["kind"] == Scorer.Kind.LLM_JUDGE:
+                scorer = services.judge_create(**common)
+            else:
+                scorer = services.scorer_create(kind=data["kind"], **common)
+        except services.ScoringError as error:
+            form.add_error(error.field if error.field in form.fields else None, str(error))
+    if form.errors:
+        return _section(request, project, scorer_form=form)
+    # The section itself, with the new scorer in the run form and a line saying so.
+    return _section(request, project, added=scorer)
 
 
 # Each run's row polls itself while the run is active; Cancel swaps in the ended row.

@@ -187,6 +187,16 @@ WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
 # Models Stepscope trains for itself (the demo policy).
 MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
+# Where scorers, judges and policies may load local model directories from (comma
+# separated; symlinks and ".." are resolved before the check). Hub ids are not paths and
+# stay allowed. See scoring/prm/model_refs.py.
+STEPSCOPE_MODEL_DIRS = [
+    Path(item).expanduser().resolve()
+    for item in env_list("STEPSCOPE_MODEL_DIRS", [str(MODELS_DIR)])
+]
+# Whether a model may run its own Python code (transformers' trust_remote_code). Off, a
+# scorer or policy that asks for it is refused when it is created and when it is loaded.
+STEPSCOPE_ALLOW_REMOTE_CODE = env_bool("STEPSCOPE_ALLOW_REMOTE_CODE", default=False)
 
 # Largest request body accepted through the web and the API (stepscope.middleware answers
 # 413 before reading a larger one; bigger files go through `import_trajectories`).

@@ -12,6 +12,7 @@ nothing but the servers.
 
 from __future__ import annotations
 
+import getpass
 import os
 import secrets
 import shutil
@@ -37,4 +38,8 @@ def pytest_load_initial_conftests(early_config: pytest.Config) -> None:
     files = Path(tempfile.mkdtemp(prefix=f"stepscope-test-{NAME}-"))
     os.environ["STEPSCOPE_MEDIA_ROOT"] = str(files / "media")
     os.environ["STEPSCOPE_MODELS_DIR"] = str(files / "models")
+    # Local models may load from the run's models directory and from pytest's temporary
+    # directories, where the session fixtures save their tiny models.
+    pytest_temp = Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}"
+    os.environ["STEPSCOPE_MODEL_DIRS"] = f"{files / 'models'},{pytest_temp}"
     early_config.add_cleanup(lambda: shutil.rmtree(files, ignore_errors=True))

@@ -72,12 +72,15 @@ class ProjectViewSet(
     def perform_create(self, serializer: Any) -> None:
         if not services.project_creation_allowed(self.request.user):
             raise PermissionDenied("Only staff create projects here.")
-        serializer.instance = services.project_create(
-            owner=cast(User, self.request.user),
-            slug=serializer.validated_data["slug"],
-            name=serializer.validated_data["name"],
-            guidelines=serializer.validated_data.get("guidelines", ""),
-        )
+        try:
+            serializer.instance = services.project_create(
+                owner=cast(User, self.request.user),
+                slug=serializer.validated_data["slug"],
+                name=serializer.validated_data["name"],
+                guidelines=serializer.validated_data.get("guidelines", ""),
+            )
+        except services.SlugTaken as taken:  # taken since the serializer's check
+            raise ValidationError({"slug": [taken.message]}) from None
 
     def _admin_project(self) -> Project:
         project = self.get_object()

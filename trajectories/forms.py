@@ -13,6 +13,7 @@ from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions
 from trajectories.models import Membership, Project
 from trajectories.search import SEARCH_MAX_LENGTH
 from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
+from trajectories.services.projects import SlugTaken, project_slug_check
 
 
 class ProjectCreateForm(forms.ModelForm):
@@ -23,6 +24,15 @@ class ProjectCreateForm(forms.ModelForm):
         fields = ("name", "slug", "guidelines")
         widgets = {"guidelines": forms.Textarea(attrs={"rows": 3})}
         help_texts = {"slug": "Letters, digits, - and _; the project's address: /p/<slug>/."}
+
+    def clean_slug(self) -> str:
+        slug: str = self.cleaned_data["slug"]
+        try:
+            project_slug_check(slug)
+        except SlugTaken as taken:
+            # An error here also keeps the model's own "already exists" check quiet.
+            raise forms.ValidationError(taken.message) from None
+        return slug
 
 
 class ProjectSettingsForm(forms.ModelForm):

@@ -144,6 +144,9 @@ class ProjectDeletion(Job):
     removed_steps = models.PositiveBigIntegerField(default=0)
     # {"trajectories": 50000, "steps": 1000000, "step labels": 20, ...}: rows removed.
     removed = models.JSONField(default=dict, blank=True)
+    # {"scoring": 2, "import": 1}: the project's jobs that were queued or running when
+    # the deletion started, cancelled by it.
+    cancelled = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
 

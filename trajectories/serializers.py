@@ -6,14 +6,28 @@ from rest_framework import serializers
 
 from trajectories.forms import FORMAT_CHOICES
 from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory
+from trajectories.services.projects import SlugTaken, project_slug_check
 
 
 class ProjectSerializer(serializers.ModelSerializer[Project]):
+    # Without the model's unique validator: a slug in use is checked where the message
+    # can say that its project is being deleted (validate_slug).
+    slug = serializers.SlugField(max_length=80)
+
     class Meta:
         model = Project
         fields = ["id", "slug", "name", "guidelines", "settings", "created_at"]
         # Settings change on the settings page, not when a project is created.
         read_only_fields = ["settings"]
+
+    def validate_slug(self, slug: str) -> str:
+        if self.instance is not None and self.instance.slug == slug:
+            return slug
+        try:
+            project_slug_check(slug)
+        except SlugTaken as taken:
+            raise serializers.ValidationError(taken.message) from None
+        return slug
 
 
 class ProjectDeleteSerializer(serializers.Serializer[dict[str, str]]):
@@ -31,6 +45,7 @@ class ProjectDeletionSerializer(serializers.ModelSerializer[ProjectDeletion]):
             "total_steps",
             "removed_steps",
             "removed",
+            "cancelled",
             "error",
             "created_at",
             "started_at",

@@ -10,6 +10,8 @@ from django.db import transaction
 
 from rollouts import generation
 from rollouts.models import Policy
+from scoring.model_policy import model_policy
+from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
 from trajectories.models import Project
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
@@ -19,7 +21,12 @@ class RolloutError(Exception):
     """A request the rollout services refuse, with a message for the user."""
 
 
-def policy_check(*, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
+def policy_check(
+    *, model_ref: str, parameters: dict[str, Any], queue: str, trust_remote_code: bool = False
+) -> None:
+    """Refuse a policy that cannot run as configured, whose model lies outside the
+    operator's model directories, or that would run its own code where that is off (the
+    check scorers get, and the loaders make again on the workers)."""
     try:
         generation.policy_params(parameters)
     except generation.PolicyError as error:
@@ -28,6 +35,11 @@ def policy_check(*, model_ref: str, parameters: dict[str, Any], queue: str) -> N
         raise RolloutError("a policy needs a model reference (directory or hub id)")
     if not _QUEUE_NAME.fullmatch(queue):
         raise RolloutError("queue names are letters, digits, '.', '_' and '-'")
+    try:
+        model_ref_resolve(model_ref, model_policy())
+        remote_code_check(trust_remote_code, model_policy())
+    except ModelRefError as error:
+        raise RolloutError(str(error)) from None
 
 
 def policy_create(
@@ -43,7 +55,12 @@ def policy_create(
 ) -> Policy:
     """A policy; its parameters are checked before it is saved."""
     parameters = dict(parameters or {})
-    policy_check(model_ref=model_ref, parameters=parameters, queue=queue)
+    policy_check(
+        model_ref=model_ref,
+        parameters=parameters,
+        queue=queue,
+        trust_remote_code=trust_remote_code,
+    )
     with transaction.atomic():
         if Policy.objects.filter(name=name, project=project).exists():
             raise RolloutError(f"a policy {name!r} exists already")

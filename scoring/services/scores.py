@@ -23,7 +23,9 @@ from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.judges.config import JudgeError
+from scoring.model_policy import model_policy
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
 from scoring.selectors import latest_trained_head
 from scoring.services.judges import (
     JudgeStopped,
@@ -42,7 +44,12 @@ _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
 
 
 class ScoringError(Exception):
-    """A request the scoring services refuse, with a message for the user."""
+    """A request the scoring services refuse, with a message for the user and, where one
+    field is at fault, its name (``model_ref``, ``trust_remote_code``)."""
+
+    def __init__(self, message: str, *, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 # --- Scorers -------------------------------------------------------------------------------
@@ -62,11 +69,19 @@ def scorer_create(
 ) -> Scorer:
     """A scorer; its parameters are checked against the kind before it is saved."""
     parameters = dict(parameters or {})
-    scorer_check(kind=kind, model_ref=model_ref, parameters=parameters, queue=queue)
+    scorer_check(
+        kind=kind,
+        model_ref=model_ref,
+        parameters=parameters,
+        queue=queue,
+        trust_remote_code=trust_remote_code,
+    )
     with transaction.atomic():
         taken = Scorer.objects.filter(name=name, revision=revision, project=project).exists()
         if taken:
-            raise ScoringError(f"a scorer {name!r} revision {revision!r} exists already")
+            raise ScoringError(
+                f"a scorer {name!r} revision {revision!r} exists already", field="name"
+            )
         return Scorer.objects.create(
             project=project,
             name=name,
@@ -80,7 +95,16 @@ def scorer_create(
         )
 
 
-def scorer_check(*, kind: str, model_ref: str, parameters: dict[str, Any], queue: str) -> None:
+def scorer_check(
+    *,
+    kind: str,
+    model_ref: str,
+    parameters: dict[str, Any],
+    queue: str,
+    trust_remote_code: bool = False,
+) -> None:
+    """Refuse a scorer that cannot run as configured, or whose model may not be loaded
+    (:func:`scorer_model_check`)."""
     try:
         if kind == prm.LLM_JUDGE:
             judge_params_check(parameters)
@@ -91,12 +115,36 @@ def scorer_check(*, kind: str, model_ref: str, parameters: dict[str, Any], queue
     if kind == prm.LLM_JUDGE and not model_ref:
         raise ScoringError(
             "an llm-judge needs a model: a directory or hub id (local), or the endpoint's"
-            " model name (remote)"
+            " model name (remote)",
+            field="model_ref",
         )
     if kind in prm.MODEL_KINDS and not model_ref:
-        raise ScoringError(f"a {kind} scorer needs a model reference (directory or hub id)")
+        raise ScoringError(
+            f"a {kind} scorer needs a model reference (directory or hub id)", field="model_ref"
+        )
     if not _QUEUE_NAME.fullmatch(queue):
-        raise ScoringError("queue names are letters, digits, '.', '_' and '-'")
+        raise ScoringError("queue names are letters, digits, '.', '_' and '-'", field="queue")
+    scorer_model_check(
+        kind=kind, model_ref=model_ref, parameters=parameters, trust_remote_code=trust_remote_code
+    )
+
+
+def scorer_model_check(
+    *, kind: str, model_ref: str, parameters: dict[str, Any], trust_remote_code: bool
+) -> None:
+    """Refuse a local model outside the operator's model directories, and remote code
+    where the operator has not allowed it (``scoring.prm.model_refs``, which the loaders
+    apply again on the workers)."""
+    # A remote judge's model_ref is the endpoint's model name, never loaded here.
+    loads_locally = kind in prm.MODEL_KINDS
+    if kind == prm.LLM_JUDGE:
+        loads_locally = parameters.get("backend", "local") == "local"
+    try:
+        if loads_locally:
+            model_ref_resolve(model_ref, model_policy())
+        remote_code_check(trust_remote_code, model_policy())
+    except ModelRefError as error:
+        raise ScoringError(str(error), field=error.field) from None
 
 
 def scorer_spec(scorer: Scorer) -> prm.ScorerSpec:

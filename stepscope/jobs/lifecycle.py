@@ -4,7 +4,7 @@ worker (which starts its job), a job failed or cancelled. Each change is one con
 
 from __future__ import annotations
 
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.db.models import F
@@ -31,6 +31,28 @@ def job_cancel(job: J) -> J:
     )
     job.refresh_from_db()
     return job
+
+
+def project_jobs_cancel(project_id: int, *, keep: tuple[type[Job], ...] = ()) -> dict[str, int]:
+    """Cancel every queued or running job of the project, of every kind (the concrete job
+    models the app registry knows, so kinds of higher apps too), except the kinds in
+    ``keep``; each kind's tasks see the status and stop, as after its own Cancel button.
+    Returns the number cancelled per kind (``KIND``), without zeros."""
+    from stepscope.jobs.active import job_models
+
+    cancelled: dict[str, int] = {}
+    now = timezone.now()
+    for model in job_models():
+        if model in keep or "project" not in {f.name for f in model._meta.fields}:
+            continue
+        manager: Any = model._default_manager
+        count = manager.filter(project_id=project_id, status__in=ACTIVE).update(
+            status=JobStatus.CANCELLED, finished_at=now
+        )
+        if count:
+            kind = model.KIND or str(model._meta.verbose_name)
+            cancelled[kind] = cancelled.get(kind, 0) + count
+    return cancelled
 
 
 def chunk_claim(chunk: Chunk, job: ProgressJob) -> bool:

@@ -152,3 +152,91 @@ def test_an_admin_revokes_an_open_link(project: Project, owner: User, annotator:
     opened = Client().post(reverse("invite-accept", args=[secret]), GOOD)
     assert opened.status_code == 404
     assert not User.objects.filter(username="newbie").exists()
+
+
+# --- Join as me: a signed-in user opening a link ---------------------------------------------
+
+
+def test_a_signed_in_user_joins_as_themselves_with_one_post(
+    project: Project, owner: User, outsider: User
+) -> None:
+    invite, secret = invite_create(project=project, actor=owner, role="researcher")
+    client = signed_in(outsider)
+    url = reverse("invite-accept", args=[secret])
+    page = client.get(url)
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert "Join Demo as outsider" in html and 'name="join_as" value="outsider"' in html
+    assert 'name="password"' not in html
+
+    response = client.post(url, {"join_as": "outsider"})
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("project-home", args=["demo"])
+    assert Membership.objects.get(user=outsider, project=project).role == "researcher"
+    invite.refresh_from_db()
+    assert invite.used_by == outsider and invite.used_at is not None
+    event = MembershipEvent.objects.get(action="joined")
+    assert (event.actor, event.member, event.role_after) == (owner, outsider, "researcher")
+    assert User.objects.count() == 2  # no account was made
+    # The invite is used up, for this user and anyone else.
+    assert client.post(url, {"join_as": "outsider"}).status_code == 410
+    assert Client().post(url, GOOD).status_code == 410
+
+
+def test_join_as_a_different_account_than_the_page_showed_is_refused(
+    project: Project, owner: User, outsider: User
+) -> None:
+    invite, secret = invite_create(project=project, actor=owner, role="annotator")
+    response = signed_in(outsider).post(
+        reverse("invite-accept", args=[secret]), {"join_as": "someone-else"}
+    )
+    assert response.status_code == 400
+    assert "opened as &#x27;someone-else&#x27;" in response.content.decode()
+    invite.refresh_from_db()
+    assert invite.used_at is None
+    assert not Membership.objects.filter(user=outsider).exists()
+
+
+def test_a_member_already_is_told_so_and_the_link_stays_unused(
+    project: Project, owner: User, annotator: User
+) -> None:
+    invite, secret = invite_create(project=project, actor=owner, role="admin")
+    url = reverse("invite-accept", args=[secret])
+    client = signed_in(annotator)
+    assert 'id="invite-member-already"' in client.get(url).content.decode()
+
+    response = client.post(url, {"join_as": "annotator"})
+
+    assert response.status_code == 400
+    assert 'id="invite-member-already"' in response.content.decode()
+    assert Membership.objects.get(user=annotator, project=project).role == "annotator"
+    invite.refresh_from_db()
+    assert invite.used_at is None
+
+
+def test_joining_as_me_needs_a_sign_in_and_a_usable_link(
+    project: Project, owner: User, outsider: User
+) -> None:
+    invite, secret = invite_create(project=project, actor=owner, role="annotator")
+    url = reverse("invite-accept", args=[secret])
+    anonymous = Client().post(url, {"join_as": "outsider"})
+    assert anonymous.status_code == 400
+    assert "Sign in first" in anonymous.content.decode()
+    assert 'name="password"' in anonymous.content.decode()
+    invite.expires_at = timezone.now() - timedelta(seconds=1)
+    invite.save(update_fields=["expires_at"])
+    expired = signed_in(outsider).post(url, {"join_as": "outsider"})
+    assert expired.status_code == 410 and "has expired" in expired.content.decode()
+    assert not Membership.objects.filter(user=outsider).exists()
+
+
+def test_a_signed_in_user_may_still_make_a_new_account(
+    project: Project, owner: User, outsider: User
+) -> None:
+    _, secret = invite_create(project=project, actor=owner, role="annotator")
+    url = reverse("invite-accept", args=[secret]) + "?new_account=1"
+    client = signed_in(outsider)
+    assert 'name="password"' in client.get(url).content.decode()
+    assert client.post(url, GOOD).status_code == 302
+    assert Membership.objects.get(user__username="newbie", project=project).role == "annotator"

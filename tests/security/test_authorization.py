@@ -150,6 +150,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "scoring-section": _GET_ONLY,
     "scoring-run-start": _START,
     "scorer-train": _START,
+    "scorer-create": _START,
     "scoring-run-row": _ROW,
     "scoring-run-cancel": _CANCEL,
     "attribution-run-start": _START,

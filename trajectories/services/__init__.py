@@ -21,6 +21,7 @@ from trajectories.services.invites import (
     invite_accept,
     invite_create,
     invite_get_usable,
+    invite_join,
     invite_revoke,
 )
 from trajectories.services.members import (
@@ -31,10 +32,12 @@ from trajectories.services.members import (
 )
 from trajectories.services.projects import (
     IMPORTED_ANNOTATOR_PREFIX,
+    SlugTaken,
     imported_annotator,
     membership_set,
     project_create,
     project_creation_allowed,
+    project_slug_check,
     project_update,
 )
 from trajectories.services.search import search_index_enqueue, trajectory_search_index
@@ -46,6 +49,7 @@ __all__ = [
     "ImportRejected",
     "InviteUnusable",
     "MemberError",
+    "SlugTaken",
     "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",
@@ -53,6 +57,7 @@ __all__ = [
     "invite_accept",
     "invite_create",
     "invite_get_usable",
+    "invite_join",
     "invite_revoke",
     "member_add",
     "member_remove",
@@ -63,6 +68,7 @@ __all__ = [
     "project_creation_allowed",
     "project_delete_start",
     "project_deletion_run",
+    "project_slug_check",
     "project_update",
     "search_index_enqueue",
     "trajectory_import",

@@ -11,10 +11,12 @@ from typing import Any
 
 from django.apps import apps
 from django.contrib.auth.models import User
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Model, ProtectedError, Sum
 from django.utils import timezone
 
+from stepscope import locks
+from stepscope.jobs.lifecycle import project_jobs_cancel
 from stepscope.queueing import broker_require
 from trajectories.models import Project, ProjectDeletion, Step, Trajectory
 from trajectories.services.members import MemberError
@@ -44,6 +46,9 @@ def project_delete_start(*, project: Project, actor: User, confirm: str) -> Proj
             raise DeletionRefused("confirm", "This project is being deleted already.")
         locked.deleting_since = timezone.now()
         locked.save(update_fields=["deleting_since"])
+        # Its imports, exports, scoring, attribution and rollout jobs stop: none of them
+        # should spend a worker on rows about to go, or write new ones while they go.
+        cancelled = project_jobs_cancel(locked.pk, keep=(ProjectDeletion,))
         total = Trajectory.objects.filter(project=locked).aggregate(n=Sum("step_count"))["n"]
         deletion = ProjectDeletion.objects.create(
             project=locked,
@@ -51,6 +56,7 @@ def project_delete_start(*, project: Project, actor: User, confirm: str) -> Proj
             name=locked.name,
             created_by=actor,
             total_steps=total or 0,
+            cancelled=cancelled,
         )
         transaction.on_commit(lambda: project_delete.delay(deletion.pk))
     return deletion
@@ -80,8 +86,7 @@ def project_deletion_run(
             ids, steps = _next_batch(project_id, batch_steps)
             if not ids:
                 break
-            with transaction.atomic(), connection.cursor() as cursor:
-                counts = _cascade(cursor, Trajectory, "SELECT unnest(%s::bigint[])", [ids])
+            counts = _batch_delete(project_id, ids)
             removed.update(_named(counts))
             deletion.removed = dict(removed)
             deletion.removed_steps += steps
@@ -105,6 +110,28 @@ def project_deletion_run(
     deletion.removed_steps = removed.get(_label(Step), deletion.removed_steps)
     deletion.finished_at = timezone.now()
     deletion.save()
+
+
+# Tries of one batch that a row written meanwhile made fail (see _batch_delete).
+BATCH_TRIES = 5
+
+
+def _batch_delete(project_id: int, ids: list[int]) -> Counter[str]:
+    """Delete trajectories ``ids`` and everything on them in one transaction. It first
+    waits for an import of the project still in its transaction (cancelled, it rolls
+    back within about a second). A job cancelled by the deletion may still finish the
+    chunk in hand and add a row on one of these steps while the batch runs: the deferred
+    foreign key check then fails the commit, and the batch is tried again (the job has
+    stopped by then)."""
+    for attempt in range(1, BATCH_TRIES + 1):
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                locks.xact_lock(locks.LockClass.IMPORT, project_id)
+                return _cascade(cursor, Trajectory, "SELECT unnest(%s::bigint[])", [ids])
+        except IntegrityError:
+            if attempt == BATCH_TRIES:
+                raise
+    raise AssertionError("unreachable")
 
 
 def _next_batch(project_id: int, batch_steps: int) -> tuple[list[int], int]:

@@ -96,16 +96,42 @@ def invite_accept(*, secret: str, username: str, password: str) -> Membership:
         except ValidationError as error:
             raise MemberError("password", " ".join(error.messages)) from None
         user = User.objects.create_user(username=username, password=password)
-        membership = Membership.objects.create(user=user, project=invite.project, role=invite.role)
-        invite.used_at = timezone.now()
-        invite.used_by = user
-        invite.save(update_fields=["used_at", "used_by"])
-        MembershipEvent.objects.create(
-            project=invite.project,
-            actor=invite.created_by,
-            member=user,
-            member_username=username,
-            action=MembershipEvent.Action.JOINED,
-            role_after=invite.role,
+        return _join(invite, user)
+
+
+def invite_join(*, secret: str, user: User) -> Membership:
+    """``user``, already signed in, joins with the invite's role ("join as me"); the
+    invite is used up. A member of the project already is refused and uses nothing up."""
+    with transaction.atomic():
+        invite = _usable(
+            MembershipInvite.objects.select_for_update()
+            .select_related("project")
+            .filter(secret_digest=_digest(secret))
+            .first()
         )
+        current = Membership.objects.filter(user=user, project=invite.project).first()
+        if current is not None:
+            raise MemberError(
+                "join_as",
+                f"You are a member of {invite.project.name} already ({current.role});"
+                " the link is left for someone else.",
+            )
+        return _join(invite, user)
+
+
+def _join(invite: MembershipInvite, user: User) -> Membership:
+    """The membership the (locked, usable) invite grants, the invite used up, the event
+    recorded."""
+    membership = Membership.objects.create(user=user, project=invite.project, role=invite.role)
+    invite.used_at = timezone.now()
+    invite.used_by = user
+    invite.save(update_fields=["used_at", "used_by"])
+    MembershipEvent.objects.create(
+        project=invite.project,
+        actor=invite.created_by,
+        member=user,
+        member_username=user.get_username(),
+        action=MembershipEvent.Action.JOINED,
+        role_after=invite.role,
+    )
     return membership

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from trajectories.models import Membership, MembershipEvent, Project
+from trajectories.services.members import MemberError
 
 IMPORTED_ANNOTATOR_PREFIX = "import:"
 
@@ -35,13 +36,43 @@ def project_creation_allowed(user: User | AnonymousUser) -> bool:
     return settings.STEPSCOPE_PROJECT_CREATORS == "any" or user.is_staff
 
 
+class SlugTaken(MemberError):
+    """A new project's slug is another project's, or a project's being deleted."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("slug", message)
+
+
+def project_slug_check(slug: str) -> None:
+    """Raise :class:`SlugTaken` if ``slug`` is in use. A project being deleted keeps its
+    slug until its last row is gone (links to it must not reach a new project meanwhile),
+    and says so."""
+    taken = Project.objects.filter(slug=slug).values("deleting_since").first()
+    if taken is None:
+        return
+    if taken["deleting_since"] is not None:
+        raise SlugTaken(
+            f"The slug {slug!r} belongs to a project that is being deleted; it is free once"
+            " the deletion finishes."
+        )
+    raise SlugTaken(f"A project with the slug {slug!r} exists already; choose another.")
+
+
 def project_create(
     *, slug: str, name: str, owner: User | None = None, guidelines: str = ""
 ) -> Project:
     """A project with what the apps add to one (the default ternary label schema);
-    ``owner`` becomes its admin."""
+    ``owner`` becomes its admin. A slug in use (a project being deleted included) is
+    :class:`SlugTaken`."""
+    project_slug_check(slug)
     with transaction.atomic():
-        project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
+        try:
+            with transaction.atomic():
+                project = Project.objects.create(slug=slug, name=name, guidelines=guidelines)
+        except IntegrityError:
+            # Taken between the check and the insert.
+            project_slug_check(slug)
+            raise
         for hook in _PROJECT_CREATED.values():
             hook(project)
         if owner is not None:
