@@ -43,6 +43,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from bench.cleanup import project_drop  # noqa: E402
 from scoring import methods, services, tasks  # noqa: E402
 from scoring.models import AttributionRun, Scorer  # noqa: E402
 from trajectories.models import Project  # noqa: E402
@@ -146,26 +147,6 @@ def maths_alone(run: AttributionRun, repeat: int) -> float:
     return best
 
 
-def drop_project(project: Project) -> None:
-    """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
-    with connection.cursor() as cursor:
-        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
-        runs = "SELECT id FROM scoring_attributionrun WHERE project_id = %s"
-        for statement in (
-            f"DELETE FROM scoring_stepcredit WHERE run_id IN ({runs})",
-            f"DELETE FROM scoring_attributionchunk WHERE run_id IN ({runs})",
-            "DELETE FROM scoring_attributionrun WHERE project_id = %s",
-            f"DELETE FROM scoring_stepscore WHERE step_id IN ({steps})",
-            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
-            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
-            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
-        ):
-            cursor.execute(statement, [project.pk])
-    project.delete()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
@@ -212,7 +193,7 @@ def main() -> None:
                 f" {m['write_s']:>6.2f}s {alone:>11.3f}s {run.done / whole:>16,.0f}"
             )
     finally:
-        drop_project(project)
+        project_drop(project)
     print(json.dumps({"steps": steps, "methods": figures}))
 
 

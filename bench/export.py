@@ -50,6 +50,7 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
+from bench.cleanup import project_drop  # noqa: E402
 from exports.services import export_request_build, export_write  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project  # noqa: E402
@@ -207,25 +208,6 @@ def setup(project: Project, steps: int, per_trajectory: int, seed: int) -> tuple
     return batch.step_count, run.pk
 
 
-def drop_project(project: Project) -> None:
-    """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
-    with connection.cursor() as cursor:
-        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
-        runs = "SELECT id FROM scoring_attributionrun WHERE project_id = %s"
-        for statement in (
-            f"DELETE FROM scoring_stepcredit WHERE run_id IN ({runs})",
-            f"DELETE FROM scoring_attributionchunk WHERE run_id IN ({runs})",
-            "DELETE FROM scoring_attributionrun WHERE project_id = %s",
-            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
-            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
-            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
-        ):
-            cursor.execute(statement, [project.pk])
-    project.delete()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1_000_000)
@@ -295,7 +277,7 @@ def main() -> None:
                 f" {copy_rate:>13,.0f} {_rss(baseline):>20} {rate / copy_rate:>6.3f}"
             )
     finally:
-        drop_project(project)
+        project_drop(project)
     print(json.dumps({"steps": steps, "exports": figures}))
 
 

@@ -49,10 +49,10 @@ django.setup()
 
 from django.db import connection, transaction  # noqa: E402
 
+from bench.cleanup import project_drop  # noqa: E402
 from trajectories.formats import parser_for  # noqa: E402
 from trajectories.formats.base import ParsedTrajectory  # noqa: E402
 from trajectories.hashing import prefix_hashes  # noqa: E402
-from trajectories.models import Project  # noqa: E402
 from trajectories.pgcopy import STEP_COLUMNS, first_column_filled, step_rows  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
 
@@ -147,7 +147,7 @@ def child_import(path: Path, source_format: str) -> None:
         seconds = time.perf_counter() - start
         client_cpu, server_cpu = _own_cpu() - client_start, server() - server_start
     finally:
-        _drop_project(project)
+        project_drop(project)
     peak_mb = _peak_rss_mb()
     print(
         json.dumps(
@@ -182,7 +182,7 @@ def helper_sweep(repeat: int = 5) -> None:
                         trajectory_import(project=project, source_format="stepscope", path=path)
                         times.append(time.perf_counter() - start)
                     finally:
-                        _drop_project(project)
+                        project_drop(project)
             row: dict[str, Any] = {"file_mb": round(path.stat().st_size / 1e6, 1), "steps": steps}
             row.update(
                 {mode: round(sorted(times)[repeat // 2], 3) for mode, times in seconds.items()}
@@ -364,21 +364,6 @@ def _backend_cpu_reader() -> Callable[[], float]:
         return (int(fields[11]) + int(fields[12])) / ticks
 
     return read
-
-
-def _drop_project(project: Project) -> None:
-    """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
-    with connection.cursor() as cursor:
-        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
-        for statement in (
-            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
-            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
-            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
-        ):
-            cursor.execute(statement, [project.pk])
-    project.delete()
 
 
 def main() -> None:

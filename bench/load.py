@@ -74,7 +74,11 @@ work = project_create(slug="work", name="Work", owner=owner)
 path = Path(WORKDIR) / "work.jsonl"
 synthetic.write_jsonl(path, synthetic.rollouts(tasks=SCORED_TASKS, seed=2))
 trajectory_import(project=work, source_format="stepscope", path=path)
-model = tiny.save_token_classifier(Path(WORKDIR) / "prm", layers=4, hidden=256)
+# Inside the operator's model directories, where the workers may load models from.
+from django.conf import settings
+model = tiny.save_token_classifier(
+    Path(settings.STEPSCOPE_MODEL_DIRS[0]) / "load-prm", layers=4, hidden=256
+)
 scorer = Scorer.objects.create(
     project=work, name="load-prm", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
     model_ref=str(model), parameters={"chunk_steps": 512, "batch_size": 16},

@@ -39,8 +39,8 @@ import django
 django.setup()
 
 import torch  # noqa: E402
-from django.db import connection  # noqa: E402
 
+from bench.cleanup import project_drop  # noqa: E402
 from rollouts import demo_policy, services, tasks  # noqa: E402
 from rollouts.generation.generator import Generator, generator_load  # noqa: E402
 from rollouts.models import Policy, RolloutChunk, RolloutJob  # noqa: E402
@@ -98,7 +98,7 @@ def main() -> None:
         )
         report = measure(project, policy, args.k, args.repeat)
     finally:
-        drop_project(project)
+        project_drop(project)
     report.update(
         device=args.device,
         dtype=args.dtype,
@@ -234,30 +234,6 @@ def bare_loop(generator: Generator, batches: list[Any]) -> tuple[float, int]:
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def drop_project(project: Project) -> None:
-    """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
-    with connection.cursor() as cursor:
-        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
-        jobs = "SELECT id FROM rollouts_rolloutjob WHERE project_id = %s"
-        for statement in (
-            f"DELETE FROM rollouts_stepmc WHERE step_id IN ({steps})",
-            f"DELETE FROM rollouts_continuation WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM rollouts_rolloutchunk WHERE job_id IN ({jobs})",
-            f"DELETE FROM rollouts_rolloutbranch WHERE job_id IN ({jobs})",
-            f"DELETE FROM rollouts_rolloutsearch WHERE job_id IN ({jobs})",
-            "DELETE FROM rollouts_rolloutjob WHERE project_id = %s",
-            "DELETE FROM rollouts_policy WHERE project_id = %s",
-            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
-            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
-            "UPDATE trajectories_trajectory SET parent_id = NULL WHERE project_id = %s",
-            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
-        ):
-            cursor.execute(statement, [project.pk])
-    project.delete()
 
 
 if __name__ == "__main__":

@@ -37,8 +37,9 @@ import django
 django.setup()
 
 import torch  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from bench.cleanup import project_drop  # noqa: E402
 from scoring import services, tasks  # noqa: E402
 from scoring.models import Scorer, ScoringChunk, ScoringRun  # noqa: E402
 from scoring.prm import adapters, tiny  # noqa: E402
@@ -62,7 +63,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the best is reported")
     args = parser.parse_args()
 
-    with tempfile.TemporaryDirectory() as tmp:
+    # The model goes inside the operator's model directories, where scorers may load from.
+    models = Path(settings.STEPSCOPE_MODEL_DIRS[0])
+    models.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=models, prefix="bench-scoring-") as tmp:
         data = write_data(Path(tmp) / "gsm8k.json", args.copies)
         project = project_create(slug=f"bench-scoring-{os.getpid()}", name="bench scoring")
         try:
@@ -87,7 +91,7 @@ def main() -> None:
             )
             report = measure(project, scorer, args.repeat)
         finally:
-            drop_project(project)
+            project_drop(project)
     report.update(
         device=args.device,
         dtype=args.dtype,
@@ -216,26 +220,6 @@ def bare_loop(model: adapters.StepScorer, batches: list[dict[str, torch.Tensor]]
 def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def drop_project(project: Project) -> None:
-    """Remove the bench rows with plain SQL (the ORM's cascade would load them all)."""
-    with connection.cursor() as cursor:
-        trajectories = "SELECT id FROM trajectories_trajectory WHERE project_id = %s"
-        steps = f"SELECT id FROM trajectories_step WHERE trajectory_id IN ({trajectories})"
-        runs = "SELECT id FROM scoring_scoringrun WHERE project_id = %s"
-        for statement in (
-            f"DELETE FROM scoring_stepscore WHERE step_id IN ({steps})",
-            f"DELETE FROM scoring_scoringchunk WHERE run_id IN ({runs})",
-            "DELETE FROM scoring_scoringrun WHERE project_id = %s",
-            "DELETE FROM scoring_scorer WHERE project_id = %s",
-            f"DELETE FROM labeling_steplabel WHERE step_id IN ({steps})",
-            f"DELETE FROM trajectories_step WHERE trajectory_id IN ({trajectories})",
-            f"DELETE FROM trajectories_trajectorysource WHERE trajectory_id IN ({trajectories})",
-            "DELETE FROM trajectories_trajectory WHERE project_id = %s",
-        ):
-            cursor.execute(statement, [project.pk])
-    project.delete()
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ django.setup()
 
 from django.db import connection  # noqa: E402
 
-from bench.ingest import WORDS, _drop_project  # noqa: E402
+from bench.cleanup import project_drop  # noqa: E402
+from bench.ingest import WORDS  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.selectors import (  # noqa: E402
     TrajectoryFilters,
@@ -238,7 +239,7 @@ def drop(project: Project) -> None:
             cursor.execute(
                 f"DELETE FROM {table} WHERE trajectory_id IN ({trajectories})", [project.pk]
             )
-    _drop_project(project)
+    project_drop(project)
 
 
 def main() -> None:
