@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import OpenAIServer
-from tests.scoring.test_attribution_views_api import browser, columns
+from tests.scoring.test_attribution_views_api import browser, columns, evidence
 from tests.scoring.test_judge_runs import remote_judge, run_judge
 from tests.screens import WIDEST, shot
 from trajectories.models import Membership, Project, Trajectory
@@ -54,6 +54,19 @@ def test_the_critique_is_shown_escaped_on_its_step(
     assert "critique" not in blocks[steps[2]]
     # A judge has no gradients to explain: no token saliency link.
     assert reverse("step-saliency", args=[steps[0]]) not in html
+
+
+@pytest.mark.django_db
+def test_the_score_strip_names_a_judge_as_a_judge(
+    project: Project, owner: User, openai_server: OpenAIServer
+) -> None:
+    trajectory = judged(project, openai_server)
+    html = evidence(browser(owner), trajectory)
+    label = html.split('class="strip-label"')[1].split("</span></span>")[0]
+    assert ">Judge <span" in label and ">remote<" in label and "PRM" not in label
+    assert 'aria-label="Step Judge scores"' in html
+    # Where the judge puts the first error (step 1, judged wrong).
+    assert "Judge · step 1" in html and "PRM · step" not in html
 
 
 @pytest.mark.browser
