@@ -63,7 +63,7 @@ def test_the_score_strip_names_a_judge_as_a_judge(
     trajectory = judged(project, openai_server)
     html = evidence(browser(owner), trajectory)
     label = html.split('class="strip-label"')[1].split("</span></span>")[0]
-    assert ">Judge <span" in label and ">remote<" in label and "PRM" not in label
+    assert ">Judge <span" in label and 'class="muted">remote' in label and "PRM" not in label
     assert 'aria-label="Step Judge scores"' in html
     # Where the judge puts the first error (step 1, judged wrong).
     assert "Judge · step 1" in html and "PRM · step" not in html
@@ -94,3 +94,26 @@ def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
     page.locator(critique).scroll_into_view_if_needed()
     assert page.evaluate(WIDEST, width) == []
     shot(page, f"judge-critique-{width}")
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_the_judge_strip_reads_judge_on_a_laptop_and_a_phone(
+    page: Any, live_server: Any, openai_server: OpenAIServer, width: int, height: int
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    trajectory = judged(project, openai_server)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "owner")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_selector("#score-strip")
+    assert page.inner_text("#evidence .strip-label").split() == ["Judge", "remote"]
+    assert "Judge · step 1" in page.inner_text(".first-errors")
+    assert page.evaluate(WIDEST, width) == []
+    shot(page, f"judge-strip-{width}")
