@@ -15,6 +15,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from evaluation.decisive import decisive_compare
+from labeling.services import agent_steps
 from scoring import services
 from scoring.judges.config import (
     ALL_AT_ONCE,
@@ -389,14 +390,21 @@ def test_an_oracle_judge_on_the_real_who_and_when_logs_is_always_right(
     found = sorted((agent, step) for agent, step, _ in verdicts(scorer).values())
     assert found == sorted((o["agent"], o["step"]) for o in oracles)
     assert run.metrics["parse_failures"] == 0 and run.metrics["verdicts"] == 5
-    calls = run.metrics["calls"]
-    if mode == ALL_AT_ONCE:
-        assert calls == 5
-    elif mode == STEP_BY_STEP:
-        # Each log is asked up to its decisive step, its candidates from the first.
-        assert calls == JudgeReply.objects.filter(run=run).count() >= 5
-    else:
-        assert calls <= sum(max(1, (n - 1).bit_length()) for n in (29, 5, 6, 6, 6)) + 5
+    # The calls each mode needs, from the logs' agents as the labels count them.
+    expected = 0
+    for log in Trajectory.objects.filter(project=project):
+        label = log.verdicts.get()  # the import's
+        candidates = sorted(agent_steps(log.pk).by_step)
+        if mode == ALL_AT_ONCE:
+            expected += 1
+        elif mode == STEP_BY_STEP:  # from the first candidate up to the decisive step
+            assert label.decisive_step is not None
+            expected += len([index for index in candidates if index <= label.decisive_step])
+        else:  # halvings: floor or ceil of log2(candidates)
+            calls = JudgeReply.objects.filter(run=run, trajectory=log).count()
+            assert (len(candidates) - 1).bit_length() >= calls >= len(candidates).bit_length() - 1
+            expected += calls
+    assert run.metrics["calls"] == expected
 
 
 # --- The bulk verdict write --------------------------------------------------------------------
