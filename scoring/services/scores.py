@@ -23,7 +23,7 @@ from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.judges.config import JudgeError
-from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.selectors import latest_trained_head
 from scoring.services.judges import (
     JudgeStopped,
@@ -186,11 +186,25 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
                 )
             )
         )
-    if selection.get("only_unscored"):
+    if selection.get("only_unscored") and _writes_verdicts(run.scorer):
+        # A failure-attribution judge has "scored" a trajectory once it has its verdict.
+        judged = FailureVerdict.objects.filter(
+            trajectory_id=OuterRef("trajectory_id"), scorer=run.scorer
+        )
+        steps = steps.exclude(Exists(judged))
+    elif selection.get("only_unscored"):
         scored = StepScore.objects.filter(step=OuterRef("pk"), scorer=run.scorer)
         steps = steps.exclude(Exists(scored))
     rows = steps.order_by("trajectory_id", "index").values_list("trajectory_id", "id")
     yield from rows.iterator(chunk_size=10_000)
+
+
+def _writes_verdicts(scorer: Scorer | None) -> bool:
+    return (
+        scorer is not None
+        and scorer.kind == Scorer.Kind.LLM_JUDGE
+        and judge_params_for(scorer).attribution
+    )
 
 
 def _group_into_chunks(

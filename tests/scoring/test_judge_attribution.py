@@ -292,6 +292,23 @@ def test_a_redelivered_multi_call_chunk_asks_only_what_has_no_reply(
     assert verdicts(scorer)[log.pk][:2] == ("Planner", 1)
 
 
+@pytest.mark.django_db
+def test_only_unjudged_asks_the_logs_with_no_verdict_yet(
+    project: Project, openai_server: OpenAIServer
+) -> None:
+    first = team_log(project)
+    openai_server.control(fixed_reply="Agent: Coder\nStep: 2")
+    scorer = attribution_judge(project, openai_server, ALL_AT_ONCE)
+    run_judge(project, scorer)
+    second = team_log(project)
+    again = run_judge(project, scorer, only_unscored=True)
+    assert again.status == ScoringRun.Status.DONE and again.total == 5
+    assert list(JudgeReply.objects.filter(run=again).values_list("trajectory", flat=True)) == [
+        second.pk
+    ]
+    assert set(verdicts(scorer)) == {first.pk, second.pk}
+
+
 # --- Prompts too long for the context ----------------------------------------------------------
 
 
