@@ -110,17 +110,23 @@ class LocalJudge:
 
     def check(self, requests: list[JudgeRequest]) -> None:
         """Count every prompt against the context (the run's check before anything is
-        asked), keeping up to ``COUNTED_TOKENS`` of their tokens for :meth:`encode`, so
-        a worker that checks its run and then asks it tokenizes each prompt once."""
+        asked), keeping up to ``COUNTED_TOKENS`` of their tokens (the newest) for
+        :meth:`encode`, so a worker that checks its run and then asks it tokenizes each
+        prompt once."""
         for request in requests:
             key = _messages_key(request.messages)
             if key in self._counted:
                 continue
             ids = self.prompt_ids(request.messages)
             self._fits(request, ids)
-            if self._counted_tokens + len(ids) <= COUNTED_TOKENS:
-                self._counted[key] = array("i", ids)
-                self._counted_tokens += len(ids)
+            if len(ids) > COUNTED_TOKENS:
+                continue
+            while self._counted and self._counted_tokens + len(ids) > COUNTED_TOKENS:
+                # The oldest first: prompts of a run whose chunks another worker asked.
+                oldest = next(iter(self._counted))
+                self._counted_tokens -= len(self._counted.pop(oldest))
+            self._counted[key] = array("i", ids)
+            self._counted_tokens += len(ids)
 
     def _fits(self, request: JudgeRequest, ids: list[int]) -> None:
         if len(ids) + self.params.max_tokens > self.max_length:

@@ -178,7 +178,7 @@ def judge_run_check(run: ScoringRun) -> None:
     assert run.scorer is not None and run.prompt is not None
     with transaction.atomic():
         locked = ScoringRun.objects.select_for_update().get(pk=run.pk)
-        if locked.status not in ACTIVE or (locked.metrics or {}).get("prompts_checked"):
+        if locked.status not in ACTIVE or "prompts_checked" in (locked.metrics or {}):
             return
         spec = judge_spec(run.scorer)
         prompt = Prompt(run.prompt.system, run.prompt.template)

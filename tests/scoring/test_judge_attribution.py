@@ -165,6 +165,32 @@ def test_binary_search_converges_to_the_scripted_step() -> None:
     assert "first half, steps 1 to 4, or in the second half, steps 5 to 8" in text
 
 
+def test_the_local_judge_keeps_what_it_counted_for_encoding_newest_first(
+    tiny_judge: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from scoring.judges import local
+    from scoring.judges.backend import JudgeSpec
+
+    judge = local.LocalJudge(
+        JudgeSpec(str(tiny_judge), judge_params({"mode": STEP_BY_STEP, "device": "cpu"}))
+    )
+    requests = attribution_first(judge.params, prompt(STEP_BY_STEP), pure_log(4))
+    fresh = [judge.prompt_ids(r.messages) for r in requests]
+    monkeypatch.setattr(local, "COUNTED_TOKENS", sum(map(len, fresh[2:])))
+    judge.check(requests)  # keeps the last two only: the first two were pushed out
+    assert [len(ids) for ids in judge._counted.values()] == [len(ids) for ids in fresh[2:]]
+    calls: list[Any] = []
+    original = judge.prompt_ids
+
+    def counting(messages: Any) -> list[int]:
+        calls.append(messages)
+        return original(messages)
+
+    monkeypatch.setattr(judge, "prompt_ids", counting)
+    assert [ids for _, ids in judge.encode(requests)] == fresh
+    assert len(calls) == 2 and not judge._counted and judge._counted_tokens == 0
+
+
 # --- Runs on the endpoint ----------------------------------------------------------------------
 
 
