@@ -11,8 +11,10 @@ LM with a ChatML chat template (``scoring.prm.tiny.save_judge_lm``), saved to a 
 directory and loaded through the real loading code.
 
 The judge path is what a worker's chunk does besides its row writes: build the requests
-from the trajectories, render each through the chat template and tokenize it, check it
-against the context, generate length-sorted left-padded batches with log-probabilities,
+from the trajectories, count every prompt against the context once before asking (the
+run's check, ``judge.check``, which a worker does once per run over all its chunks),
+render each through the chat template and tokenize it, check it against the context,
+generate length-sorted left-padded batches with log-probabilities,
 decode, parse every verdict and turn it into step values. (The worker then stores one
 reply row per request; a database is not involved here.) The bare loop is only
 ``model.generate`` over the same batches, already tokenized, padded and on the device,
@@ -177,6 +179,7 @@ def judge_path(judge: LocalJudge, requests: list[JudgeRequest]) -> tuple[float, 
 
     synchronize(judge.device)
     start, cpu = time.perf_counter(), time.process_time()
+    judge.check(requests)  # the run's context check, before anything is asked
     judge.judge(requests, on_reply)
     synchronize(judge.device)
     return time.perf_counter() - start, time.process_time() - cpu, parsed

@@ -189,15 +189,18 @@ class JudgePrompt(models.Model):
 
 
 class JudgeReply(models.Model):
-    """One answer of a judge in a run: a step's (per-step mode) or a trajectory's
-    (trajectory mode, ``step`` null). Stored as it arrives, so a redelivered chunk asks
-    again only what has no reply. A reply the parser could not read keeps its text and
-    ``parse_error`` and gives no score."""
+    """One answer of a judge in a run: a step's (per-step and step-by-step modes) or a
+    trajectory's (trajectory, all-at-once and binary-search modes, ``step`` null). Stored
+    as it arrives, so a redelivered chunk asks again only what has no reply. A reply the
+    parser could not read keeps its text and ``parse_error`` and gives no score and no
+    verdict."""
 
     run = models.ForeignKey(ScoringRun, on_delete=models.CASCADE, related_name="replies")
     scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="replies")
     prompt = models.ForeignKey(JudgePrompt, on_delete=models.RESTRICT, related_name="replies")
-    # "s<step id>" or "t<trajectory id>", unique in the run.
+    # "s<step id>" or "t<trajectory id>"; the attribution modes' "t<trajectory id>",
+    # "t<trajectory id>:s<step index>", "t<trajectory id>:b<first>-<last index>". Unique
+    # in the run.
     key = models.CharField(max_length=40)
     trajectory = models.ForeignKey(
         Trajectory, on_delete=models.CASCADE, related_name="judge_replies"
@@ -209,6 +212,8 @@ class JudgeReply(models.Model):
     text = models.TextField()
     critique = models.TextField(blank=True)
     # Per-step: +1, 0 or -1. Trajectory: the first wrong step's number, -1 for none.
+    # All-at-once: the decisive step's index; step-by-step: 1 yes, 0 no; binary-search:
+    # 0 the first half, 1 the second.
     verdict = models.IntegerField(null=True, blank=True)
     value = models.FloatField(null=True, blank=True)
     parse_error = models.CharField(max_length=300, blank=True)

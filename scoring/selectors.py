@@ -487,7 +487,8 @@ def trajectory_evidence(
         _attach_critiques(trajectory, scorer["id"], steps, by_index)
     flags: list[tuple[str, int]] = [(name, index) for name, index in data.get("labels") or []]
     if show_scores:
-        flags += _model_first_errors(steps, data.get("steps") or [])
+        who = "Judge" if scorer.get("kind") == Scorer.Kind.LLM_JUDGE else "PRM"
+        flags += _model_first_errors(steps, data.get("steps") or [], who)
     for who, index in flags:
         step = by_index.get(index)
         if step is not None:
@@ -502,11 +503,13 @@ def _attach_critiques(
     steps: list[StepEvidence],
     by_index: dict[int, StepEvidence],
 ) -> None:
-    """The judge's newest parsed critique of each step: a per-step reply's on its step, a
-    trajectory reply's on the step it names as the first wrong one."""
+    """The judge's newest parsed critique of each step: a per-step (or step-by-step)
+    reply's on its step, a trajectory (or all-at-once) reply's on the step it names. A
+    binary-search reply names a half, not a step, and is left out."""
     by_pk = {s.pk: s for s in steps}
     replies = (
         JudgeReply.objects.filter(trajectory=trajectory, scorer_id=scorer_id, parse_error="")
+        .exclude(key__contains=":b")
         .order_by("-id")
         .values_list("step_id", "verdict", "critique")
     )
@@ -516,15 +519,18 @@ def _attach_critiques(
             step.critique = critique
 
 
-def _model_first_errors(steps: list[StepEvidence], rows: list[list[Any]]) -> list[tuple[str, int]]:
-    """First errors by the PRM (value under 0.5) and by the MC values (collapse to 0)."""
+def _model_first_errors(
+    steps: list[StepEvidence], rows: list[list[Any]], who: str = "PRM"
+) -> list[tuple[str, int]]:
+    """First errors by the scorer (value under 0.5; ``who``: "PRM", or "Judge" for an LLM
+    judge) and by the MC values (collapse to 0)."""
     found: list[tuple[str, int]] = []
     scored = [s for s in steps if s.score is not None]
     if scored:
         values = np.array([s.score for s in scored], dtype=np.float64)
         first = methods.first_error_prm(values, np.array([0, values.size]))
         if first[0] >= 0:
-            found.append(("PRM", scored[int(first[0])].index))
+            found.append((who, scored[int(first[0])].index))
     valued = [(s, row) for s, row in zip(steps, rows, strict=True) if row[8] is not None]
     if valued:
         levels = np.array([row[8] for _, row in valued], dtype=np.float64)

@@ -25,7 +25,12 @@ from labeling.services.common import (
     NotAllowed,
     StaleSchema,
 )
-from labeling.services.decisive import AgentSteps, agent_steps, decisive_failure_set
+from labeling.services.decisive import (
+    AgentSteps,
+    agent_steps,
+    agent_steps_many,
+    decisive_failure_set,
+)
 from labeling.services.labels import (
     StepLabelResult,
     final_label_set,
@@ -62,6 +67,7 @@ __all__ = [
     "StaleSchema",
     "StepLabelResult",
     "agent_steps",
+    "agent_steps_many",
     "decisive_failure_set",
     "final_label_set",
     "label_schema_save",

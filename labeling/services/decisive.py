@@ -6,6 +6,7 @@ starts as a draft), and it counts as a label source once the trajectory is submi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db import transaction
@@ -34,11 +35,25 @@ class AgentSteps:
 
 def agent_steps(trajectory_id: int) -> AgentSteps:
     """One query over the trajectory's steps."""
-    rows = list(
-        Step.objects.filter(trajectory_id=trajectory_id)
-        .order_by("index")
-        .values_list("index", "agent", "role", "labelable")
+    return agent_steps_many([trajectory_id])[trajectory_id]
+
+
+def agent_steps_many(trajectory_ids: Iterable[int]) -> dict[int, AgentSteps]:
+    """Each trajectory's agents and steps, in one query over all their steps (a
+    trajectory with no steps, or none such, has no agents and no steps)."""
+    ids = sorted(set(trajectory_ids))
+    rows: dict[int, list[tuple[int, str, str, bool]]] = {pk: [] for pk in ids}
+    found = (
+        Step.objects.filter(trajectory_id__in=ids)
+        .order_by("trajectory_id", "index")
+        .values_list("trajectory_id", "index", "agent", "role", "labelable")
     )
+    for trajectory_id, index, agent, role, labelable in found.iterator(chunk_size=5000):
+        rows[trajectory_id].append((index, agent, role, labelable))
+    return {pk: _agent_steps(items) for pk, items in rows.items()}
+
+
+def _agent_steps(rows: list[tuple[int, str, str, bool]]) -> AgentSteps:
     named = any(agent for _, agent, _, _ in rows)
     by_step = {}
     agents: dict[str, None] = {}

@@ -1,6 +1,9 @@
 """What every judge backend offers: ``judge(requests, on_reply)`` calls ``on_reply`` with
 each request and its :class:`Reply` as soon as the reply is there (so the caller can store
-it before the next one), and raises :class:`JudgeError` for what no retry will mend."""
+it before the next one), and raises :class:`JudgeError` for what no retry will mend;
+``check(requests)`` raises :class:`JudgeError` naming the first request whose prompt is
+longer than the context allows, asking nothing (a remote judge without a ``tokenizer``
+cannot count and checks nothing)."""
 
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ OnReply = Callable[[JudgeRequest, Reply], None]
 
 class Judge(Protocol):
     def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None: ...
+
+    def check(self, requests: list[JudgeRequest]) -> None: ...
 
 
 @dataclass(frozen=True)

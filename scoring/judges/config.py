@@ -15,7 +15,13 @@ from typing import Any
 
 PER_STEP = "per-step"
 TRAJECTORY = "trajectory"
-MODES = (PER_STEP, TRAJECTORY)
+# Who&When's failure-attribution methods (Zhang et al. 2025): the judge names the agent
+# and the decisive step of a failed multi-agent log; the run writes FailureVerdicts.
+ALL_AT_ONCE = "all-at-once"
+STEP_BY_STEP = "step-by-step"
+BINARY_SEARCH = "binary-search"
+ATTRIBUTION_MODES = (ALL_AT_ONCE, STEP_BY_STEP, BINARY_SEARCH)
+MODES = (PER_STEP, TRAJECTORY, *ATTRIBUTION_MODES)
 BACKENDS = ("local", "remote")
 
 # What each mode's template may name. Steps are numbered from 0, as ProcessBench numbers
@@ -32,6 +38,30 @@ PLACEHOLDERS: dict[str, dict[str, str]] = {
         "steps": "every step shown, numbered from 0",
         "step_count": "how many steps are shown",
     },
+    # The log's steps are numbered by their index in the trajectory, each with its agent.
+    ALL_AT_ONCE: {
+        "task": "the trajectory's task",
+        "log": "every step of the log, numbered from 0, each with its agent",
+        "step_count": "how many steps the log has",
+        "agents": "the log's agents, comma-separated",
+    },
+    STEP_BY_STEP: {
+        "task": "the trajectory's task",
+        "history": "the log's steps before the judged one, numbered (or '(none)')",
+        "step": "the judged step's text",
+        "step_number": "the judged step's number in the log",
+        "agent": "the judged step's agent",
+        "agents": "the log's agents, comma-separated",
+    },
+    BINARY_SEARCH: {
+        "task": "the trajectory's task",
+        "log": "the log's steps up to the end of the range, numbered",
+        "start": "the first step of the range searched",
+        "end": "the last step of the range searched",
+        "first_half": "the first half of the range, 'A to B'",
+        "second_half": "the second half of the range, 'C to D'",
+        "agents": "the log's agents, comma-separated",
+    },
 }
 
 DEFAULT_SYSTEM = "You are a careful, strict verifier of step-by-step work."
@@ -47,6 +77,29 @@ DEFAULT_TEMPLATES = {
         "Review the steps in order and find the earliest step that contains an error."
         " Explain briefly, then end with \\boxed{{N}}, N the number of that step, or"
         " \\boxed{{-1}} if every step is correct."
+    ),
+    ALL_AT_ONCE: (
+        "A team of agents worked on this task and failed.\n\nTask:\n{task}\n\n"
+        "The log, {step_count} steps numbered from 0, each with the agent that took it:\n"
+        "{log}\n\nWhich agent made the decisive error, and at which step? The decisive"
+        " error is the earliest step that, had it been right, would have led the team to"
+        " succeed. The agents: {agents}. Explain briefly, then end with two lines:\n"
+        "Agent: <the agent's name>\nStep: <the step's number>"
+    ),
+    STEP_BY_STEP: (
+        "A team of agents worked on this task and failed.\n\nTask:\n{task}\n\n"
+        "The log so far:\n{history}\n\nStep to judge (step {step_number}, by {agent}):\n"
+        "{step}\n\nIs this step the decisive error: the earliest step that, had it been"
+        " right, would have led the team to succeed? Explain briefly, then end with the"
+        " line:\nDecisive: yes\nor\nDecisive: no"
+    ),
+    BINARY_SEARCH: (
+        "A team of agents worked on this task and failed.\n\nTask:\n{task}\n\n"
+        "The log up to step {end}:\n{log}\n\nThe decisive error (the earliest step that,"
+        " had it been right, would have led the team to succeed) is one of steps {start}"
+        " to {end}. Is it in the first half, steps {first_half}, or in the second half,"
+        " steps {second_half}? Explain briefly, then end with the line:\n"
+        "Half: first\nor\nHalf: second"
     ),
 }
 # The last match in a reply is the verdict (judges reason first, answer last).
@@ -94,8 +147,13 @@ class JudgeParams:
     retry_max_seconds: float = 30.0
     timeout_seconds: float = 120.0
     # Local: prompts per generate batch, the context (prompt + reply), device and dtype.
+    # Remote: max_length is the context when the endpoint's /models does not say it.
     batch_size: int = 8
     max_length: int = 4096
+    # Remote: a tokenizer (directory or hub id, the served model's) to count prompts
+    # with, so a prompt longer than the context fails the run before any chunk writes;
+    # without one the endpoint's refusal (HTTP 400) fails the run at that chunk.
+    tokenizer: str = ""
     device: str = "auto"
     dtype: str = "auto"
     # Steps per Celery task; replies are stored as they come, so a killed worker re-asks
@@ -105,6 +163,11 @@ class JudgeParams:
     @property
     def pattern(self) -> re.Pattern[str]:
         return re.compile(self.verdict_pattern or DEFAULT_PATTERNS[self.mode], re.IGNORECASE)
+
+    @property
+    def attribution(self) -> bool:
+        """A failure-attribution mode: the run writes FailureVerdicts, not step scores."""
+        return self.mode in ATTRIBUTION_MODES
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -169,6 +232,13 @@ def _check(params: JudgeParams) -> None:
         raise JudgeError("'max_retries' and 'retry_base_seconds' cannot be negative")
     if params.dtype not in ("auto", "fp32", "bf16", "fp16"):
         raise JudgeError("parameter 'dtype' must be one of auto, fp32, bf16, fp16")
+    if params.attribution and params.verdict_pattern:
+        raise JudgeError(
+            f"parameter 'verdict_pattern' is for the per-step and trajectory modes; mode"
+            f" {params.mode!r} reads its own verdict format (see docs/architecture.md)"
+        )
+    if params.attribution:
+        return
     try:
         pattern = params.pattern
     except re.error as error:

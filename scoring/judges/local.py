@@ -11,6 +11,7 @@ a Celery task.
 from __future__ import annotations
 
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,13 @@ from scoring.prm.adapters import (
     resolve_dtype,
 )
 from scoring.prm.base import ScorerError
+
+# Prompt tokens check() keeps for encode() (4 bytes each: 16 MB at most).
+COUNTED_TOKENS = 4_000_000
+
+
+def _messages_key(messages: tuple[dict[str, str], ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((m.get("role", ""), m.get("content", "")) for m in messages)
 
 
 @dataclass
@@ -76,24 +84,57 @@ class LocalJudge:
             pad = min(self.eos_ids) if self.eos_ids else 0
         self.pad_id = int(pad)
         self.special_ids = set(self.tokenizer.all_special_ids)
+        # Prompt tokens counted by check() and not yet asked, by the prompt's messages.
+        self._counted: dict[tuple[tuple[str, str], ...], array[int]] = {}
+        self._counted_tokens = 0
 
     # --- The parts ------------------------------------------------------------------------
 
     def encode(self, requests: list[JudgeRequest]) -> list[tuple[JudgeRequest, list[int]]]:
-        """Each request's prompt tokens. A prompt that leaves no room for ``max_tokens``
-        in the model's context is an error naming the request, raised before any
-        generation, so no reply of the chunk is stored."""
+        """Each request's prompt tokens (those :meth:`check` counted, where it kept
+        them). A prompt that leaves no room for ``max_tokens`` in the model's context is
+        an error naming the request, raised before any generation, so no reply of the
+        chunk is stored."""
         out = []
         for request in requests:
-            ids = self.prompt_ids(request.messages)
-            if len(ids) + self.params.max_tokens > self.max_length:
-                raise JudgeError(
-                    f"the prompt for {describe(request)} is {len(ids)} tokens; with"
-                    f" max_tokens {self.params.max_tokens} it passes the model's context of"
-                    f" {self.max_length} tokens"
-                )
+            key = _messages_key(request.messages)
+            kept = self._counted.pop(key, None)
+            if kept is not None:
+                self._counted_tokens -= len(kept)
+                ids = kept.tolist()
+            else:
+                ids = self.prompt_ids(request.messages)
+            self._fits(request, ids)
             out.append((request, ids))
         return out
+
+    def check(self, requests: list[JudgeRequest]) -> None:
+        """Count every prompt against the context (the run's check before anything is
+        asked), keeping up to ``COUNTED_TOKENS`` of their tokens (the newest) for
+        :meth:`encode`, so a worker that checks its run and then asks it tokenizes each
+        prompt once."""
+        for request in requests:
+            key = _messages_key(request.messages)
+            if key in self._counted:
+                continue
+            ids = self.prompt_ids(request.messages)
+            self._fits(request, ids)
+            if len(ids) > COUNTED_TOKENS:
+                continue
+            while self._counted and self._counted_tokens + len(ids) > COUNTED_TOKENS:
+                # The oldest first: prompts of a run whose chunks another worker asked.
+                oldest = next(iter(self._counted))
+                self._counted_tokens -= len(self._counted.pop(oldest))
+            self._counted[key] = array("i", ids)
+            self._counted_tokens += len(ids)
+
+    def _fits(self, request: JudgeRequest, ids: list[int]) -> None:
+        if len(ids) + self.params.max_tokens > self.max_length:
+            raise JudgeError(
+                f"the prompt for {describe(request)} is {len(ids)} tokens; with"
+                f" max_tokens {self.params.max_tokens} it passes the model's context of"
+                f" {self.max_length} tokens"
+            )
 
     def prompt_ids(self, messages: tuple[dict[str, str], ...]) -> list[int]:
         """The chat template's tokens for ``messages``, ready for the reply."""

@@ -106,7 +106,70 @@ class RemoteJudge:
             with self._lock:
                 self.retries += 1
 
-    def _refused(self, code: int, detail: str, request: JudgeRequest) -> JudgeError:
+    def check(self, requests: list[JudgeRequest]) -> None:
+        """Count each prompt with the ``tokenizer`` parameter's chat template against the
+        endpoint's context (its ``/models`` entry's ``max_model_len``, as vLLM gives it,
+        else the ``max_length`` parameter). Without a tokenizer there is nothing to count
+        with: the endpoint's own refusal (HTTP 400) says it when the request is sent."""
+        if not self.params.tokenizer or not requests:
+            return
+        from scoring.prm.adapters import load_tokenizer
+        from scoring.prm.base import ScorerError
+        from scoring.prm.cache import LOADED
+
+        try:
+            tokenizer = LOADED.get(
+                f"judge-tokenizer:{self.params.tokenizer}",
+                lambda: load_tokenizer(self.params.tokenizer),
+            )
+        except ScorerError as error:
+            raise JudgeError(f"parameter 'tokenizer': {error}") from None
+        if not getattr(tokenizer, "chat_template", None):
+            raise JudgeError(
+                f"parameter 'tokenizer': {self.params.tokenizer!r} has no chat template"
+            )
+        context = self.context_length()
+        for request in requests:
+            ids = tokenizer.apply_chat_template(
+                list(request.messages), add_generation_prompt=True, tokenize=True
+            )
+            if not isinstance(ids, list):  # a BatchEncoding in newer transformers
+                ids = ids["input_ids"]
+            if len(ids) + self.params.max_tokens > context:
+                raise JudgeError(
+                    f"the prompt for {describe(request)} is {len(ids)} tokens; with"
+                    f" max_tokens {self.params.max_tokens} it passes the endpoint's context"
+                    f" of {context} tokens"
+                )
+
+    def context_length(self) -> int:
+        """The served model's context from ``GET /models`` (``max_model_len``), else the
+        ``max_length`` parameter."""
+        url = self.params.base_url.rstrip("/") + "/models"
+        headers = {k: v for k, v in self.headers.items() if k != "Content-Type"}
+        try:
+            http = urllib.request.Request(url, headers=headers)
+            with urllib.request.urlopen(http, timeout=self.params.timeout_seconds) as answer:
+                listed = json.loads(answer.read()).get("data") or []
+        except urllib.error.HTTPError as error:
+            if error.code in (401, 403):
+                raise self._refused(error.code, _error_text(error), None) from None
+            return self.params.max_length
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            reason = getattr(error, "reason", error)
+            raise JudgeError(
+                f"cannot reach the judge endpoint {self.params.base_url}: {reason}"
+            ) from None
+        except (ValueError, AttributeError):
+            return self.params.max_length
+        for model in listed:
+            if isinstance(model, dict) and model.get("id") == self.spec.model_ref:
+                length = model.get("max_model_len")
+                if isinstance(length, int) and length > 0:
+                    return length
+        return self.params.max_length
+
+    def _refused(self, code: int, detail: str, request: JudgeRequest | None) -> JudgeError:
         base = self.params.base_url
         if code in (401, 403):
             env = self.params.api_key_env or "(no api_key_env set)"
@@ -116,9 +179,9 @@ class RemoteJudge:
                 f"the judge endpoint {base} has no model {self.spec.model_ref!r} (HTTP 404:"
                 f" {detail})"
             )
+        what = describe(request) if request is not None else "its model list"
         return JudgeError(
-            f"the judge endpoint {base} refused the request for {describe(request)}"
-            f" (HTTP {code}: {detail})"
+            f"the judge endpoint {base} refused the request for {what} (HTTP {code}: {detail})"
         )
 
     def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None:

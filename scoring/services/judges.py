@@ -3,14 +3,19 @@ version, new prompt versions, and the work of one chunk of a judge run on a work
 
 A chunk's replies are stored one by one as they arrive (each its own row, unique per run
 and request), so a chunk redelivered after its worker died asks again only the requests
-that have no reply. The step scores, the chunk and the run's progress and cost then
-change together in the chunk's finishing transaction (``scores._chunk_finish``), as for
-every scorer.
+that have no reply. The step scores (or, in a failure-attribution mode, the
+``FailureVerdict``s), the chunk and the run's progress and cost then change together in
+the chunk's finishing transaction (``scores._chunk_finish``), as for every scorer.
+
+Before a run's first chunk asks anything, :func:`judge_run_check` counts every prompt
+the run could send (all its chunks') against the judge's context, so a prompt too long
+fails the run naming its step or trajectory with nothing written.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -26,11 +31,26 @@ from scoring.judges.config import (
     judge_params,
     template_check,
 )
-from scoring.judges.modes import JudgeRequest, Prompt, requests_build, step_values
+from scoring.judges.modes import (
+    Attribution,
+    JudgeRequest,
+    Log,
+    LogStep,
+    Prompt,
+    attribution_first,
+    attribution_next,
+    attribution_problem,
+    requests_build,
+    step_values,
+)
 from scoring.judges.verdicts import Verdict, verdict_read
 from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringChunk, ScoringRun
 from stepscope.jobs.models import ACTIVE
-from trajectories.models import Project
+from trajectories.agents import agent_name, step_agent
+from trajectories.models import Project, Step, Trajectory
+
+if TYPE_CHECKING:
+    from scoring.services.verdicts import VerdictInput
 
 
 class JudgeStopped(Exception):
@@ -141,17 +161,56 @@ def judge_prompt_for_run(scorer: Scorer, version: int | None) -> JudgePrompt:
 # --- On a worker -----------------------------------------------------------------------------
 
 
-def judge_chunk_score(
-    run: ScoringRun, chunk: ScoringChunk
-) -> tuple[list[prm.StepResult], dict[str, int]]:
+@dataclasses.dataclass
+class ChunkOutcome:
+    """What a judge chunk gives: step values (per-step, trajectory), failure verdicts
+    (attribution modes), and its cost for the run's metrics."""
+
+    results: list[prm.StepResult]
+    cost: dict[str, int]
+    verdicts: list[VerdictInput] = dataclasses.field(default_factory=list)
+
+
+def judge_run_check(run: ScoringRun) -> None:
+    """Count every prompt of the run against the judge's context before anything is
+    asked, once per run (the first chunk to start does it, holding the run's row; the
+    others wait for it and then skip it). Raises :class:`JudgeError` naming the first
+    step or trajectory whose prompt is too long; nothing is stored then."""
+    from scoring.services.scores import _trajectory_inputs
+
+    assert run.scorer is not None and run.prompt is not None
+    with transaction.atomic():
+        locked = ScoringRun.objects.select_for_update().get(pk=run.pk)
+        if locked.status not in ACTIVE or "prompts_checked" in (locked.metrics or {}):
+            return
+        spec = judge_spec(run.scorer)
+        prompt = Prompt(run.prompt.system, run.prompt.template)
+        judge = judge_load(spec)
+        checked = 0
+        for chunk in run.chunks.order_by("number").iterator(chunk_size=50):
+            if spec.params.attribution:
+                requests = [
+                    r for log in _logs(chunk) for r in attribution_first(spec.params, prompt, log)
+                ]
+            else:
+                requests = requests_build(spec.params, prompt, _trajectory_inputs(chunk))
+            judge.check(requests)
+            checked += len(requests)
+        locked.metrics = {**(locked.metrics or {}), "prompts_checked": checked}
+        locked.save(update_fields=["metrics"])
+
+
+def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     """Ask the judge what this chunk has no reply for yet, store each reply as it comes,
-    and return the step values of all the chunk's parsed replies with the chunk's cost.
-    Raises :class:`JudgeError` for a bad endpoint, key, model or prompt."""
+    and return what all the chunk's parsed replies give, with the chunk's cost. Raises
+    :class:`JudgeError` for a bad endpoint, key, model or prompt."""
     from scoring.services.scores import _trajectory_inputs
 
     assert run.scorer is not None and run.prompt is not None
     spec = judge_spec(run.scorer)
     prompt = run.prompt
+    if spec.params.attribution:
+        return _attribution_chunk(run, chunk, spec)
     requests = requests_build(
         spec.params, Prompt(prompt.system, prompt.template), _trajectory_inputs(chunk)
     )
@@ -163,13 +222,7 @@ def judge_chunk_score(
     retries = 0
     if todo:
         judge = judge_load(spec)
-
-        def store(request: JudgeRequest, reply: Reply) -> None:
-            if not ScoringRun.objects.filter(pk=run.pk, status__in=ACTIVE).exists():
-                raise JudgeStopped
-            _reply_store(run, spec.params, request, reply)
-
-        judge.judge(todo, store)
+        judge.judge(todo, _storing(run, spec.params))
         retries = int(getattr(judge, "retries", 0))
     replies = JudgeReply.objects.filter(run=run, key__in=list(by_key))
     results: list[prm.StepResult] = []
@@ -182,20 +235,122 @@ def judge_chunk_score(
             results.append(
                 prm.StepResult(step, value, {"verdict": reply.verdict, "reply": reply.pk})
             )
+    return ChunkOutcome(results, _cost(replies, retries))
+
+
+def _storing(
+    run: ScoringRun,
+    params: JudgeParams,
+    answers: dict[str, Verdict] | None = None,
+) -> Any:
+    def store(request: JudgeRequest, reply: Reply) -> None:
+        if not ScoringRun.objects.filter(pk=run.pk, status__in=ACTIVE).exists():
+            raise JudgeStopped
+        verdict = _reply_store(run, params, request, reply)
+        if answers is not None:
+            answers[request.key] = verdict
+
+    return store
+
+
+def _cost(replies: Any, retries: int) -> dict[str, int]:
     totals = replies.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    cost = {
+    return {
         "calls": replies.count(),
         "prompt_tokens": int(totals["prompt"] or 0),
         "completion_tokens": int(totals["completion"] or 0),
         "parse_failures": replies.exclude(parse_error="").count(),
         "retries": retries,
     }
-    return results, cost
 
 
-def _reply_store(run: ScoringRun, params: JudgeParams, request: JudgeRequest, reply: Reply) -> None:
+def _logs(chunk: ScoringChunk) -> list[Log]:
+    """The chunk's trajectories as whole multi-agent logs: every step, numbered by its
+    index, with its agent as ``trajectories.agents`` names it (its speaker where the
+    step is an input)."""
+    tasks_by_id = dict(
+        Trajectory.objects.filter(pk__in=chunk.trajectory_ids).values_list("pk", "task")
+    )
+    rows: dict[int, list[tuple[int, int, str, str, str, bool]]] = {pk: [] for pk in tasks_by_id}
+    steps = (
+        Step.objects.filter(trajectory_id__in=chunk.trajectory_ids)
+        .order_by("trajectory_id", "index")
+        .values_list("trajectory_id", "pk", "index", "agent", "role", "content", "labelable")
+    )
+    for trajectory_id, *row in steps.iterator(chunk_size=2000):
+        rows[trajectory_id].append(tuple(row))  # type: ignore[arg-type]
+    logs = []
+    for trajectory_id, items in rows.items():
+        named = any(agent for _, _, agent, _, _, _ in items)
+        log_steps = []
+        for pk, index, agent, role, content, labelable in items:
+            # In a log whose steps name agents, a step naming none is an input: shown
+            # with its role, never a candidate (as trajectories.agents counts agents).
+            acting = bool(agent) or not named
+            name = step_agent(agent, role, named=named) if acting else agent_name(role)
+            log_steps.append(LogStep(pk, index, name, content, labelable and acting and bool(name)))
+        logs.append(Log(trajectory_id, tasks_by_id[trajectory_id], tuple(log_steps)))
+    return logs
+
+
+def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) -> ChunkOutcome:
+    """Walk each log of the chunk as its mode says, in rounds: each round asks every
+    unfinished log's next request together (batched locally, concurrent remotely),
+    stored as it comes; the stored replies decide what is next, so a redelivered chunk
+    resumes where its replies end."""
+    from scoring.services.verdicts import VerdictInput
+
+    assert run.prompt is not None
+    params = spec.params
+    prompt = Prompt(run.prompt.system, run.prompt.template)
+    logs = _logs(chunk)
+    stored = JudgeReply.objects.filter(run=run, trajectory_id__in=chunk.trajectory_ids)
+    answers: dict[str, Verdict] = {}
+    for key, text, error in stored.values_list("key", "text", "parse_error"):
+        verdict = verdict_read(params, text)
+        answers[key] = dataclasses.replace(verdict, error=error) if error else verdict
+    judge = None
+    retries = 0
+    outcomes: dict[int, Attribution | None] = {}
+    while True:
+        needed: list[JudgeRequest] = []
+        for log in logs:
+            if log.key in outcomes:
+                continue
+            following = attribution_next(params, prompt, log, answers)
+            if isinstance(following, JudgeRequest):
+                needed.append(following)
+            else:
+                outcomes[log.key] = following
+        if not needed:
+            break
+        if judge is None:
+            judge = judge_load(spec)
+        judge.judge(needed, _storing(run, params, answers))
+    if judge is not None:
+        retries = int(getattr(judge, "retries", 0))
+    verdicts = [
+        VerdictInput(trajectory_id=a.trajectory, agent=a.agent, step=a.step, reason=a.reason)
+        for a in outcomes.values()
+        if a is not None
+    ]
+    cost = _cost(stored, retries)
+    cost["verdicts"] = len(verdicts)
+    return ChunkOutcome([], cost, verdicts)
+
+
+def _reply_store(
+    run: ScoringRun, params: JudgeParams, request: JudgeRequest, reply: Reply
+) -> Verdict:
+    if "\x00" in reply.text:
+        # PostgreSQL text cannot hold NUL, and a model (the random tiny one did) may
+        # write it: stored, and read, as U+FFFD.
+        reply = dataclasses.replace(reply, text=reply.text.replace("\x00", "\ufffd"))
     verdict = verdict_read(params, reply.text, list(reply.tokens) if reply.tokens else None)
-    _, problem = step_values(params, request, verdict)
+    if params.attribution:
+        problem = verdict.error or attribution_problem(request, verdict)
+    else:
+        _, problem = step_values(params, request, verdict)
     assert run.scorer_id is not None and run.prompt_id is not None
     JudgeReply.objects.bulk_create(
         [
@@ -219,3 +374,4 @@ def _reply_store(run: ScoringRun, params: JudgeParams, request: JudgeRequest, re
         ],
         ignore_conflicts=True,  # a reply of a redelivered chunk that came back twice
     )
+    return dataclasses.replace(verdict, error=problem) if problem else verdict

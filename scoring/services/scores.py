@@ -24,7 +24,7 @@ from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.judges.config import JudgeError
 from scoring.model_policy import model_policy
-from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
 from scoring.selectors import latest_trained_head
 from scoring.services.judges import (
@@ -33,6 +33,7 @@ from scoring.services.judges import (
     judge_params_check,
     judge_params_for,
     judge_prompt_for_run,
+    judge_run_check,
 )
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
@@ -233,11 +234,25 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
                 )
             )
         )
-    if selection.get("only_unscored"):
+    if selection.get("only_unscored") and _writes_verdicts(run.scorer):
+        # A failure-attribution judge has "scored" a trajectory once it has its verdict.
+        judged = FailureVerdict.objects.filter(
+            trajectory_id=OuterRef("trajectory_id"), scorer=run.scorer
+        )
+        steps = steps.exclude(Exists(judged))
+    elif selection.get("only_unscored"):
         scored = StepScore.objects.filter(step=OuterRef("pk"), scorer=run.scorer)
         steps = steps.exclude(Exists(scored))
     rows = steps.order_by("trajectory_id", "index").values_list("trajectory_id", "id")
     yield from rows.iterator(chunk_size=10_000)
+
+
+def _writes_verdicts(scorer: Scorer | None) -> bool:
+    return (
+        scorer is not None
+        and scorer.kind == Scorer.Kind.LLM_JUDGE
+        and judge_params_for(scorer).attribution
+    )
 
 
 def _group_into_chunks(
@@ -309,9 +324,12 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
     if not chunk_claim(chunk, run):
         return
     cost: dict[str, int] = {}
+    verdicts: list[Any] = []
     try:
         if run.scorer.kind == Scorer.Kind.LLM_JUDGE:
-            results, cost = judge_chunk_score(run, chunk)
+            judge_run_check(run)  # every prompt of the run, before this chunk asks any
+            outcome = judge_chunk_score(run, chunk)
+            results, cost, verdicts = outcome.results, outcome.cost, outcome.verdicts
         else:
             results = _score(run.scorer, chunk)
     except TRANSIENT_ERRORS:
@@ -325,7 +343,7 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
     except Exception as error:
         scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
         raise
-    _chunk_finish(chunk, results, cost)
+    _chunk_finish(chunk, results, cost, verdicts)
 
 
 def scorer_chunk_steps(scorer: Scorer) -> int:
@@ -371,10 +389,14 @@ def _score(scorer: Scorer, chunk: ScoringChunk) -> list[prm.StepResult]:
 
 
 def _chunk_finish(
-    chunk: ScoringChunk, results: list[prm.StepResult], cost: dict[str, int] | None = None
+    chunk: ScoringChunk,
+    results: list[prm.StepResult],
+    cost: dict[str, int] | None = None,
+    verdicts: list[Any] | None = None,
 ) -> None:
-    """Store the chunk's scores and count it done; ``cost`` (a judge's calls, tokens,
-    parse failures) is added to the run's metrics in the same transaction."""
+    """Store the chunk's scores (and a failure-attribution judge's ``verdicts``) and count
+    it done; ``cost`` (a judge's calls, tokens, parse failures) is added to the run's
+    metrics in the same transaction."""
     now = timezone.now()
     with transaction.atomic():
         locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -383,6 +405,11 @@ def _chunk_finish(
             return
         assert run.scorer_id is not None  # score runs always have their scorer
         scores_upsert(run=run, scorer_id=run.scorer_id, results=results)
+        if verdicts:
+            from scoring.services.verdicts import failure_verdicts_write
+
+            assert run.scorer is not None
+            failure_verdicts_write(scorer=run.scorer, verdicts=verdicts)
         locked.status = ScoringChunk.Status.DONE
         locked.finished_at = now
         locked.save(update_fields=["status", "finished_at"])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from labeling.services import agent_steps
+from labeling.services import agent_steps_many
 from scoring.models import FailureVerdict, Scorer
 from scoring.services.scores import ScoringError
 from trajectories.agents import agent_name
@@ -31,16 +31,21 @@ class VerdictInput:
 def failure_verdicts_write(*, scorer: Scorer, verdicts: Sequence[VerdictInput]) -> int:
     """Write (or replace) ``scorer``'s verdicts, all or nothing; a ScoringError names the
     verdict (its position and trajectory) and the field. Trajectories must be in the
-    scorer's project (any project for a global scorer). Returns how many were written."""
+    scorer's project (any project for a global scorer). Returns how many were written.
+
+    A constant number of queries whatever the count: the trajectories' projects, their
+    steps' agents, and one ``INSERT ... ON CONFLICT (trajectory, scorer) DO UPDATE`` per
+    2000 verdicts. A trajectory given twice keeps its last verdict."""
     ids = {v.trajectory_id for v in verdicts}
     projects = dict(Trajectory.objects.filter(pk__in=ids).values_list("pk", "project_id"))
-    rows = []
+    steps_of = agent_steps_many(projects)
+    rows: dict[int, FailureVerdict] = {}
     for number, verdict in enumerate(verdicts):
         where = f"verdict {number} (trajectory {verdict.trajectory_id})"
         project_id = projects.get(verdict.trajectory_id)
         if project_id is None or (scorer.project_id and project_id != scorer.project_id):
             raise ScoringError(f"{where}, field 'trajectory': no such trajectory here")
-        known = agent_steps(verdict.trajectory_id)
+        known = steps_of[verdict.trajectory_id]
         step, agent = verdict.step, agent_name(verdict.agent) if verdict.agent.strip() else ""
         if step is not None and not 0 <= step < known.step_count:
             raise ScoringError(
@@ -54,19 +59,18 @@ def failure_verdicts_write(*, scorer: Scorer, verdicts: Sequence[VerdictInput]) 
                 f"{where}, field 'agent': {agent!r} is not one of its agents"
                 f" ({', '.join(known.agents) or 'none'})"
             )
-        rows.append(
-            FailureVerdict(
-                trajectory_id=verdict.trajectory_id,
-                scorer=scorer,
-                agent=agent,
-                step=step,
-                reason=verdict.reason,
-                confidence=verdict.confidence,
-            )
+        rows[verdict.trajectory_id] = FailureVerdict(
+            trajectory_id=verdict.trajectory_id,
+            scorer=scorer,
+            agent=agent,
+            step=step,
+            reason=verdict.reason,
+            confidence=verdict.confidence,
         )
     with transaction.atomic():
         FailureVerdict.objects.bulk_create(
-            rows,
+            list(rows.values()),
+            batch_size=2000,
             update_conflicts=True,
             unique_fields=["trajectory", "scorer"],
             update_fields=["agent", "step", "reason", "confidence"],

@@ -7,8 +7,13 @@ streaming off, logprobs on request. ``POST /control`` (JSON) tells it what to do
 ``fail`` (a list of statuses the next requests answer with, e.g. ``[429, 500]``),
 ``retry_after`` (seconds sent with a 429), ``delay`` (seconds each answer waits, to see
 concurrency), ``fixed_replies`` (texts the next requests reply, in turn) or
-``fixed_reply`` (text every request replies), ``reset``. ``GET /stats`` says what it saw:
-requests, answers by status, the most in flight at once, the user messages asked.
+``fixed_reply`` (text every request replies), ``oracles`` (a list of ``{"task", "step",
+"agent"}``: a request whose user message holds an oracle's task text is answered as a
+perfect failure-attribution judge would, reading the default attribution prompts: the
+decisive step is ``step``, its agent ``agent``), ``reset``. ``GET /stats`` says what it
+saw: requests, answers by status, the most in flight at once, the user messages asked.
+``max_context`` replaces ``--max-context`` (for long real logs). ``GET /v1/models`` lists
+the model with its ``max_model_len``, as vLLM does.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import re
 import threading
 import time
 import uuid
@@ -33,7 +39,30 @@ _FRESH: dict[str, Any] = {
     "delay": 0.0,
     "fixed_replies": [],
     "fixed_reply": None,
+    "oracles": [],
+    "max_context": None,
 }
+
+
+def oracle_reply(oracles: list[dict[str, Any]], message: str) -> str | None:
+    """What a judge that knows the decisive step answers to a default attribution
+    prompt, or None when no oracle's task is in the message."""
+    for oracle in oracles:
+        if oracle["task"] not in message:
+            continue
+        step, agent = int(oracle["step"]), oracle["agent"]
+        judged = re.search(r"Step to judge \(step (\d+)", message)
+        if judged:
+            yes = int(judged.group(1)) == step
+            answer = "yes" if yes else "no"
+            return f"Step {judged.group(1)} looks {'wrong' if yes else 'fine'}.\nDecisive: {answer}"
+        halves = re.search(r"first half, steps (\d+) to (\d+)", message)
+        if halves:
+            first = int(halves.group(1)) <= step <= int(halves.group(2))
+            half = "first" if first else "second"
+            return f"The error comes {'early' if first else 'late'}.\nHalf: {half}"
+        return f"{agent} went wrong here.\nAgent: {agent}\nStep: {step}"
+    return None
 
 
 class State:
@@ -69,6 +98,11 @@ def main() -> None:
             return
 
         def do_GET(self) -> None:
+            if self.path == "/v1/models":
+                with state.lock:
+                    context = state.control["max_context"] or options.max_context
+                listed = {"id": options.name, "object": "model", "max_model_len": context}
+                return self._send(200, {"object": "list", "data": [listed]}, counted=False)
             if self.path != "/stats":
                 return self._send(404, {"error": {"message": "not found"}})
             with state.lock:
@@ -98,17 +132,25 @@ def main() -> None:
                 failure = control["fail"].pop(0) if control["fail"] else None
                 fixed = control["fixed_replies"].pop(0) if control["fixed_replies"] else None
                 fixed = fixed if fixed is not None else control["fixed_reply"]
+                if fixed is None and control["oracles"]:
+                    fixed = oracle_reply(control["oracles"], body["messages"][-1]["content"])
                 delay = float(control["delay"])
+                context = int(control["max_context"] or options.max_context)
                 retry_after = control["retry_after"]
             try:
                 time.sleep(delay)
-                self._complete(body, failure, fixed, retry_after)
+                self._complete(body, failure, fixed, retry_after, context)
             finally:
                 with state.lock:
                     state.in_flight -= 1
 
         def _complete(
-            self, body: dict[str, Any], failure: int | None, fixed: str | None, retry_after: Any
+            self,
+            body: dict[str, Any],
+            failure: int | None,
+            fixed: str | None,
+            retry_after: Any,
+            context: int,
         ) -> None:
             if options.key and self.headers.get("Authorization") != f"Bearer {options.key}":
                 return self._send(401, {"error": {"message": "Incorrect API key provided"}})
@@ -134,9 +176,9 @@ def main() -> None:
                 )
                 ids = judge.prompt_ids(messages)
                 wanted = len(ids) + judge.params.max_tokens
-                if wanted > options.max_context:
+                if wanted > context:
                     message = (
-                        f"This model's maximum context length is {options.max_context} tokens."
+                        f"This model's maximum context length is {context} tokens."
                         f" However, you requested {wanted} tokens ({len(ids)} in the messages,"
                         f" {judge.params.max_tokens} in the completion)."
                     )

@@ -94,3 +94,21 @@ def test_annotators_read_prompts_but_do_not_add_them(
     assert api(annotator).post(url, {"template": "{steps}"}, format="json").status_code == 403
     assert api(outsider).get(url).status_code == 404
     assert JudgePrompt.objects.filter(scorer_id=scorer_id).count() == 1
+
+
+def test_an_attribution_judge_is_created_with_its_modes_default_prompt(
+    project: Project, owner: User
+) -> None:
+    made = create(owner, parameters={**REMOTE, "mode": "binary-search"})
+    assert made.status_code == 201, made.content  # type: ignore[attr-defined]
+    prompt = Scorer.objects.get(name="judge").prompts.get()
+    assert "{first_half}" in prompt.template and "Half: first" in prompt.template
+    wrong = create(owner, name="other", parameters={**REMOTE, "mode": "all-at-once"},
+                   prompt={"template": "{task} {steps}"})  # fmt: skip
+    assert "unknown placeholder {steps} for mode 'all-at-once'" in wrong.json()["detail"]  # type: ignore[attr-defined]
+    pattern = create(
+        owner, name="third", parameters={**REMOTE, "mode": "step-by-step", "verdict_pattern": "(y)"}
+    )
+    assert pattern.status_code == 400  # type: ignore[attr-defined]
+    assert "'verdict_pattern' is for the per-step and trajectory modes" in pattern.json()["detail"]  # type: ignore[attr-defined]
+    assert Scorer.objects.count() == 1

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import OpenAIServer
-from tests.scoring.test_attribution_views_api import browser, columns
+from tests.scoring.test_attribution_views_api import browser, columns, evidence
 from tests.scoring.test_judge_runs import remote_judge, run_judge
 from tests.screens import WIDEST, shot
 from trajectories.models import Membership, Project, Trajectory
@@ -56,6 +56,19 @@ def test_the_critique_is_shown_escaped_on_its_step(
     assert reverse("step-saliency", args=[steps[0]]) not in html
 
 
+@pytest.mark.django_db
+def test_the_score_strip_names_a_judge_as_a_judge(
+    project: Project, owner: User, openai_server: OpenAIServer
+) -> None:
+    trajectory = judged(project, openai_server)
+    html = evidence(browser(owner), trajectory)
+    label = html.split('class="strip-label"')[1].split("</span></span>")[0]
+    assert ">Judge <span" in label and 'class="muted">remote' in label and "PRM" not in label
+    assert 'aria-label="Step Judge scores"' in html
+    # Where the judge puts the first error (step 1, judged wrong).
+    assert "Judge · step 1" in html and "PRM · step" not in html
+
+
 @pytest.mark.browser
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
@@ -81,3 +94,26 @@ def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
     page.locator(critique).scroll_into_view_if_needed()
     assert page.evaluate(WIDEST, width) == []
     shot(page, f"judge-critique-{width}")
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_the_judge_strip_reads_judge_on_a_laptop_and_a_phone(
+    page: Any, live_server: Any, openai_server: OpenAIServer, width: int, height: int
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    trajectory = judged(project, openai_server)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("login"))
+    page.fill("input[name=username]", "owner")
+    page.fill("input[name=password]", PASSWORD)
+    page.click("button[type=submit]")
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_selector("#score-strip")
+    assert page.inner_text("#evidence .strip-label").split() == ["Judge", "remote"]
+    assert "Judge · step 1" in page.inner_text(".first-errors")
+    assert page.evaluate(WIDEST, width) == []
+    shot(page, f"judge-strip-{width}")

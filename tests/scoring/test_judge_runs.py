@@ -136,6 +136,7 @@ def test_a_local_per_step_run_scores_what_it_parses_and_counts_the_rest(
         "completion_tokens": tokens["c"],
         "parse_failures": 0,
         "retries": 0,
+        "prompts_checked": 6,  # every prompt counted against the context first
     }
 
     strict = local_judge(project, tiny_judge, "boxed")

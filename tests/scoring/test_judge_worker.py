@@ -13,7 +13,7 @@ import pytest
 from django.core.management import call_command
 
 from scoring import services
-from scoring.models import JudgeReply, ScoringChunk, ScoringRun, StepScore
+from scoring.models import FailureVerdict, JudgeReply, ScoringChunk, ScoringRun, StepScore
 from scoring.services import scoring_run_start
 from tests.factories import trajectory_with_steps
 from tests.scoring.conftest import JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer, Workers
@@ -99,3 +99,59 @@ def test_a_killed_worker_re_asks_only_what_had_no_reply(
     repeated = Counter(openai_server.stats()["asked"])
     assert sum(n - 1 for n in repeated.values()) <= 2  # at most the two in flight at the kill
     assert ScoringChunk.objects.get(run=run).attempts == 2
+
+
+def test_a_killed_step_by_step_worker_resumes_each_walk_where_its_replies_end(
+    transactional_db: None, workers: Workers, project: Project, openai_server: OpenAIServer
+) -> None:
+    """Eight logs walked step by step (every reply "no", so every step is asked, keys
+    t<id>:s<n>); the worker dies mid-walk, and the next one asks only the steps with no
+    stored reply, then writes a verdict per log (no decisive step found)."""
+    logs = []
+    for n in range(8):
+        log = trajectory_with_steps(project, [f"step {i} of {n}" for i in range(5)])
+        log.steps.update(agent="Solver")
+        logs.append(log)
+    openai_server.control(delay=0.1, fixed_reply="Fine.\nDecisive: no")
+    queue = f"judge-walk-{uuid.uuid4().hex[:8]}"
+    scorer = services.judge_create(
+        name="walker",
+        model_ref=JUDGE_NAME,
+        project=project,
+        queue=queue,
+        parameters={
+            "backend": "remote",
+            "mode": "step-by-step",
+            "base_url": openai_server.base_url,
+            "api_key_env": JUDGE_KEY_ENV,
+            "max_tokens": 8,
+            "concurrency": 2,
+            "chunk_steps": 40,
+        },
+    )
+    first = workers.start(["default", queue], f"walk-a-{queue}")
+    run = scoring_run_start(project=project, scorer=scorer)
+    assert wait_until(lambda: JudgeReply.objects.filter(run=run).count() >= 10, timeout=120)
+    workers.kill(first)
+    stored = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
+    run.refresh_from_db()
+    assert run.status == ScoringRun.Status.RUNNING and run.done == 0 and 10 <= len(stored) < 40
+    assert not FailureVerdict.objects.filter(scorer=scorer).exists()
+    asked_before = openai_server.stats()["requests"]
+
+    workers.start(["default", queue], f"walk-b-{queue}")
+
+    def finished() -> bool:
+        run.refresh_from_db()
+        return not run.is_active
+
+    assert wait_until(finished, timeout=120)
+    assert run.status == ScoringRun.Status.DONE, run.error
+    keys = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
+    assert keys == {f"t{log.pk}:s{i}" for log in logs for i in range(5)}
+    assert openai_server.stats()["requests"] - asked_before == 40 - len(stored)
+    repeated = Counter(openai_server.stats()["asked"])
+    assert sum(n - 1 for n in repeated.values()) <= 2  # at most the two in flight at the kill
+    verdicts = FailureVerdict.objects.filter(scorer=scorer)
+    assert verdicts.count() == 8 and set(verdicts.values_list("step", flat=True)) == {None}
+    assert run.metrics["calls"] == 40 and run.metrics["verdicts"] == 8
