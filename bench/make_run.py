@@ -178,7 +178,13 @@ def main() -> None:
     finally:
         if server is not None:
             server.send_signal(signal.SIGINT)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                # A request thread can hold the development server past a SIGINT; the
+                # worker and the databases are stopped below either way.
+                server.kill()
+                server.wait(timeout=30)
         subprocess.run([PY, "-m", "stepscope.processes", "down"], cwd=ROOT, env=env, check=False)
         if args.keep is None:
             shutil.rmtree(data, ignore_errors=True)
