@@ -12,7 +12,12 @@ Prints the command, then each moment counted from the start: the first page answ
 what each view needs: the queue's item leased to the demo user, the trained head and the
 tiny PRM scored (the compare and failures pages), both attribution runs finished (credit
 strips), the three exports finished, and on the demo project the Monte Carlo values of
-the demo rollouts. One run (it takes many minutes); repeat it to see the spread. Stops
+the demo rollouts. Each moment also says the CPU seconds the run has used so far (the
+steps that returned, and the live processes started with its data directory: worker,
+web server, PostgreSQL, Redis) and the machine's load average, since on a shared machine
+the wall clock says as much about the neighbours as about the run.
+
+One run (it takes many minutes); repeat it to see the spread. Stops
 the worker, the servers and the embedded databases at the end; the data directory is
 removed unless ``--keep``.
 """
@@ -39,6 +44,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def cpu_seconds(data: Path) -> float:
+    """CPU seconds of the steps that returned (this process's waited-for children) and of
+    the live processes whose environment names ``data`` as the data directory."""
+    import resource
+
+    tick = os.sysconf("SC_CLK_TCK")
+    mark = f"STEPSCOPE_DATA_DIR={data}".encode()
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = used.ru_utime + used.ru_stime
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if mark not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
 
 
 def status() -> dict[str, bool]:
@@ -93,7 +120,10 @@ def main() -> None:
     start = time.monotonic()
 
     def at() -> str:
-        return f"{time.monotonic() - start:7.1f} s"
+        load = os.getloadavg()[0]
+        return (
+            f"{time.monotonic() - start:7.1f} s  (cpu {cpu_seconds(data):7.1f} s, load {load:.1f})"
+        )
 
     try:
         for step in (
@@ -148,7 +178,13 @@ def main() -> None:
     finally:
         if server is not None:
             server.send_signal(signal.SIGINT)
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                # A request thread can hold the development server past a SIGINT; the
+                # worker and the databases are stopped below either way.
+                server.kill()
+                server.wait(timeout=30)
         subprocess.run([PY, "-m", "stepscope.processes", "down"], cwd=ROOT, env=env, check=False)
         if args.keep is None:
             shutil.rmtree(data, ignore_errors=True)

@@ -172,9 +172,11 @@ class ExportForm(forms.Form):
         " (trl-stepwise, prm800k, processbench; stepscope writes the label source's).",
     )
 
-    def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, project: Project, counted: bool = True, **kwargs: Any) -> None:
+        """``counted=False`` (the preview, which shows no choices) neither lists nor
+        counts them: the values given are taken as they are and the service checks them."""
         super().__init__(*args, **kwargs)
-        choices = export_choices(project)
+        choices = export_choices(project, counted=counted)
         if not self.is_bound and not self.initial.get("labels"):
             self.initial["labels"] = choices.default_labels
         given = self.data if self.is_bound else {}

@@ -6,17 +6,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet, Sum
 from django.http import Http404
 
 from exports.models import ExportJob, Selection
-from labeling.models import StepLabel
+from labeling.models import FinalLabelEvent, StepLabel, StepLabelEvent
 from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
-from rollouts.models import Policy, StepMC
-from scoring.models import AttributionRun, StepScore
+from rollouts.models import Policy, RolloutJob, StepMC
+from scoring.models import AttributionRun, ScoringRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
-from trajectories.models import Project
+from trajectories.models import Project, Step
 from trajectories.selectors import (
     AnyUser,
     projects_for_user,
@@ -70,33 +71,32 @@ class ExportChoices:
     default_labels: str = "human:majority"
 
 
-def export_choices(project: Project) -> ExportChoices:
-    """A few small queries: one count per label source, scorer, run and selection (a
-    scorer's label source labels the steps it scored: one count for both)."""
-    scored = _scored(project)
-    counts = {f"model:{name}": count for name, count in scored}
-    sources = [
-        (text, name, counts.get(text) or _count(project, text))
-        for text, name in _label_sources(project, scored)
-    ]
-    labelling = [text for text, _, count in sources if count]
+def export_choices(project: Project, *, counted: bool = True) -> ExportChoices:
+    """The export page's choices, each with how many steps it labels, scores or credits
+    (:func:`choice_counts`: counted once, then again only after the project's labels,
+    scores, credits, members or trajectories change), plus the selections, counted.
+
+    ``counted=False`` is for the preview's form, which shows no choices and only checks
+    the values given: it lists none of them and counts nothing (the form takes a value
+    it does not list, and the service checks it, as for the API)."""
+    if not counted:
+        return ExportChoices(
+            label_sources=list(FIXED_SOURCES), scorers=[], credit_runs=[], selections=[]
+        )
+    counts = choice_counts(project)
+    labelling = [text for text, _, count in counts.labels if count]
     return ExportChoices(
-        label_sources=[(text, f"{name} · {count:,} steps") for text, name, count in sources],
+        label_sources=[(text, f"{name} · {count:,} steps") for text, name, count in counts.labels],
         default_labels="human:majority"
         if "human:majority" in labelling or not labelling
         else labelling[0],
-        scorers=[(name, f"{name} · {count:,} steps scored") for name, count in scored],
+        scorers=[(name, f"{name} · {count:,} steps scored") for name, count in counts.scored],
         credit_runs=[
-            (str(run.pk), f"#{run.pk} {run.method} · {run.credit_count:,} steps credited")
-            for run in AttributionRun.objects.filter(
-                project=project, status=AttributionRun.Status.DONE
-            )
-            .exclude(method=AttributionRun.Method.TOKEN_SALIENCY)
-            .annotate(credit_count=Count("credits"))
-            .order_by("-pk")[:CHOICES_SHOWN]
+            (str(pk), f"#{pk} {method} · {count:,} steps credited")
+            for pk, method, count in counts.credited
         ],
         selections=[
-            ("", f"all trajectories · {project.trajectories.count():,}"),
+            ("", f"all trajectories · {counts.trajectories:,}"),
             *(
                 (
                     selection.name,
@@ -108,12 +108,151 @@ def export_choices(project: Project) -> ExportChoices:
     )
 
 
+@dataclass(frozen=True)
+class ChoiceCounts:
+    """What the export page's choices say: each label source there is, as ``(text, name,
+    steps it labels)``; each scorer with scores, as ``(name, steps scored)`` (its newest
+    revision's); each finished attribution run, as ``(id, method, steps credited)``; and
+    the project's trajectories."""
+
+    labels: list[tuple[str, str, int]]
+    scored: list[tuple[str, int]]
+    credited: list[tuple[int, str, int]]
+    trajectories: int
+
+
+# The counts of a project, in Django's cache (each process's memory unless CACHES says
+# otherwise) under this prefix, the project's id and its creation time.
+COUNTS_CACHE_PREFIX = "exports:choice-counts:"
+# Past this many label events since the counts, they are counted again without looking
+# at which project the events are in.
+EVENTS_LOOKED_AT = 10_000
+
+
+def choice_counts(project: Project) -> ChoiceCounts:
+    """The export page's choices and counts. Finding which members and imports label the
+    project and counting each source, scorer and run is a pass over the project's labels,
+    scores or credits (seconds on a million labelled steps), so the result is kept in the
+    cache and made again only when something it reads may have changed:
+
+    - a label or final label of the project written or deleted after it: the label
+      history (``StepLabelEvent``, ``FinalLabelEvent``, written by triggers on every
+      insert, change and delete, ``COPY`` included) is read from the result's high-water
+      marks on, the new events only (a label written in another project is seen to be
+      elsewhere and leaves the result as it is);
+    - the project's scoring runs, rollout jobs or finished attribution runs (how many,
+      how far they got: the scores, Monte Carlo values and credits they write), its
+      members, or its number of trajectories (what deleting trajectories changes).
+
+    The marks are read before the counting, so a write during it is seen next time."""
+    # The creation time too: a database rebuilt or restored may give another project the id.
+    key = f"{COUNTS_CACHE_PREFIX}{project.pk}:{project.created_at.timestamp()}"
+    marks = _event_marks()
+    inputs = _count_inputs(project)
+    kept: dict[str, Any] | None = cache.get(key)
+    if (
+        kept is not None
+        and kept["inputs"] == inputs
+        and not _labels_changed(project, kept["marks"], marks)
+    ):
+        if kept["marks"] != marks:
+            cache.set(key, {**kept, "marks": marks}, timeout=None)
+        counts: ChoiceCounts = kept["counts"]
+        return counts
+    counts = _choice_counts(project)
+    cache.set(key, {"marks": marks, "inputs": inputs, "counts": counts}, timeout=None)
+    return counts
+
+
+def _choice_counts(project: Project) -> ChoiceCounts:
+    scored = _scored(project)
+    known = {f"model:{name}": count for name, count in scored}
+    labels = [
+        (text, name, known[text] if text in known else _count(project, text))
+        for text, name in _label_sources(project, [name for name, _ in scored])
+    ]
+    credited = list(
+        AttributionRun.objects.filter(project=project, status=AttributionRun.Status.DONE)
+        .exclude(method=AttributionRun.Method.TOKEN_SALIENCY)
+        .annotate(credit_count=Count("credits"))
+        .order_by("-pk")
+        .values_list("pk", "method", "credit_count")[:CHOICES_SHOWN]
+    )
+    return ChoiceCounts(
+        labels=labels,
+        scored=scored,
+        credited=credited,
+        trajectories=project.trajectories.count(),
+    )
+
+
+def _event_marks() -> tuple[int, int]:
+    """The newest label and final-label history events, anywhere (two index lookups)."""
+    return (
+        StepLabelEvent.objects.aggregate(mark=Max("pgh_id"))["mark"] or 0,
+        FinalLabelEvent.objects.aggregate(mark=Max("pgh_id"))["mark"] or 0,
+    )
+
+
+def _labels_changed(project: Project, kept: tuple[int, int], now: tuple[int, int]) -> bool:
+    """Whether a label or final label of the project changed between the marks ``kept``
+    and ``now``: the steps of the events between them (an index range on the events),
+    looked up in the project; past ``EVENTS_LOOKED_AT`` events, changed."""
+    for model, since, until in zip((StepLabelEvent, FinalLabelEvent), kept, now, strict=True):
+        if until == since:
+            continue
+        if until < since:
+            return True  # events removed: history rewritten, count again
+        steps = list(
+            model.objects.filter(pgh_id__gt=since, pgh_id__lte=until)
+            .order_by()
+            .values_list("step_id", flat=True)[: EVENTS_LOOKED_AT + 1]
+        )
+        if len(steps) > EVENTS_LOOKED_AT:
+            return True
+        # A deleted step's events name a step that is gone: its labels are counted no more.
+        present = Step.objects.filter(pk__in=set(steps))
+        if present.filter(trajectory__project=project).exists() or present.count() < len(
+            set(steps)
+        ):
+            return True
+    return False
+
+
+def _count_inputs(project: Project) -> tuple[Any, ...]:
+    """How many of the project's scoring runs, rollout jobs and finished attribution runs
+    there are and how far they got, its members and its trajectories: small tables or an
+    index, one query each."""
+    scoring = ScoringRun.objects.filter(project=project).aggregate(
+        runs=Count("pk"), newest=Max("pk"), done=Sum("done"), chunks=Sum("chunks_done")
+    )
+    rollouts = RolloutJob.objects.filter(project=project).aggregate(
+        jobs=Count("pk"), newest=Max("pk"), done=Sum("done"), chunks=Sum("chunks_done")
+    )
+    credits = AttributionRun.objects.filter(
+        project=project, status=AttributionRun.Status.DONE
+    ).aggregate(runs=Count("pk"), newest=Max("pk"))
+    members = project.memberships.aggregate(members=Count("pk"), newest=Max("pk"))
+    return (
+        tuple(scoring.values()),
+        tuple(rollouts.values()),
+        tuple(credits.values()),
+        tuple(members.values()),
+        project.trajectories.count(),
+    )
+
+
+# The label sources every project has.
+FIXED_SOURCES = (
+    ("human:majority", "humans: majority"),
+    ("human:adjudicated", "humans: adjudicated"),
+)
 # At most this many members, imports, scorers, policies, runs and selections are offered;
 # the form still takes any other name typed into the address (and the API, any at all).
 CHOICES_SHOWN = 50
 
 
-def _label_sources(project: Project, scored: list[tuple[str, int]]) -> list[tuple[str, str]]:
+def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]:
     members = (
         User.objects.filter(memberships__project=project)
         .filter(
@@ -147,11 +286,10 @@ def _label_sources(project: Project, scored: list[tuple[str, int]]) -> list[tupl
         .values_list("name", flat=True)[:CHOICES_SHOWN]
     )
     return [
-        ("human:majority", "humans: majority"),
-        ("human:adjudicated", "humans: adjudicated"),
+        *FIXED_SOURCES,
         *((f"human:{name}", f"annotator {name}") for name in members),
         *((name, f"imported: {name.removeprefix(IMPORTED_PREFIX)}") for name in imported),
-        *((f"model:{name}", f"scorer {name} (thresholded)") for name, _ in scored),
+        *((f"model:{name}", f"scorer {name} (thresholded)") for name in scored),
         *(
             (f"mc{suffix}", f"Monte Carlo{label}")
             for suffix, label in (

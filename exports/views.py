@@ -64,7 +64,9 @@ def export_preview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = selectors.project_get_for_user(request.user, slug)
     if not selectors.can_manage_data(request.user, project):
         raise PermissionDenied("Only researchers and admins export data.")
-    form = ExportForm(request.GET, project=project)
+    # The preview counts only what is chosen (services.export_preview): the choices'
+    # counts are the export page's, not asked again on every change of the form.
+    form = ExportForm(request.GET, project=project, counted=False)
     preview = None
     error = ""
     export_request = _export_request(project, form)

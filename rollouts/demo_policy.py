@@ -184,6 +184,27 @@ def _weighted(
     return list(encoded["input_ids"]), weights
 
 
+def _part_loss(
+    model: Any, part: list[tuple[list[int], list[float]]], pad: int, functional: Any
+) -> Any:
+    """The summed weighted next-token loss of ``part``'s sequences, padded to the longest."""
+    import torch
+
+    width = max(len(ids) for ids, _ in part)
+    ids = torch.full((len(part), width), pad, dtype=torch.long)
+    weights = torch.zeros((len(part), width))
+    mask = torch.zeros((len(part), width), dtype=torch.long)
+    for row, (sequence, weight) in enumerate(part):
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        weights[row, : len(sequence)] = torch.tensor(weight)
+        mask[row, : len(sequence)] = 1
+    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    losses = functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
+    )
+    return (losses * weights[:, 1:].reshape(-1)).sum()
+
+
 def train(
     out_dir: Path,
     *,
@@ -214,7 +235,8 @@ def train(
 
     if "OMP_NUM_THREADS" not in os.environ:
         # Every core, unless told otherwise: on a machine shared with other work, one
-        # thread (OMP_NUM_THREADS=1) can train faster than threads that wait on each other.
+        # thread (OMP_NUM_THREADS=1) can train faster than threads that wait on each other,
+        # unless they sleep while they wait (OMP_WAIT_POLICY=PASSIVE, as under `make run`).
         torch.set_num_threads(max(1, os.cpu_count() or 1))
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -257,26 +279,24 @@ def train(
         lr = peak_lr * min(1.0, (step + 1) / warmup) * max(0.05, min(1.0, left / 0.2))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        batch = [problem() for _ in range(problems)] + [drill() for _ in range(drills)]
-        width = max(len(ids) for ids, _ in batch)
-        ids = torch.full((len(batch), width), pad, dtype=torch.long)
-        weights = torch.zeros((len(batch), width))
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, (sequence, weight) in enumerate(batch):
-            ids[row, : len(sequence)] = torch.tensor(sequence)
-            weights[row, : len(sequence)] = torch.tensor(weight)
-            mask[row, : len(sequence)] = 1
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
-        losses = functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
-        )
-        target_weights = weights[:, 1:].reshape(-1)
-        loss = (losses * target_weights).sum() / target_weights.sum()
+        # Problems and drills go through the model as two parts, each padded to its own
+        # longest sequence (drills run longer than problems: one padded batch spent a
+        # fifth of its tokens on padding); the gradient is the whole batch's, each part's
+        # weighted loss divided by the batch's total weight.
+        parts = [
+            [problem() for _ in range(problems)],
+            [drill() for _ in range(drills)],
+        ]
+        total_weight = sum(sum(weight[1:]) for part in parts for _, weight in part)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss_value = 0.0
+        for part in parts:
+            if part:
+                part_loss = _part_loss(model, part, pad, functional) / total_weight
+                part_loss.backward()
+                loss_value += float(part_loss.detach())
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        loss_value = float(loss.detach())
         step += 1
         if progress:
             progress(max((time.monotonic() - start) / budget, step / max_steps))

@@ -73,6 +73,13 @@ class ReviewRow:
     final: FinalLabel | None
     disagreement: bool
     majority: int | None
+    # The annotators' names, one per cell (``ReviewTable.annotators``): a phone shows each
+    # cell as a card's line under its annotator's name.
+    names: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def named_cells(self) -> list[tuple[str, StepLabel | None]]:
+        return list(zip(self.names, self.cells, strict=True))
 
     @property
     def tags(self) -> set[str]:
@@ -164,6 +171,7 @@ def review_table(trajectory: Trajectory, schema: LabelSchema) -> ReviewTable:
                 final=finals[0] if finals else None,
                 disagreement=len(set(people)) > 1,
                 majority=majority,
+                names=names,
             )
         )
     return ReviewTable(

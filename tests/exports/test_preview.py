@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from exports.models import Selection
 from labeling.models import StepLabel
@@ -166,3 +168,83 @@ def test_annotators_get_no_preview(processbench: Project) -> None:
     client.force_login(annotator)
     params = {"format": "kto", "labels": "import:processbench", "neutral": "drop"}
     assert client.get("/p/pb/exports/preview/", params).status_code == 403
+
+
+def _labels_by(project: Project, name: str, count: int) -> User:
+    """A member ``name`` whose submitted labels cover the project's first ``count`` steps."""
+    user = UserFactory.create(username=name)
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.ANNOTATOR)
+    schema = project.label_schemas.get(is_active=True)
+    steps = Step.objects.filter(trajectory__project=project).order_by("pk")[:count]
+    StepLabel.objects.bulk_create(
+        StepLabel(step=step, annotator=user, schema=schema, value=1, status="submitted")
+        for step in steps
+    )
+    return user
+
+
+def _queries(client: Client, url: str, params: dict[str, str] | None = None) -> list[str]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(url, params or {}, HTTP_HX_REQUEST="true")
+    assert response.status_code == 200
+    return [query["sql"] for query in queries.captured_queries]
+
+
+PREVIEWED = {"format": "trl-stepwise", "labels": "import:processbench", "neutral": "drop"}
+
+
+def test_the_preview_counts_what_is_chosen_not_every_source(
+    processbench: Project, researcher: Client
+) -> None:
+    """The form's choices are not counted on each change of the form: with five more
+    label sources the preview asks the database no more than with none."""
+    before = _queries(researcher, "/p/pb/exports/preview/", PREVIEWED)
+    for n in range(5):
+        _labels_by(processbench, f"annotator{n}", 3 + n)
+    after = _queries(researcher, "/p/pb/exports/preview/", PREVIEWED)
+    assert len(after) == len(before), after
+    assert not [sql for sql in after if "SELECT count(*) FROM (SELECT" in sql]
+    # What it counts is the chosen source's labels over the selection, still right.
+    page = preview(researcher, **PREVIEWED)
+    labelled = StepLabel.objects.filter(
+        annotator__username="import:processbench", step__labelable=True
+    ).count()
+    assert stat(page, "labelled by the source") == labelled
+
+
+def test_the_page_counts_once_then_again_when_the_labels_change(
+    processbench: Project, researcher: Client
+) -> None:
+    """The export page keeps its counts until a label of the project changes: a second
+    load counts nothing, a label written (or deleted) is counted on the next."""
+    other = project_create(slug="other", name="other")
+    first = _queries(researcher, "/p/pb/exports/")
+    again = _queries(researcher, "/p/pb/exports/")
+    counting = [sql for sql in first if "count(" in sql.lower()]
+    assert counting and len(again) < len(first)
+    assert not [sql for sql in again if "labeling_steplabel l" in sql or "stepscore" in sql]
+
+    # A label in another project leaves the counts as they were.
+    _labels_by(other, "elsewhere", 1)
+    assert len(_queries(researcher, "/p/pb/exports/")) == len(again)
+
+    # A member's labels here: a new source, counted, and the majority moves with them.
+    _labels_by(processbench, "annotator9", 4)
+    page = researcher.get("/p/pb/exports/").content.decode()
+    assert "annotator annotator9 · 4 steps" in page
+    assert "humans: majority · 4 steps" in page
+
+    # One of the import's labels deleted: one step fewer on the next load.
+    imported = StepLabel.objects.filter(annotator__username="import:processbench")
+    total = imported.count()
+    imported.filter(pk=imported.order_by("pk").values("pk")[:1]).delete()
+    page = researcher.get("/p/pb/exports/").content.decode()
+    assert f"imported: processbench · {total - 1:,} steps" in page
+
+    # Trajectories deleted take their steps' labels and scores with them.
+    trajectory = processbench.trajectories.order_by("pk").first()
+    assert trajectory is not None
+    trajectory.delete()
+    page = researcher.get("/p/pb/exports/").content.decode()
+    assert f"all trajectories · {processbench.trajectories.count():,}" in page
+    assert f"imported: processbench · {imported.count():,} steps" in page

@@ -85,3 +85,32 @@ def test_command_trains_once_and_registers_the_policy(
     policy = Policy.objects.get(name="demo-policy", project=None)
     assert Path(policy.model_ref) == tmp_path / "models" / f"demo-policy-v{demo_policy.VERSION}"
     assert policy.parameters == demo_policy.PARAMETERS and summary["policy"] == policy.pk
+
+
+def test_the_batch_in_two_parts_has_the_loss_of_the_batch_padded_as_one() -> None:
+    """Training pads problems and drills each to their own longest sequence: the loss
+    (so the gradient) is the one of the whole batch padded to its longest."""
+    import torch
+    import torch.nn.functional as functional
+
+    prompt, solution = demo_policy.solution_text(
+        {"task": "T?", "steps": [{"content": "Step 1: 12 + 3 = 15"}]}
+    )
+    drill = demo_policy.drill_text(random.Random(1), lines=6)
+    tokenizer = demo_policy.build_tokenizer([prompt + solution, drill] * 10)
+    model = demo_policy.build_model(tokenizer, layers=1, hidden=32)
+    pad = tokenizer.pad_token_id
+    problems = [
+        demo_policy._weighted(
+            tokenizer, prompt + solution, loss_from=len(prompt), other=1.0, result=2.0
+        )
+    ] * 3
+    drills = [demo_policy._weighted(tokenizer, drill, loss_from=0, other=0.0, result=2.0)]
+    assert len(drills[0][0]) > len(problems[0][0])  # the drill is the longer
+    total = sum(sum(weight[1:]) for _, weight in problems + drills)
+    with torch.no_grad():
+        parts = sum(
+            demo_policy._part_loss(model, part, pad, functional) for part in (problems, drills)
+        )
+        whole = demo_policy._part_loss(model, problems + drills, pad, functional)
+    assert float(parts / total) == pytest.approx(float(whole / total), rel=1e-5)
