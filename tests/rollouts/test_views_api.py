@@ -4,8 +4,10 @@ and its include; outsiders get a 404 everywhere."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection
 from django.template.loader import render_to_string
@@ -140,16 +142,19 @@ def test_owner_starts_and_cancels_through_the_api(
 
 def test_policies_through_the_api(owner: User, project: Project) -> None:
     rest = api(owner)
-    response = rest.post(
-        "/api/v1/policies/",
-        {
-            "project": project.slug,
-            "name": "mine",
-            "model_ref": "/models/lm",
-            "parameters": {"temperature": 0.7, "stop": ["\n\n"]},
-        },
-        format="json",
+    body = {
+        "project": project.slug,
+        "name": "mine",
+        "model_ref": "/models/lm",
+        "parameters": {"temperature": 0.7, "stop": ["\n\n"]},
+    }
+    # A directory outside the operator's model directories is refused, naming the field.
+    refused = rest.post("/api/v1/policies/", body, format="json")
+    assert (
+        refused.status_code == 400 and "outside the model directories" in refused.content.decode()
     )
+    inside = Path(settings.STEPSCOPE_MODEL_DIRS[0]) / "lm"
+    response = rest.post("/api/v1/policies/", {**body, "model_ref": str(inside)}, format="json")
     assert response.status_code == 201, response.content
     assert (
         rest.post(

@@ -9,11 +9,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
+from scoring import services
+from scoring.models import ScoringRun
+from tests.conftest import celery_worker_log
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import OpenAIServer
 from tests.scoring.test_attribution_views_api import browser, columns, evidence
 from tests.scoring.test_judge_runs import remote_judge, run_judge
 from tests.screens import WIDEST, shot
+from tests.waiting import wait_until
 from trajectories.models import Membership, Project, Trajectory
 from trajectories.services import project_create
 
@@ -21,8 +25,11 @@ PASSWORD = "pw-for-tests"
 HOSTILE = '<script>alert("x")</script><img src=x onerror=alert(1)> 13 - 4 is 9, not 8.'
 
 
-def judged(project: Project, server: OpenAIServer) -> Trajectory:
-    """A trajectory judged once per step (step 1 wrong) by a remote judge."""
+def judged(project: Project, server: OpenAIServer, *, on_worker: bool = False) -> Trajectory:
+    """A trajectory judged once per step (step 1 wrong) by a remote judge. A test on
+    committed rows (``transaction=True``) runs it ``on_worker``: there the run's start
+    hands it to the Celery worker as it commits, and a run scored here as well would ask
+    for the fixed replies twice over."""
     trajectory = trajectory_with_steps(
         project, ["16 - 3 = 13 eggs remain.", "13 - 4 = 8 to sell.", "8 * 2 = 16 dollars."]
     )
@@ -33,8 +40,16 @@ def judged(project: Project, server: OpenAIServer) -> Trajectory:
             "I cannot tell.",
         ]
     )
-    run = run_judge(project, remote_judge(project, server, concurrency=1))
-    assert run.status == "done" and run.metrics["parse_failures"] == 1
+    scorer = remote_judge(project, server, concurrency=1)
+    if on_worker:
+        run = services.scoring_run_start(project=project, scorer=scorer)
+        assert wait_until(
+            lambda: ScoringRun.objects.get(pk=run.pk).status in ("done", "failed"), timeout=120
+        ), celery_worker_log()
+        run.refresh_from_db()
+    else:
+        run = run_judge(project, scorer)
+    assert run.status == "done" and run.metrics["parse_failures"] == 1, run.error
     return trajectory
 
 
@@ -73,12 +88,17 @@ def test_the_score_strip_names_a_judge_as_a_judge(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
 def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
-    page: Any, live_server: Any, openai_server: OpenAIServer, width: int, height: int
+    page: Any,
+    live_server: Any,
+    celery_worker: object,
+    openai_server: OpenAIServer,
+    width: int,
+    height: int,
 ) -> None:
     project = project_create(slug="demo", name="Demo")
     owner = UserFactory.create(username="owner", password=PASSWORD)
     MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
-    trajectory = judged(project, openai_server)
+    trajectory = judged(project, openai_server, on_worker=True)
     wrong = trajectory.steps.get(index=1)
     page.set_viewport_size({"width": width, "height": height})
     page.goto(live_server.url + reverse("login"))
@@ -100,12 +120,17 @@ def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
 def test_the_judge_strip_reads_judge_on_a_laptop_and_a_phone(
-    page: Any, live_server: Any, openai_server: OpenAIServer, width: int, height: int
+    page: Any,
+    live_server: Any,
+    celery_worker: object,
+    openai_server: OpenAIServer,
+    width: int,
+    height: int,
 ) -> None:
     project = project_create(slug="demo", name="Demo")
     owner = UserFactory.create(username="owner", password=PASSWORD)
     MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
-    trajectory = judged(project, openai_server)
+    trajectory = judged(project, openai_server, on_worker=True)
     page.set_viewport_size({"width": width, "height": height})
     page.goto(live_server.url + reverse("login"))
     page.fill("input[name=username]", "owner")
