@@ -99,11 +99,14 @@ class Workers:
         # A worker restores messages a dead worker took but never acknowledged once they
         # are older than the visibility timeout (an hour by default on Redis), sweeping
         # every 100 s by default. Here: 8 s (longer than any chunk, model load included,
-        # so live chunks are not handed out twice), swept every second.
+        # so live chunks are not handed out twice), swept every second. A sweep holds a
+        # mutex in Redis that outlives a worker killed while holding it, for 300 s by
+        # default, and no worker restores anything until it expires: here 5 s.
         options = {
             "visibility_timeout": 8,
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
+            "unacked_mutex_expire": 5,
         }
         code = (
             "from stepscope.celery import app; "
