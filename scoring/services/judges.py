@@ -269,7 +269,9 @@ def _logs(chunk: ScoringChunk) -> list[Log]:
     index, with its agent as ``trajectories.agents`` names it (its speaker where the
     step is an input)."""
     tasks_by_id = dict(
-        Trajectory.objects.filter(pk__in=chunk.trajectory_ids).values_list("pk", "task")
+        Trajectory.objects.filter(pk__in=chunk.trajectory_ids)
+        .order_by("pk")
+        .values_list("pk", "task")
     )
     rows: dict[int, list[tuple[int, int, str, str, str, bool]]] = {pk: [] for pk in tasks_by_id}
     steps = (
