@@ -2,8 +2,9 @@
 each request and its :class:`Reply` as soon as the reply is there (so the caller can store
 it before the next one), and raises :class:`JudgeError` for what no retry will mend;
 ``check(requests)`` raises :class:`JudgeError` naming the first request whose prompt is
-longer than the context allows, asking nothing (a remote judge without a ``tokenizer``
-cannot count and checks nothing)."""
+longer than the context allows, asking nothing, and ``check_finish()``, called once every
+request of a run went through ``check``, does what needs them all (a remote judge without a
+``tokenizer`` asks the endpoint to count the run's longest prompt)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,8 @@ class Judge(Protocol):
     def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None: ...
 
     def check(self, requests: list[JudgeRequest]) -> None: ...
+
+    def check_finish(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,9 @@ class LocalJudge:
             self._counted[key] = array("i", ids)
             self._counted_tokens += len(ids)
 
+    def check_finish(self) -> None:
+        """Every prompt was counted in :meth:`check`."""
+
     def _fits(self, request: JudgeRequest, ids: list[int]) -> None:
         if len(ids) + self.params.max_tokens > self.max_length:
             raise JudgeError(

@@ -49,6 +49,8 @@ class RemoteJudge:
         # Attempts beyond the first, for the run's cost.
         self.retries = 0
         self._lock = threading.Lock()
+        # Without a tokenizer: the longest prompt checked so far, and its size in characters.
+        self._longest: tuple[int, JudgeRequest] | None = None
 
     def body(self, request: JudgeRequest) -> dict[str, Any]:
         params = self.params
@@ -110,8 +112,14 @@ class RemoteJudge:
         """Count each prompt with the ``tokenizer`` parameter's chat template against the
         endpoint's context (its ``/models`` entry's ``max_model_len``, as vLLM gives it,
         else the ``max_length`` parameter). Without a tokenizer there is nothing to count
-        with: the endpoint's own refusal (HTTP 400) says it when the request is sent."""
-        if not self.params.tokenizer or not requests:
+        with here: the longest prompt (in characters) is kept for :meth:`check_finish`."""
+        if not self.params.tokenizer:
+            for request in requests:
+                size = sum(len(str(m.get("content") or "")) for m in request.messages)
+                if self._longest is None or size > self._longest[0]:
+                    self._longest = (size, request)
+            return
+        if not requests:
             return
         from scoring.prm.adapters import load_tokenizer
         from scoring.prm.base import ScorerError
@@ -141,6 +149,49 @@ class RemoteJudge:
                     f" max_tokens {self.params.max_tokens} it passes the endpoint's context"
                     f" of {context} tokens"
                 )
+
+    def check_finish(self) -> None:
+        """Without a tokenizer, count the longest prompt :meth:`check` was given (in
+        characters) with the endpoint's own ``POST /tokenize`` (vLLM's route, beside
+        ``/v1``) against its context, so a prompt past it fails the run before any chunk
+        asks. Characters only approximate tokens, so a shorter prompt of denser text can
+        still be refused when it is sent; an endpoint without the route checks nothing here
+        (its refusal, HTTP 400, says it then). A ``tokenizer`` makes the check exact."""
+        if self._longest is None:
+            return
+        request, self._longest = self._longest[1], None
+        root = self.params.base_url.rstrip("/").removesuffix("/v1")
+        body: dict[str, Any] = {
+            "model": self.spec.model_ref,
+            "messages": list(request.messages),
+            "add_generation_prompt": True,
+        }
+        try:
+            http = urllib.request.Request(
+                root + "/tokenize", data=json.dumps(body).encode(), headers=self.headers
+            )
+            with urllib.request.urlopen(http, timeout=self.params.timeout_seconds) as answer:
+                counted = json.loads(answer.read())
+            count, context = int(counted["count"]), counted.get("max_model_len")
+        except urllib.error.HTTPError as error:
+            if error.code in (401, 403):
+                raise self._refused(error.code, _error_text(error), request) from None
+            return
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
+            reason = getattr(error, "reason", error)
+            raise JudgeError(
+                f"cannot reach the judge endpoint {self.params.base_url}: {reason}"
+            ) from None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return
+        if not isinstance(context, int) or context <= 0:
+            context = self.context_length()
+        if count + self.params.max_tokens > context:
+            raise JudgeError(
+                f"the prompt for {describe(request)} is {count} tokens (as the endpoint"
+                f" counts them); with max_tokens {self.params.max_tokens} it passes the"
+                f" endpoint's context of {context} tokens"
+            )
 
     def context_length(self) -> int:
         """The served model's context from ``GET /models`` (``max_model_len``), else the

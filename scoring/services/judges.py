@@ -196,6 +196,7 @@ def judge_run_check(run: ScoringRun) -> None:
                 requests = requests_build(spec.params, prompt, _trajectory_inputs(chunk))
             judge.check(requests)
             checked += len(requests)
+        judge.check_finish()
         locked.metrics = {**(locked.metrics or {}), "prompts_checked": checked}
         locked.save(update_fields=["metrics"])
 

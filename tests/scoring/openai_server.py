@@ -13,7 +13,10 @@ perfect failure-attribution judge would, reading the default attribution prompts
 decisive step is ``step``, its agent ``agent``), ``reset``. ``GET /stats`` says what it
 saw: requests, answers by status, the most in flight at once, the user messages asked.
 ``max_context`` replaces ``--max-context`` (for long real logs). ``GET /v1/models`` lists
-the model with its ``max_model_len``, as vLLM does.
+the model with its ``max_model_len``, as vLLM does, and ``POST /tokenize`` counts a
+chat's prompt tokens in vLLM's shape (``{"count", "max_model_len", "tokens"}``) unless
+``tokenize`` is false (then it is a 404, as on servers without the route); ``stats`` counts
+those in ``tokenized``, not in ``requests``.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ _FRESH: dict[str, Any] = {
     "fixed_reply": None,
     "oracles": [],
     "max_context": None,
+    "tokenize": True,
 }
 
 
@@ -74,6 +78,7 @@ class State:
     def reset(self) -> None:
         self.control = json.loads(json.dumps(_FRESH))
         self.requests = 0
+        self.tokenized = 0
         self.statuses: dict[str, int] = {}
         self.in_flight = 0
         self.max_in_flight = 0
@@ -108,6 +113,7 @@ def main() -> None:
             with state.lock:
                 stats = {
                     "requests": state.requests,
+                    "tokenized": state.tokenized,
                     "statuses": dict(state.statuses),
                     "max_in_flight": state.max_in_flight,
                     "asked": list(state.asked),
@@ -122,6 +128,8 @@ def main() -> None:
                         state.reset()
                     state.control.update(body)
                 return self._send(200, {"ok": True}, counted=False)
+            if self.path == "/tokenize":
+                return self._tokenize(body)
             if self.path != "/v1/chat/completions":
                 return self._send(404, {"error": {"message": f"no route {self.path}"}})
             with state.lock:
@@ -143,6 +151,17 @@ def main() -> None:
             finally:
                 with state.lock:
                     state.in_flight -= 1
+
+        def _tokenize(self, body: dict[str, Any]) -> None:
+            with state.lock:
+                if not state.control["tokenize"]:
+                    return self._send(404, {"detail": "Not Found"}, counted=False)
+                state.tokenized += 1
+                context = int(state.control["max_context"] or options.max_context)
+            with state.generate_lock:
+                ids = judge.prompt_ids(tuple(body["messages"]))
+            answer = {"count": len(ids), "max_model_len": context, "tokens": ids}
+            self._send(200, answer, counted=False)
 
         def _complete(
             self,

@@ -365,6 +365,47 @@ def test_a_too_long_prompt_in_a_later_chunk_fails_the_run_before_any_chunk_write
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("mode", [STEP_BY_STEP, "per-step"])
+def test_without_a_tokenizer_the_endpoint_counts_the_longest_prompt_before_any_chunk_asks(
+    project: Project, openai_server: OpenAIServer, mode: str
+) -> None:
+    """With nothing to count with here, the check asks the endpoint's /tokenize for the
+    run's longest prompt; it is past the 768 tokens, the long step in the last chunk."""
+    for _ in range(3):
+        team_log(project, 3)
+    long = team_log(project, 3)
+    Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
+    wanted = long.steps.get(index=2)
+    scorer = attribution_judge(project, openai_server, mode, chunk_steps=2)
+    run = run_judge(project, scorer)
+    assert run.chunks.count() == 4
+    assert run.status == ScoringRun.Status.FAILED
+    assert f"the prompt for step {wanted.pk} of trajectory {long.pk} is" in run.error
+    assert "the endpoint's context of 768 tokens" in run.error
+    assert run.done == 0 and run.chunks_done == 0
+    assert not JudgeReply.objects.filter(run=run).exists()
+    assert openai_server.stats()["requests"] == 0  # nothing was asked
+    assert openai_server.stats()["tokenized"] == 1  # the longest prompt, once
+    assert not FailureVerdict.objects.exists() and not StepScore.objects.exists()
+
+
+@pytest.mark.django_db
+def test_without_a_tokenizer_or_a_tokenize_route_the_refusal_comes_when_the_prompt_is_sent(
+    project: Project, openai_server: OpenAIServer
+) -> None:
+    openai_server.control(tokenize=False, fixed_reply="Agent: Coder\nStep: 1")
+    team_log(project, 3)
+    long = team_log(project, 3)
+    Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
+    scorer = attribution_judge(project, openai_server, ALL_AT_ONCE, chunk_steps=3)
+    run = run_judge(project, scorer)
+    assert run.status == ScoringRun.Status.FAILED
+    assert f"refused the request for trajectory {long.pk} (HTTP 400" in run.error
+    assert "maximum context length is 768" in run.error
+    assert openai_server.stats()["tokenized"] == 0
+
+
+@pytest.mark.django_db
 def test_a_local_judge_counts_every_chunks_prompts_first(
     project: Project, tiny_judge: Path
 ) -> None:

@@ -227,7 +227,7 @@ def test_a_remote_per_step_run_retries_and_reads_probabilities(
         ({"base_url": "http://127.0.0.1:9/v1"}, "cannot reach the judge endpoint"),
         ({"api_key_env": "HOME"}, "refused the key from HOME (HTTP 401)"),
         ({"model": "no-such-model"}, "has no model 'no-such-model' (HTTP 404"),
-        ({"long": True}, "maximum context length"),
+        ({"long": True}, "passes the endpoint's context of 768 tokens"),
     ],
 )
 def test_bad_endpoints_fail_the_run_at_the_first_chunk_with_nothing_counted(
