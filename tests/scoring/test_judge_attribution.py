@@ -340,43 +340,20 @@ def test_only_unjudged_asks_the_logs_with_no_verdict_yet(
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("mode", [STEP_BY_STEP, "per-step"])
+@pytest.mark.parametrize("counted_by", ["tokenizer", "endpoint"])
 def test_a_too_long_prompt_in_a_later_chunk_fails_the_run_before_any_chunk_writes(
-    project: Project, openai_server: OpenAIServer, tiny_judge: Path, mode: str
+    project: Project, openai_server: OpenAIServer, tiny_judge: Path, mode: str, counted_by: str
 ) -> None:
-    """The remote judge counts with the tokenizer it is given against the endpoint's
+    """The remote judge counts every prompt with the tokenizer it is given, or without
+    one has the endpoint's /tokenize count the run's longest, against the endpoint's
     context (its /models says 768); the long step is in the last chunk."""
     for _ in range(3):
         team_log(project, 3)
     long = team_log(project, 3)
     Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
     wanted = long.steps.get(index=2)
-    scorer = attribution_judge(
-        project, openai_server, mode, tokenizer=str(tiny_judge), chunk_steps=2
-    )
-    run = run_judge(project, scorer)
-    assert run.chunks.count() == 4
-    assert run.status == ScoringRun.Status.FAILED
-    assert f"step {wanted.pk} of trajectory {long.pk}" in run.error
-    assert "the endpoint's context of 768 tokens" in run.error
-    assert run.done == 0 and run.chunks_done == 0
-    assert not JudgeReply.objects.filter(run=run).exists()
-    assert openai_server.stats()["requests"] == 0  # nothing was asked
-    assert not FailureVerdict.objects.exists() and not StepScore.objects.exists()
-
-
-@pytest.mark.django_db
-@pytest.mark.parametrize("mode", [STEP_BY_STEP, "per-step"])
-def test_without_a_tokenizer_the_endpoint_counts_the_longest_prompt_before_any_chunk_asks(
-    project: Project, openai_server: OpenAIServer, mode: str
-) -> None:
-    """With nothing to count with here, the check asks the endpoint's /tokenize for the
-    run's longest prompt; it is past the 768 tokens, the long step in the last chunk."""
-    for _ in range(3):
-        team_log(project, 3)
-    long = team_log(project, 3)
-    Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
-    wanted = long.steps.get(index=2)
-    scorer = attribution_judge(project, openai_server, mode, chunk_steps=2)
+    counting = {"tokenizer": str(tiny_judge)} if counted_by == "tokenizer" else {}
+    scorer = attribution_judge(project, openai_server, mode, chunk_steps=2, **counting)
     run = run_judge(project, scorer)
     assert run.chunks.count() == 4
     assert run.status == ScoringRun.Status.FAILED
@@ -385,7 +362,8 @@ def test_without_a_tokenizer_the_endpoint_counts_the_longest_prompt_before_any_c
     assert run.done == 0 and run.chunks_done == 0
     assert not JudgeReply.objects.filter(run=run).exists()
     assert openai_server.stats()["requests"] == 0  # nothing was asked
-    assert openai_server.stats()["tokenized"] == 1  # the longest prompt, once
+    # The endpoint counted the longest prompt once, or nothing with a tokenizer here.
+    assert openai_server.stats()["tokenized"] == (counted_by == "endpoint")
     assert not FailureVerdict.objects.exists() and not StepScore.objects.exists()
 
 
