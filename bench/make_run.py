@@ -11,8 +11,8 @@ Prints the command, then each moment counted from the start: the first page answ
 (the fast-feedback bound is 90 s), and per demo project, the first time the database holds
 what each view needs: the queue's item leased to the demo user, the trained head and the
 tiny PRM scored (the compare and failures pages), both attribution runs finished (credit
-strips), the three exports finished, and on the demo project the Monte Carlo values of
-the demo rollouts. Each moment also says the CPU seconds the run has used so far (the
+strips), the three exports finished, and on the demo project the demo policy trained and the
+Monte Carlo values of the demo rollouts. Each moment also says the CPU seconds the run has used so far (the
 steps that returned, and the live processes started with its data directory: worker,
 web server, PostgreSQL, Redis) and the machine's load average, since on a shared machine
 the wall clock says as much about the neighbours as about the run.
@@ -74,7 +74,7 @@ def status() -> dict[str, bool]:
     from demo.management.commands.demo_setup import DEMO_USER, SHOWCASE_LABELS
     from exports.models import ExportJob
     from labeling.models import QueueAssignment
-    from rollouts.models import StepMC
+    from rollouts.models import DemoPolicyTraining, StepMC
     from scoring.models import AttributionRun, ScoringRun
 
     found: dict[str, bool] = {}
@@ -97,6 +97,9 @@ def status() -> dict[str, bool]:
         found[f"{slug}: exports"] = ExportJob.objects.filter(
             project__slug=slug, status="done"
         ).count() >= len(showcase.EXPORTS)
+    found["demo: policy trained"] = DemoPolicyTraining.objects.filter(
+        project__slug="demo", status="done"
+    ).exists()
     found["demo: MC values"] = StepMC.objects.filter(
         step__trajectory__project__slug="demo"
     ).exists()

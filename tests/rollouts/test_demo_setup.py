@@ -56,6 +56,8 @@ def test_demo_setup_leaves_training_to_the_worker_then_queues_rollouts_against_t
 
     def quick(out_dir: Path, **options: Any) -> demo_policy.TrainingReport:
         trained.append(out_dir)
+        # Capped in time: `make run` shows the Monte Carlo values within ten minutes.
+        assert options["minutes"] <= 7
         options["progress"](0.5)
         return real_train(out_dir, max_steps=1, batch_size=2, layers=1, hidden=32)
 
