@@ -11,11 +11,12 @@ Prints the command, then each moment counted from the start: the first page answ
 (the fast-feedback bound is 90 s), and per demo project, the first time the database holds
 what each view needs: the queue's item leased to the demo user, the trained head and the
 tiny PRM scored (the compare and failures pages), both attribution runs finished (credit
-strips), the three exports finished, and on the demo project the demo policy trained and the
-Monte Carlo values of the demo rollouts. Each moment also says the CPU seconds the run has used so far (the
-steps that returned, and the live processes started with its data directory: worker,
-web server, PostgreSQL, Redis) and the machine's load average, since on a shared machine
-the wall clock says as much about the neighbours as about the run.
+strips), the three exports finished, and on the demo project the demo policy trained and
+the Monte Carlo values of the demo rollouts. Each moment also says the CPU seconds the
+run has used so far (the steps that returned, and the live processes started with its
+data directory: worker, web server, PostgreSQL, Redis) and the machine's load average,
+since on a shared machine the wall clock says as much about the neighbours as about the
+run.
 
 One run (it takes many minutes); repeat it to see the spread. Stops
 the worker, the servers and the embedded databases at the end; the data directory is
