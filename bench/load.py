@@ -4,6 +4,7 @@ while a scoring run (gpu queue) and an export (default queue) run beside them.
     .venv/bin/python bench/load.py                         # 50 annotators, 5 minutes
     .venv/bin/python bench/load.py --annotators 10 --seconds 30
     .venv/bin/python bench/load.py --worker-nice 0          # workers at the web's priority
+    .venv/bin/python bench/load.py --think 3                # an annotator reads for ~3 s
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/stepscope_load \\
     CELERY_BROKER_URL=redis://127.0.0.1:6379/5 .venv/bin/python bench/load.py
 
@@ -14,6 +15,14 @@ created and dropped). Each annotator is a thread with its own keep-alive connect
 login, CSRF, queue lease, HTMX label posts, submit, as the browser does. The queue's
 overlap equals the number of annotators, so every post is a distinct (annotator, step).
 
+By default an annotator posts its next label as soon as the last one is answered (a
+closed loop with no think time): then the mean latency is the number of annotators over
+the throughput (Little's law), whatever the priorities, and 50 annotators on 2 cores
+queue behind each other. ``--think S`` has each one read the step for a while first, S
+seconds on average (exponentially distributed, seeded per annotator), as a person does:
+that measures how long a label write takes when the machine is shared, not how long the
+queue of posts is.
+
 Prints labels/s, p50/p95/p99 latency, errors, the scoring and export figures, checks that
 every acknowledged label is in the database, then a final JSON line.
 """
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import statistics
@@ -121,7 +131,9 @@ job = ExportJob.objects.get(pk=EXPORT)
 result = {
     "scoring": {"status": run.status, "done": run.done, "total": run.total,
                 "seconds": (run.finished_at - run.started_at).total_seconds()
-                if run.finished_at and run.started_at else None, "error": run.error},
+                if run.finished_at and run.started_at else None, "error": run.error,
+                "window": [run.started_at.timestamp() if run.started_at else None,
+                           run.finished_at.timestamp() if run.finished_at else None]},
     "export": {"status": job.status, "rows": job.row_count, "error": job.error,
                "seconds": (job.finished_at - job.created_at).total_seconds()
                if job.finished_at else None},
@@ -146,6 +158,8 @@ result = {
 @dataclass
 class Tally:
     latencies: list[float] = field(default_factory=list)
+    # When each post was sent (epoch seconds), beside its latency.
+    sent: list[float] = field(default_factory=list)
     acknowledged: set[tuple[str, int]] = field(default_factory=set)
     failed: int = 0
     errors: list[str] = field(default_factory=list)
@@ -153,9 +167,16 @@ class Tally:
 
 
 def annotate(
-    stack: Stack, name: str, queue: int, schema: int, deadline: float, tally: Tally
+    stack: Stack,
+    name: str,
+    queue: int,
+    schema: int,
+    deadline: float,
+    tally: Tally,
+    think: float,
 ) -> None:
     user = Browserless("127.0.0.1", stack.port, name, PASSWORD, timeout=60)
+    reading = random.Random(name)
     user.login()
     while time.monotonic() < deadline:
         status, headers, _ = user.request("POST", f"/q/{queue}/next/", {}, htmx=True)
@@ -166,9 +187,14 @@ def annotate(
             return
         _, _, page = user.request("GET", target)
         for step in map(int, re.findall(r'data-row data-step="(\d+)"', page)):
+            if think > 0:
+                # Reading the step: the annotator's think time (a load model, not a wait
+                # for the server).
+                time.sleep(reading.expovariate(1 / think))
             if time.monotonic() >= deadline:
                 return
             body = {"value": ("1", "0", "-1")[step % 3], "schema": str(schema), "queue": str(queue)}
+            sent = time.time()
             started = time.perf_counter()
             try:
                 status, _, text = user.request("POST", f"/steps/{step}/label/", body, htmx=True)
@@ -177,6 +203,7 @@ def annotate(
             elapsed = time.perf_counter() - started
             with tally.lock:
                 tally.latencies.append(elapsed)
+                tally.sent.append(sent)
                 if status == 200:
                     tally.acknowledged.add((name, step))
                 else:
@@ -208,6 +235,12 @@ def main() -> None:
     parser.add_argument("--scored-tasks", type=int, default=300, help="x4 rollouts x7 steps")
     parser.add_argument(
         "--worker-nice", type=int, default=10, help="workers' niceness (0: as the web)"
+    )
+    parser.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="mean seconds an annotator reads a step before labelling it (0: none)",
     )
     args = parser.parse_args()
     print("command:", " ".join([".venv/bin/python", "bench/load.py", *sys.argv[1:]]))
@@ -249,7 +282,15 @@ def main() -> None:
         threads = [
             threading.Thread(
                 target=annotate,
-                args=(stack, f"ann{n:02d}", setup["queue"], setup["schema"], deadline, tally),
+                args=(
+                    stack,
+                    f"ann{n:02d}",
+                    setup["queue"],
+                    setup["schema"],
+                    deadline,
+                    tally,
+                    args.think,
+                ),
             )
             for n in range(args.annotators)
         ]
@@ -282,6 +323,13 @@ def main() -> None:
     pairs = {(name, step) for name, step in stored["pairs"]}
     lost = tally.acknowledged - pairs
     latencies = sorted(tally.latencies)
+    # The posts sent while the scoring run ran: the annotators' share of a busy machine.
+    start_at, end_at = state["scoring"].pop("window")
+    busy = sorted(
+        latency
+        for latency, sent in zip(tally.latencies, tally.sent, strict=True)
+        if start_at is not None and start_at <= sent <= (end_at or float("inf"))
+    )
     summary = {
         "annotators": args.annotators,
         "seconds": round(wall, 1),
@@ -291,6 +339,12 @@ def main() -> None:
         "p50_ms": round(percentile(latencies, 50) * 1000, 1),
         "p95_ms": round(percentile(latencies, 95) * 1000, 1),
         "p99_ms": round(percentile(latencies, 99) * 1000, 1),
+        "while_scoring": {
+            "label_posts": len(busy),
+            "p50_ms": round(percentile(busy, 50) * 1000, 1),
+            "p95_ms": round(percentile(busy, 95) * 1000, 1),
+            "p99_ms": round(percentile(busy, 99) * 1000, 1),
+        },
         "errors": tally.failed + len([e for e in tally.errors if e.startswith("lease")]),
         "labels_in_db": len(pairs),
         "insert_events_in_db": stored["insert_events"],
@@ -299,6 +353,7 @@ def main() -> None:
         "export": state["export"],
         "web_workers": args.web_workers,
         "worker_nice": args.worker_nice,
+        "think_s": args.think,
         "cpus": os.cpu_count(),
         "servers": "external" if database_url else "embedded",
     }
@@ -306,6 +361,11 @@ def main() -> None:
         f"labels: {summary['labels_acknowledged']} acknowledged in {wall:.0f} s"
         f" = {summary['labels_per_s']}/s; latency p50 {summary['p50_ms']} ms,"
         f" p95 {summary['p95_ms']} ms, p99 {summary['p99_ms']} ms; errors {summary['errors']}"
+    )
+    scoring = summary["while_scoring"]
+    print(
+        f"while the scoring run ran: {scoring['label_posts']} posts, p50 {scoring['p50_ms']} ms,"
+        f" p95 {scoring['p95_ms']} ms, p99 {scoring['p99_ms']} ms"
     )
     print(
         f"database: {len(pairs)} labels, {stored['insert_events']} insert events;"
