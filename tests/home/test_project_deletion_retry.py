@@ -80,7 +80,7 @@ def test_a_batch_that_keeps_failing_fails_the_deletion_and_says_why(
     step_id = Step.objects.get(trajectory=trajectory).pk
     record = ProjectDeletion.objects.create(project=project, slug=project.slug, name=project.name)
     monkeypatch.setattr(deletion, "BATCH_TRIES", 2)
-    tries = []
+    tries: list[str] = []
 
     def always_late(execute: Callable[..., Any], sql: str, *rest: Any) -> Any:
         if sql.startswith(STEP_DELETE):
