@@ -23,6 +23,17 @@ pytestmark = pytest.mark.django_db(transaction=True)
 STEP_DELETE = 'DELETE FROM "trajectories_step"'
 
 
+def score_from_another_connection(scorer: Scorer, step_id: int) -> None:
+    """A score on the step, stored and committed by a connection of its own (the
+    cancelled job's last chunk)."""
+    with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+        other.execute(
+            "INSERT INTO scoring_stepscore (value, raw, updated_at, scorer_id, step_id)"
+            " VALUES (0.5, '{}', now(), %s, %s)",
+            [scorer.pk, step_id],
+        )
+
+
 def test_a_batch_a_row_written_meanwhile_failed_is_tried_again_and_removes_that_row() -> None:
     owner = User.objects.create_user("owner")
     project = project_create(slug="doomed", name="Doomed", owner=owner)
@@ -36,17 +47,10 @@ def test_a_batch_a_row_written_meanwhile_failed_is_tried_again_and_removes_that_
 
     def late_writer(execute: Callable[..., Any], sql: str, *rest: Any) -> Any:
         # Between the deletion of the steps' scores and of the steps themselves, another
-        # connection stores a score on one of them and commits (the cancelled job's
-        # last chunk), as only the first try of the batch sees it.
+        # connection stores a score on one of them, as only the first try sees it.
         statements.append(sql)
         if sql.startswith(STEP_DELETE) and statements.count(sql) == 1:
-            params = connection.get_connection_params()
-            with psycopg.connect(**params, autocommit=True) as other:
-                other.execute(
-                    "INSERT INTO scoring_stepscore (value, raw, updated_at, scorer_id, step_id)"
-                    " VALUES (0.5, '{}', now(), %s, %s)",
-                    [scorer.pk, step_id],
-                )
+            score_from_another_connection(scorer, step_id)
         return execute(sql, *rest)
 
     with connection.execute_wrapper(late_writer):
@@ -84,14 +88,8 @@ def test_a_batch_that_keeps_failing_fails_the_deletion_and_says_why(
 
     def always_late(execute: Callable[..., Any], sql: str, *rest: Any) -> Any:
         if sql.startswith(STEP_DELETE):
-            scorer = scorers[len(tries)]
+            score_from_another_connection(scorers[len(tries)], step_id)
             tries.append(sql)
-            with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-                other.execute(
-                    "INSERT INTO scoring_stepscore (value, raw, updated_at, scorer_id, step_id)"
-                    " VALUES (0.5, '{}', now(), %s, %s)",
-                    [scorer.pk, step_id],
-                )
         return execute(sql, *rest)
 
     with connection.execute_wrapper(always_late), pytest.raises(Exception, match="foreign key"):
