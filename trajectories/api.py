@@ -3,6 +3,7 @@ user's projects, so anything outside them is a 404, as on the pages."""
 
 from __future__ import annotations
 
+import io
 from typing import Any, cast
 
 from django.contrib.auth.models import User
@@ -11,6 +12,7 @@ from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, pagination, viewsets
 from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
@@ -18,8 +20,10 @@ from rest_framework.throttling import BaseThrottle
 
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
+from stepscope.parsers import JSONParser
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
+from trajectories.formats import stepscope_typed
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.members_api import urlpatterns as members_urls
 from trajectories.models import (
@@ -203,6 +207,20 @@ class StepViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
         return queryset
 
 
+class PushParser(JSONParser):
+    """JSON as every endpoint reads it, except that a push the typed reader takes whole
+    is decoded by it, from the bytes (:mod:`trajectories.formats.stepscope_typed`): its
+    records arrive checked. Any other body is read the ordinary way."""
+
+    def parse(self, stream: Any, media_type: Any = None, parser_context: Any = None) -> Any:
+        body = stream.read()
+        typed = stepscope_typed.push_decode(body)
+        if typed is None:
+            return super().parse(io.BytesIO(body), media_type, parser_context)
+        fields, records = typed
+        return {**fields, "trajectories": records}
+
+
 class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, JobViewSet):
     """``POST`` a file (queued for a worker; 202) or a JSON list of trajectories in our
     format (imported at once; 201). ``GET /imports/{id}/`` reports status and errors;
@@ -210,6 +228,7 @@ class ImportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, JobViewSet
 
     serializer_class = ImportBatchSerializer
     pagination_class = ByIdCursor
+    parser_classes = [PushParser, FormParser, MultiPartParser]
 
     def may_cancel(self, user: Any, job: Any) -> bool:
         return can_manage_data(user, job.project)

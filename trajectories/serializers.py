@@ -4,6 +4,7 @@ from typing import Any
 
 from rest_framework import serializers
 
+from trajectories.formats.stepscope_typed import TypedRecords
 from trajectories.forms import FORMAT_CHOICES
 from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory
 from trajectories.services.projects import SlugTaken, project_slug_check
@@ -130,8 +131,9 @@ class TrajectoryListField(serializers.ListField):
     each record and names the bad ones by index and field (``record 3``, ``steps.0``),
     so checking each item here too would only double the work of a large push."""
 
-    def run_child_validation(self, data: Any) -> list[Any]:
-        return list(data)
+    def run_child_validation(self, data: Any) -> list[Any] | TypedRecords:
+        # Records the typed reader took (trajectories.api.PushParser) are checked already.
+        return data if isinstance(data, TypedRecords) else list(data)
 
 
 class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):

@@ -24,6 +24,7 @@ from trajectories import pgcopy, prepare
 from trajectories.digests import DigestFilter
 from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import FileError, Parser, RecordError
+from trajectories.formats.stepscope_typed import TypedRecords
 from trajectories.models import ImportBatch, Project, Trajectory
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import imported_annotator
@@ -115,14 +116,15 @@ def _size(path: Path) -> int:
 def trajectory_records_import(
     *,
     project: Project,
-    records: list[Any],
+    records: list[Any] | TypedRecords,
     user: User | None = None,
     skip_invalid: bool = False,
 ) -> ImportBatch:
     """Import trajectories given as Stepscope-format records (an API push), at once: the
     records already read are checked and prepared in this process (no file, no second
     parse) and written by the same bulk writer as a file, all or nothing. Errors name a
-    record by its index in the list (``record 3``) and the field."""
+    record by its index in the list (``record 3``) and the field. Records the typed
+    reader decoded (:mod:`trajectories.formats.stepscope_typed`) are checked already."""
     batch = ImportBatch.objects.create(
         project=project,
         file_name="api-push",
@@ -131,7 +133,7 @@ def trajectory_records_import(
         skip_invalid=skip_invalid,
     )
     chunks = prepare.prepared_chunks(
-        stepscope.parse_records(records),
+        records.parsed() if isinstance(records, TypedRecords) else stepscope.parse_records(records),
         "stepscope",
         trajectories=prepare.CHUNK_TRAJECTORIES,
         steps=prepare.CHUNK_STEPS,
