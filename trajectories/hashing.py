@@ -12,13 +12,45 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
+
+import orjson
 
 from trajectories.formats.base import ParsedStep, ParsedTrajectory
 
 
 def _canonical(value: Any) -> bytes:
+    """``value`` as sorted, compact JSON: the bytes of :func:`_canonical_json`, which
+    every stored hash was made from, made about twenty times faster by orjson.
+
+    orjson writes exactly what ``json.dumps`` does here (strings, escapes, integers,
+    floats from 1e-4 up), except floats below 1e-4, which ``json`` writes as ``1e-05``
+    and orjson as ``0.00001`` or ``1e-5``: output that may hold one (or a string that
+    looks like one) is made by ``json``, and so is any value orjson refuses (integers
+    beyond 64 bits, keys that are not strings, types ``json`` does not write either).
+    ``tests/trajectories/test_hashing.py`` compares the two on many values."""
+    try:
+        encoded = orjson.dumps(value, option=_ORJSON_SORTED)
+    except TypeError:
+        return _canonical_json(value)
+    if b"e-" in encoded or b"0.0000" in encoded:
+        return _canonical_json(value)
+    return encoded
+
+
+def _canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+# Sorted keys; dataclasses, dates and subclasses of str, int, dict and list refused (to
+# json.dumps, which writes them as it always did, or refuses them too).
+_ORJSON_SORTED = (
+    orjson.OPT_SORT_KEYS
+    | orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
 
 
 def _field(value: str) -> bytes:
@@ -28,7 +60,7 @@ def _field(value: str) -> bytes:
 
 def _step_bytes(step: ParsedStep) -> bytes:
     """The step's identity fields, each length-prefixed so no two steps collide."""
-    tool_args = b"" if step.tool_args is None else _canonical(step.tool_args)
+    tool_args = b"" if step.tool_args is None else _canonical_json(step.tool_args)
     return b"".join(
         (
             _field(step.kind),
@@ -113,13 +145,17 @@ def content_hash(
         trajectory.metadata,
     ]
     labels = [[label.step_index, label.value, label.annotator] for label in trajectory.labels]
+    reward = trajectory.outcome_reward
+    # orjson writes NaN and infinities as null: a reward that is one (PostgreSQL stores
+    # it) must not hash like no reward. (Anywhere else they fail the import.)
+    canonical = _canonical if reward is None or math.isfinite(reward) else _canonical_json
     if any(step.metadata for step in trajectory.steps):
         flags = [[step.labelable, step.metadata or None] for step in trajectory.steps]
-        digest.update(_canonical([*fields, flags, labels]))
+        digest.update(canonical([*fields, flags, labels]))
     else:
         # The usual case, written out: the same bytes _canonical gives for the flags
         # of steps without metadata, without encoding a list per step.
-        head = _canonical(fields)[:-1]
+        head = canonical(fields)[:-1]
         flags_text = ",".join([_PLAIN_FLAGS[step.labelable] for step in trajectory.steps])
         tail = _canonical(labels) if labels else b"[]"
         digest.update(b"".join((head, b",[", flags_text.encode(), b"],", tail, b"]")))

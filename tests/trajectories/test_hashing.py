@@ -10,11 +10,30 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trajectories.formats.base import STEP_KINDS, ParsedLabel, ParsedStep, ParsedTrajectory
-from trajectories.hashing import _canonical, _field, _step_bytes, content_hash, prefix_hashes
+from trajectories.hashing import (
+    _canonical,
+    _canonical_json,
+    _field,
+    _step_bytes,
+    content_hash,
+    prefix_hashes,
+)
 
 short_text = st.sampled_from(["", "assistant", "user", "solver", "é", "a\tb"]) | st.text(max_size=5)
+# Floats of every size (json and orjson write the small ones differently), integers past
+# 64 bits, and text with escapes and characters outside the BMP.
+json_leaves = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**63 - 2, max_value=2**65)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.floats(min_value=-1e-3, max_value=1e-3)
+    | st.text(max_size=5)
+    | st.sampled_from(["1e-5", "0.00001", 'a\n\u0001"', "\u2028😀"])
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    json_leaves,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner),
     max_leaves=5,
 )
@@ -68,7 +87,7 @@ def reference_content_hash(trajectory: ParsedTrajectory, source_format: str) -> 
     chain = prefix_hashes(trajectory.task, trajectory.steps)
     digest = hashlib.sha256(chain[-1].encode() if chain else b"")
     digest.update(
-        _canonical(
+        _canonical_json(
             [
                 source_format,
                 trajectory.external_id,
@@ -157,3 +176,36 @@ def test_content_hashes_of_earlier_imports_still_match() -> None:
     assert content_hash(second, "stepscope") == (
         "aafcbfd8db345fce83c31194a3643b42b324be93cd30e5587ad709be5a436f51"
     )
+
+
+@given(value=json_values)
+def test_canonical_json_is_the_defined_bytes(value: object) -> None:
+    assert _canonical(value) == _canonical_json(value)
+
+
+def test_canonical_json_of_values_orjson_writes_otherwise() -> None:
+    for value in [
+        1e-5,
+        -1.5e-7,
+        5e-324,
+        9.9e-5,
+        1e-4,
+        1e16,
+        1e300,
+        2**64,
+        {1: "a"},
+        {"b": 1, "a": 2},
+    ]:
+        assert _canonical(value) == _canonical_json(value)
+
+
+def test_a_reward_that_is_not_a_number_does_not_hash_like_no_reward() -> None:
+    step = ParsedStep(kind="thought", role="assistant", content="x", labelable=True)
+    hashes = {
+        reward: content_hash(
+            ParsedTrajectory(external_id="a", task="t", steps=[step], outcome_reward=reward),
+            "stepscope",
+        )
+        for reward in (None, float("nan"), float("inf"))
+    }
+    assert len(set(hashes.values())) == 3
