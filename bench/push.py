@@ -10,14 +10,17 @@ Both servers run on loopback: Stepscope under gunicorn (as deployed, sync worker
 Label Studio as ``label-studio start`` does it, with its default SQLite in a temporary
 data folder (deleted afterwards). Label Studio comes from PyPI in a virtual environment of
 its own (it pins many packages): ``python3.11 -m venv /work/ls-venv &&
-/work/ls-venv/bin/pip install label-studio==1.23.2``.
+/work/ls-venv/bin/pip install label-studio==1.23.2``. A bare baseline takes the same
+requests too: a WSGI app under the same gunicorn that reads each body and answers 201
+(``bench/bare_wsgi.py``), which bounds what any server could reach with this client.
 
 One client, one request at a time, a new connection for each (``Connection: close``);
-both get the data in requests of ``--chunk`` trajectories (the client's default, 500).
+all get the data in requests of ``--chunk`` trajectories (the client's default, 500).
 Every round pushes into a new project on each side, so every trajectory is new, and
-checks afterwards that each side stored all of it. The three ways run in a rotating
-order. Prints each round, then medians and ranges, the ratio Label Studio seconds /
-Stepscope seconds (> 1: Stepscope is faster), and a JSON line last.
+checks afterwards that each side stored all of it. The ways run in a rotating order.
+Prints each round, then medians and ranges, the ratio Label Studio seconds / Stepscope
+seconds (> 1: Stepscope is faster) and Label Studio's over the bare baseline's, and a
+JSON line last.
 """
 
 from __future__ import annotations
@@ -255,6 +258,41 @@ class Stepscope:
         self.user.delete()
 
 
+class Bare:
+    """The floor: the same requests to a WSGI app that reads each body and answers 201
+    (``bench/bare_wsgi.py``), under the same gunicorn: what is left of a push when
+    nothing is parsed or stored."""
+
+    def __init__(self, workers: int, log_dir: Path) -> None:
+        self.port = free_port()
+        self.log = log_dir / "bare.log"
+        self.process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "gunicorn", "bench.bare_wsgi"),
+                *("--bind", f"127.0.0.1:{self.port}", "--workers", str(workers)),
+                *("--log-level", "warning", "--timeout", "300"),
+            ],
+            cwd=ROOT,
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        wait_port(self.port, self.process, self.log, "gunicorn (bare)")
+
+    def warm(self) -> None:
+        post(self.port, "/", {"trajectories": make_records(1, 2, "warm")}, {})
+
+    def push(self, records: list[dict[str, Any]], size: int) -> float:
+        start = time.perf_counter()
+        for chunk in chunks(records, size):
+            status, text = post(self.port, "/", {"project": "p", "trajectories": chunk}, {})
+            if status != 201:
+                raise RuntimeError(f"bare push: {status} {text[:300]!r}")
+        return time.perf_counter() - start
+
+    def close(self) -> None:
+        stop(self.process)
+
+
 class LabelStudio:
     def __init__(self, command: str, log_dir: Path) -> None:
         self.port = free_port()
@@ -356,7 +394,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-push-logs-"))
-    servers: list[Stepscope | LabelStudio] = []
+    servers: list[Stepscope | Bare | LabelStudio] = []
     try:
         stepscope = Stepscope(args.workers, log_dir)
         servers.append(stepscope)
@@ -368,6 +406,9 @@ def main() -> None:
             before = Stepscope(args.workers, log_dir, root=args.before.resolve(), name="-before")
             servers.append(before)
             ways["before_http"] = lambda r: before.push_http(r, args.chunk)
+        bare = Bare(args.workers, log_dir)
+        servers.append(bare)
+        ways["bare_http"] = lambda r: bare.push(r, args.chunk)
         label_studio = LabelStudio(args.label_studio, log_dir)
         servers.append(label_studio)
         ways["label_studio"] = lambda r: label_studio.push(r, args.chunk)
@@ -380,6 +421,7 @@ def main() -> None:
         # Stepscope its PostgreSQL too (Label Studio's SQLite runs inside its process).
         pid = {name: stepscope.process.pid for name in names if name.startswith("stepscope")}
         pid["label_studio"] = label_studio.process.pid
+        pid["bare_http"] = bare.process.pid
         if args.before:
             pid["before_http"] = before.process.pid
         cpu: dict[str, list[float]] = {name: [] for name in names}
@@ -387,7 +429,7 @@ def main() -> None:
             turn = round_ % len(names)
             for name in names[turn:] + names[:turn]:
                 records = make_records(args.trajectories, args.steps, f"r{round_}-{name}")
-                database = name != "label_studio"
+                database = name.startswith(("stepscope", "before"))
                 used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0)
                 times[name].append(ways[name](records))
                 used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0) - used
@@ -409,8 +451,10 @@ def main() -> None:
     ratios = {
         name: statistics.median(ls_times) / statistics.median(times[name])
         for name in names
-        if name != "label_studio"
+        if name not in ("label_studio", "bare_http")
     }
+    # The most any implementation on this client, server and transfer could reach.
+    floor = statistics.median(ls_times) / statistics.median(times["bare_http"])
     per_round = [ls / ss for ls, ss in zip(ls_times, times["stepscope_http"], strict=True)]
     print(
         "  Label Studio / Stepscope (medians): "
@@ -418,6 +462,7 @@ def main() -> None:
         + "; per round (stepscope_http) "
         + ", ".join(f"{r:.2f}" for r in per_round)
     )
+    print(f"  Label Studio / bare (nothing parsed or stored): {floor:.2f}x")
     print(
         json.dumps(
             {
@@ -427,6 +472,7 @@ def main() -> None:
                 "seconds": times,
                 "server_cpu_seconds": cpu,
                 "ratio_label_studio_over": ratios,
+                "ratio_label_studio_over_bare": floor,
                 "ratio_per_round_http": per_round,
             }
         )

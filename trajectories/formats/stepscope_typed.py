@@ -32,8 +32,11 @@ StepKind = Literal[
 # (no labels, null), and anything else goes to the ordinary parser, which checks them.
 _NoLabels = Annotated[list[Any], msgspec.Meta(max_length=0)]
 
+# The structs are untracked by the garbage collector (gc=False): a push makes tens of
+# thousands of them, which set off collections, and decoded JSON cannot hold a cycle.
 
-class _Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+
+class _Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     kind: StepKind = "message"
     role: str = "assistant"
     content: str
@@ -46,13 +49,13 @@ class _Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     labels: _NoLabels = []
 
 
-class _Outcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+class _Outcome(msgspec.Struct, frozen=True, forbid_unknown_fields=True, gc=False):
     # An integer reward is read as a float, as the ordinary parser does.
     reward: float | None = None
     success: bool | None = None
 
 
-class _Record(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class _Record(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     id: str
     task: str
     task_key: str = ""
@@ -65,7 +68,7 @@ class _Record(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     steps: Annotated[list[_Step], msgspec.Meta(min_length=1)]
 
 
-class _Push(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+class _Push(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     # The request's own fields are checked by the API's serializer, as for any body.
     project: Any = msgspec.UNSET
     format: Any = msgspec.UNSET
