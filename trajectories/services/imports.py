@@ -149,7 +149,7 @@ def trajectory_records_import(
     )
     # A push is over in well under a second: no progress figure (nor its connection) then.
     _import_into(
-        batch, lambda: contextlib.nullcontext(chunks), progress_after=1.0, records=len(records)
+        batch, lambda: contextlib.nullcontext(chunks), progress_after=1.0, expected=len(records)
     )
     return _finished(batch)
 
@@ -237,11 +237,11 @@ ChunkSource = Callable[[], contextlib.AbstractContextManager[Iterator[prepare.Ch
 
 
 def _import_into(
-    batch: ImportBatch, source: ChunkSource, progress_after: float = 0.0, records: int = 0
+    batch: ImportBatch, source: ChunkSource, progress_after: float = 0.0, expected: int = 0
 ) -> None:
     """Import the chunks of ``source`` into the batch's project, all or nothing.
-    ``records``: how many there are, where that is known (a push), so the trajectory ids
-    are taken at once."""
+    ``expected``: how many records there are, where that is known (a push), so that the
+    trajectory ids are taken at once."""
     counts = _Counts()
     skip_invalid = batch.skip_invalid
     file_failed = False
@@ -259,7 +259,7 @@ def _import_into(
             if not ImportBatch.objects.filter(pk=batch.pk, status__in=ImportBatch.ACTIVE).exists():
                 raise _AlreadyFinished
             with (
-                _ChunkWriter(batch, counts, records) as writer,
+                _ChunkWriter(batch, counts, expected) as writer,
                 source() as chunks,
             ):
                 for chunk in chunks:
@@ -354,7 +354,7 @@ _LABELS_REFUSED = ImportedLabels(
 class _ChunkWriter:
     """Writes chunks of prepared trajectories: new ones with COPY, repeats counted."""
 
-    def __init__(self, batch: ImportBatch, counts: _Counts, records: int = 0) -> None:
+    def __init__(self, batch: ImportBatch, counts: _Counts, expected: int = 0) -> None:
         self.project_id = batch.project_id
         self.labels_writer = _LABEL_WRITERS[0](batch.project) if _LABEL_WRITERS else _LABELS_REFUSED
         self.counts = counts
@@ -387,7 +387,7 @@ class _ChunkWriter:
         self.steps_out: _Buffered[bytes] | None = None
         self.ids: list[int] = []
         self.ids_blocks = False
-        self.records = records
+        self.expected = expected
         # Trajectory rows are written a few thousand at a time rather than with every
         # chunk: one COPY statement costs the same round trips for 200 rows or 5,000.
         self.pending_rows: list[str] = []
@@ -529,7 +529,7 @@ class _ChunkWriter:
             if self.ids_blocks:
                 block = max(count, ID_BLOCK)
             else:
-                block = max(count - len(self.ids), self.records)
+                block = max(count - len(self.ids), self.expected)
             self.ids += _allocate_ids(self.sequence, block)
             self.ids_blocks = True
         taken, self.ids = self.ids[:count], self.ids[count:]
