@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import REALDATA
 from tests.waiting import wait_until
 from trajectories import prepare, synthetic
-from trajectories.formats.base import FileError, RecordError
+from trajectories.formats.base import FileError, ParsedStep, ParsedTrajectory, RecordError
 
 
 @pytest.fixture
@@ -174,3 +174,17 @@ def test_unstorable_text_is_a_record_error_naming_the_field(tmp_path: Path) -> N
     (error,) = chunk
     assert isinstance(error, RecordError)
     assert (error.location, error.field) == ("line 1", "steps.2.content")
+
+
+def test_chunks_start_small_and_double_up_to_their_size() -> None:
+    step = ParsedStep(kind="thought", role="assistant", content="x", labelable=True)
+    records = [ParsedTrajectory(external_id=str(n), task="t", steps=[step]) for n in range(20)]
+
+    def sizes(**first: int) -> list[int]:
+        chunks = prepare.prepared_chunks(
+            iter(records), "stepscope", trajectories=100, steps=8, size=1 << 20, **first
+        )
+        return [len(chunk) for chunk in chunks]
+
+    assert sizes() == [8, 8, 4]
+    assert sizes(first_steps=1) == [1, 2, 4, 8, 5]

@@ -40,10 +40,11 @@ ID_BLOCK = 5000
 # this process prepares the next ones; at 1 MB a push's first piece left after half of
 # its steps were prepared, and PostgreSQL idle until then (`bench/push.py`).
 STEP_PIECE_BYTES = 64 * 1024
-# A push is prepared in this process, in chunks this many steps long: the first reaches
-# PostgreSQL sooner than one of prepare.CHUNK_STEPS would. A push of 500 trajectories of
-# 20 steps took 83 ms in-process with 1,000-step chunks, 98 ms with 4,000 (medians of 8).
-PUSH_CHUNK_STEPS = 1000
+# A push is prepared in this process, in chunks that start this many steps long and
+# double up to prepare.CHUNK_STEPS: the first reaches PostgreSQL sooner than one of
+# CHUNK_STEPS would, and a project that has trajectories already is asked for repeats
+# (which ends the step COPY) once a chunk, so the chunks stay few.
+PUSH_FIRST_CHUNK_STEPS = 1000
 
 
 class ImportRejected(Exception):
@@ -144,8 +145,9 @@ def trajectory_records_import(
         records.parsed() if isinstance(records, TypedRecords) else stepscope.parse_records(records),
         "stepscope",
         trajectories=prepare.CHUNK_TRAJECTORIES,
-        steps=PUSH_CHUNK_STEPS,
+        steps=prepare.CHUNK_STEPS,
         size=prepare.CHUNK_BYTES,
+        first_steps=PUSH_FIRST_CHUNK_STEPS,
     )
     # A push is over in well under a second: no progress figure (nor its connection) then.
     _import_into(
