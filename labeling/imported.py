@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from labeling.models import TERNARY_VALUES, LabelSchema, StepLabel, TrajectoryLabel
 from trajectories.models import Project
-from trajectories.services.imports import ImportedLabels, imported_labels_writer_register
+from trajectories.services.import_writer import ImportedLabels, imported_labels_writer_register
 
 COLUMNS = (
     "step_id, annotator_id, schema_id, value, tags, rationale, status, saw_model_scores,"

@@ -17,9 +17,10 @@ from django.test.utils import CaptureQueriesContext
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
 from trajectories import prepare, synthetic
+from trajectories.formats.base import RecordError
 from trajectories.hashing import prefix_hashes
 from trajectories.models import ImportBatch, Project, Step, Trajectory
-from trajectories.services import ImportRejected, imports, project_create, trajectory_import
+from trajectories.services import ImportRejected, import_writer, project_create, trajectory_import
 
 pytestmark = [pytest.mark.django_db, pytest.mark.services]
 
@@ -29,8 +30,8 @@ def small_chunks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(prepare, "CHUNK_TRAJECTORIES", 3)
     monkeypatch.setattr(prepare, "CHUNK_STEPS", 20)
     # Trajectory rows written every few chunks, not only at the end.
-    monkeypatch.setattr(imports, "PENDING_TRAJECTORIES", 5)
-    monkeypatch.setattr(imports, "ID_BLOCK", 4)
+    monkeypatch.setattr(import_writer, "PENDING_TRAJECTORIES", 5)
+    monkeypatch.setattr(import_writer, "ID_BLOCK", 4)
     # The helper's chunks read one at a time, so the reader waits on the writer too.
     monkeypatch.setattr(prepare, "READ_AHEAD_BYTES", 1)
     helper_from = 0 if request.param == "helper" else 1 << 40
@@ -165,7 +166,7 @@ def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:
     from trajectories.formats.stepscope import parse
 
     for parsed in parse(path):
-        assert not isinstance(parsed, imports.RecordError)
+        assert not isinstance(parsed, RecordError)
         stored = Step.objects.filter(trajectory__external_id=parsed.external_id).order_by("index")
         assert [s.prefix_hash for s in stored] == prefix_hashes(parsed.task, parsed.steps)
 
@@ -175,7 +176,7 @@ def test_without_the_shortcut_the_import_is_the_same(
 ) -> None:
     """A database role that may not skip trigger checks (not a superuser) keeps the
     deferred foreign-key check; the rows written are the same."""
-    monkeypatch.setattr(imports, "_can_skip_trigger_checks", lambda: False)
+    monkeypatch.setattr(import_writer, "can_skip_trigger_checks", lambda: False)
     records = labelled_records(6)
     path = write(tmp_path / "runs.jsonl", records)
     project = project_create(slug="checked", name="checked")
@@ -199,12 +200,12 @@ def test_a_role_granted_the_setting_skips_the_checks_too(tmp_path: Path) -> None
         cursor.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
         cursor.execute(f"SET ROLE {role}")
     try:
-        assert not imports._can_skip_trigger_checks()
+        assert not import_writer.can_skip_trigger_checks()
         with connection.cursor() as cursor:
             cursor.execute("RESET ROLE")
             cursor.execute(f"GRANT SET ON PARAMETER session_replication_role TO {role}")
             cursor.execute(f"SET ROLE {role}")
-        assert imports._can_skip_trigger_checks()
+        assert import_writer.can_skip_trigger_checks()
 
         records = labelled_records(6)
         project = project_create(slug="granted", name="granted")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
-from trajectories.services import imports, project_create
+from trajectories.services import import_writer, project_create
 
 pytestmark = [pytest.mark.django_db, pytest.mark.services]
 
@@ -22,7 +22,7 @@ def test_tables_written_without_checks_have_no_trigger_the_shortcut_would_silenc
     """session_replication_role = replica turns off every ordinary trigger on the
     import's COPY statements, not only the foreign-key checks; a trigger added to one of
     these tables later (history, counters) would silently not fire for imports. Revisit
-    the shortcut in imports._ChunkWriter before adding one."""
+    the shortcut in import_writer.ChunkWriter before adding one."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT tgname FROM pg_trigger WHERE tgrelid = %s::regclass AND NOT tgisinternal",
@@ -44,11 +44,11 @@ def test_duplicate_check_probes_the_unique_index_while_statistics_are_stale() ->
             " FROM unnest(%s::varchar[]) AS d",
             [project.pk, digests],
         )
-        cursor.execute("EXPLAIN " + imports.EXISTING_HASHES_SQL, [digests[:200], project.pk])
+        cursor.execute("EXPLAIN " + import_writer.EXISTING_HASHES_SQL, [digests[:200], project.pk])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "trajectory_unique_content_per_project" in plan, plan
     assert "Seq Scan on trajectories_trajectory" not in plan, plan
-    assert imports._existing_hashes(project.pk, [*digests[:5], "f" * 64]) == set(digests[:5])
+    assert import_writer.existing_hashes(project.pk, [*digests[:5], "f" * 64]) == set(digests[:5])
 
 
 def test_children_are_found_through_the_index_of_trajectories_with_a_parent() -> None:
