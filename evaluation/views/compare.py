@@ -1,7 +1,6 @@
-"""Compare model and human step labels: the compare page (confusion matrix, metrics and
-plots), the steps behind each of its numbers, agreement among the humans, the
-disagreement list and the review queue made from it, and the failure overview; and a
-rollout against another of its task (the rollout diff).
+"""The compare page: model against human step labels (confusion matrix, metrics and
+plots), the steps behind each of its numbers, agreement among the humans, decisive-failure
+labels, and the disagreement list with the review queue made from it.
 
 Every number and plot point links to the steps behind it; those lists open each step in
 the trajectory page. Outsiders get a 404 (the project lookup), annotators a 403 where the
@@ -12,75 +11,42 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponse, HttpResponseRedirect
+from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from evaluation import compare, decisive, disagreements, failures
+from evaluation import compare, decisive, disagreements
 from evaluation import compare_metrics as cm
 from evaluation import compare_steps as behind
-from evaluation import rollout_diff as rollout_diff_queries
 from evaluation.charts import Chart, Datum, line_chart
 from evaluation.forms import (
     CompareForm,
     DecisiveCompareForm,
     DisagreementForm,
-    FailureForm,
     FirstErrorFilterForm,
     StepFilterForm,
+)
+from evaluation.views.common import (
+    base_context,
+    compare_project,
+    field_errors,
+    page_links,
+    query_url,
 )
 from labeling import selectors
 from labeling.decisive_sources import decisive_source_choices
 from labeling.services import LabelingError
 from labeling.views.common import HtmxHttpRequest, current_user
-from trajectories.models import Project, Trajectory
+from trajectories.models import Project
 from trajectories.selectors import (
-    STEP_PREVIEW_CHARS,
-    can_manage_data,
     membership_role,
-    project_get_for_user,
-    trajectory_get_for_user,
 )
-
-
-def _project(request: HtmxHttpRequest, slug: str) -> Project:
-    project = project_get_for_user(request.user, slug)
-    if not selectors.can_compare(request.user, project):
-        raise PermissionDenied(
-            "This project hides labels or model scores from annotators until they submit."
-        )
-    return project
-
-
-def _url(name: str, project: Project, params: dict[str, Any]) -> str:
-    query = {k: v for k, v in params.items() if v is not None and v != ""}
-    return reverse(name, args=[project.slug]) + ("?" + urlencode(query) if query else "")
-
-
-def _pages(request: HtmxHttpRequest, page: int, more: bool) -> dict[str, str]:
-    """Links to the previous and next page of a list, keeping every other parameter."""
-    links = {}
-    for name, number, show in (("previous", page - 1, page > 1), ("next", page + 1, more)):
-        if show:
-            params = request.GET.copy()
-            params["page"] = str(number)
-            links[name] = "?" + params.urlencode()
-    return links
-
-
-def _base_context(request: HtmxHttpRequest, project: Project) -> dict[str, Any]:
-    return {
-        "project": project,
-        "reviewer": selectors.is_reviewer(membership_role(request.user, project)),
-    }
-
 
 # --- The compare page ---------------------------------------------------------------------
 
@@ -88,10 +54,10 @@ def _base_context(request: HtmxHttpRequest, project: Project) -> dict[str, Any]:
 @login_required
 @require_GET
 def compare_page(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     options = compare.compare_options(project)
     form = CompareForm(request.GET, project=project, options=options)
-    context = {**_base_context(request, project), "form": form, "options": options}
+    context = {**base_context(request, project), "form": form, "options": options}
     if options.scorers and form.is_valid():
         query = form.query
         result = compare.compare_run(query, by=form.cleaned_data.get("by") or "")
@@ -107,10 +73,10 @@ def _result_context(
     metrics = result.metrics
 
     def steps(**filters: Any) -> str:
-        return _url("compare-steps", project, {**params, **filters})
+        return query_url("compare-steps", project, {**params, **filters})
 
     def first_errors(**filters: Any) -> str:
-        return _url("compare-first-errors", project, {**params, **filters})
+        return query_url("compare-first-errors", project, {**params, **filters})
 
     predicted_values = {scale.bad: "bad", scale.good: "good"}
     rows = []
@@ -139,7 +105,7 @@ def _result_context(
     slices = [
         {
             "row": row,
-            "href": _url(
+            "href": query_url(
                 "compare",
                 project,
                 {**params, "slice": f"{result.by}={row.value}", "by": ""},
@@ -163,15 +129,15 @@ def _result_context(
             "first_errors_wrong": first_errors(outcome="wrong"),
             "erroneous": first_errors(subset="erroneous"),
             "correct": first_errors(subset="correct"),
-            "disagreements": _url("compare-disagreements", project, params),
-            "failures": _url(
+            "disagreements": query_url("compare-disagreements", project, params),
+            "failures": query_url(
                 "failure-overview",
                 project,
                 {"labels": params["labels"], "slice": params.get("slice")},
             ),
-            "humans": _url("compare-humans", project, {"slice": params.get("slice")}),
+            "humans": query_url("compare-humans", project, {"slice": params.get("slice")}),
             "best_threshold": (
-                _url(
+                query_url(
                     "compare", project, {**params, "threshold": f"{metrics.sweep.best.threshold:g}"}
                 )
                 if metrics.sweep and metrics.sweep.best and metrics.sweep.best.threshold is not None
@@ -322,8 +288,8 @@ def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         scale=scale,
         rows=rows,
         title=_describe(step_filter, scale, query),
-        back=_url("compare", project, query.params()),
-        pages=_pages(request, form.page_number, more),
+        back=query_url("compare", project, query.params()),
+        pages=page_links(request, form.page_number, more),
     )
     return render(request, "evaluation/compare_steps.html", context)
 
@@ -333,21 +299,13 @@ def _behind_forms(
 ) -> tuple[Project, CompareForm, forms.Form, dict[str, Any]]:
     """The project, the compare form, the form saying which steps (or first errors) are
     behind a number, and the page's context; invalid input puts ``errors`` in it."""
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     form = CompareForm(request.GET, project=project, options=compare.compare_options(project))
     which = filter_form(request.GET)
-    context = {**_base_context(request, project), "form": form}
+    context = {**base_context(request, project), "form": form}
     if not (form.is_valid() and which.is_valid()):
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
+        context["errors"] = [*form.non_field_errors(), *field_errors(form), *field_errors(which)]
     return project, form, which, context
-
-
-def _field_errors(form: Any) -> list[str]:
-    return [
-        f"{name}: {' '.join(str(e) for e in errors)}"
-        for name, errors in form.errors.items()
-        if name != "__all__"
-    ]
 
 
 def _describe(which: behind.StepFilter, scale: cm.Scale, query: compare.CompareQuery) -> str:
@@ -390,8 +348,8 @@ def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         rows=rows,
         subset=behind.FIRST_ERROR_SETS[subset],
         outcome=behind.FIRST_ERROR_OUTCOMES[outcome],
-        back=_url("compare", project, query.params()),
-        pages=_pages(request, form.page_number, more),
+        back=query_url("compare", project, query.params()),
+        pages=page_links(request, form.page_number, more),
     )
     return render(request, "evaluation/compare_first_errors.html", context)
 
@@ -402,13 +360,13 @@ def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     try:
         piece = compare.slice_parse(request.GET.get("slice", ""))
     except ValueError:
         piece = None
     context = {
-        **_base_context(request, project),
+        **base_context(request, project),
         "humans": compare.human_agreement(project, piece),
         "piece": piece,
     }
@@ -426,10 +384,10 @@ def compare_decisive(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Which agent, at which step, decided each failure: one decisive-failure source
     against another (an import or an annotator against a model or a second annotator),
     as agent accuracy and decisive-step accuracy (exact, and within k steps)."""
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     choices = decisive_source_choices(project)
     form = DecisiveCompareForm(request.GET, choices=choices)
-    context: dict[str, Any] = {**_base_context(request, project), "form": form}
+    context: dict[str, Any] = {**base_context(request, project), "form": form}
     if len(choices) >= 2 and form.is_valid():
         try:
             result = decisive.decisive_compare(
@@ -456,11 +414,11 @@ def compare_decisive(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     options = compare.compare_options(project)
     form = CompareForm(request.GET, project=project, options=options)
     which = DisagreementForm(request.GET)
-    context = {**_base_context(request, project), "form": form, "which": which}
+    context = {**base_context(request, project), "form": form, "which": which}
     if options.scorers and form.is_valid() and which.is_valid():
         query = form.query
         scale = compare.scale_for(project)
@@ -471,14 +429,14 @@ def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             rows=rows,
             chosen=chosen,
             kind_name=disagreements.KINDS[chosen.kind],
-            back=_url("compare", project, query.params()),
-            queue_action=_url(
+            back=query_url("compare", project, query.params()),
+            queue_action=query_url(
                 "compare-disagreement-queue", project, {**query.params(), **chosen.params()}
             ),
-            pages=_pages(request, form.page_number, more),
+            pages=page_links(request, form.page_number, more),
         )
     elif request.GET:
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form), *_field_errors(which)]
+        context["errors"] = [*form.non_field_errors(), *field_errors(form), *field_errors(which)]
     return render(request, "evaluation/compare_disagreements.html", context)
 
 
@@ -486,13 +444,13 @@ def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def compare_disagreement_queue(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """One click: a review queue over the trajectories of the listed disagreements."""
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     if not selectors.is_reviewer(membership_role(request.user, project)):
         raise PermissionDenied("Only researchers and admins create queues.")
     options = compare.compare_options(project)
     form = CompareForm(request.GET, project=project, options=options)
     which = DisagreementForm(request.GET)
-    back = _url("compare-disagreements", project, request.GET.dict())
+    back = query_url("compare-disagreements", project, request.GET.dict())
     if not (form.is_valid() and which.is_valid()):
         messages.error(
             request, "; ".join(str(e) for e in form.non_field_errors()) or "Check the comparison."
@@ -514,113 +472,3 @@ def compare_disagreement_queue(request: HtmxHttpRequest, slug: str) -> HttpRespo
 
 
 # --- Failures -------------------------------------------------------------------------------
-
-
-@login_required
-@require_GET
-def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
-    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
-    context = {**_base_context(request, project), "form": form}
-    if form.is_valid():
-        source = form.cleaned_data["source"]
-        piece = form.cleaned_data["piece"]
-        overview = failures.failure_overview(project, source, piece=piece)
-        params = {
-            "labels": compare.source_param(source),
-            "threshold": f"{source.threshold:g}" if source.kind == "model" else "",
-            "slice": str(piece) if piece else "",
-        }
-        context.update(
-            overview=overview,
-            groups=[
-                (
-                    title,
-                    [
-                        (
-                            group,
-                            _url(
-                                "failure-list",
-                                project,
-                                {**params, "grouping": grouping, "value": group.value},
-                            ),
-                        )
-                        for group in overview.groups[grouping]
-                    ],
-                )
-                for grouping, title in failures.GROUPINGS.items()
-            ],
-            located_href=_url("failure-list", project, params),
-        )
-    else:
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form)]
-    return render(request, "evaluation/failures.html", context)
-
-
-@login_required
-@require_GET
-def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = _project(request, slug)
-    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
-    context = {**_base_context(request, project), "form": form}
-    if not form.is_valid():
-        context["errors"] = [*form.non_field_errors(), *_field_errors(form)]
-        return render(request, "evaluation/failure_list.html", context, status=400)
-    grouping = form.cleaned_data.get("grouping") or ""
-    value = form.cleaned_data.get("value") or ""
-    try:
-        rows, more = failures.failure_list_page(
-            project,
-            form.cleaned_data["source"],
-            grouping=grouping,
-            value=value,
-            piece=form.cleaned_data["piece"],
-            page=form.page_number,
-        )
-    except ValueError:
-        context["errors"] = [f"{value!r} is not a group of {failures.GROUPINGS[grouping]}."]
-        return render(request, "evaluation/failure_list.html", context, status=400)
-    back_params = request.GET.copy()
-    for name in ("grouping", "value", "page"):
-        back_params.pop(name, None)
-    context.update(
-        rows=rows,
-        source=form.cleaned_data["source"],
-        group_name=failures.group_name(grouping, value),
-        back=reverse("failure-overview", args=[project.slug]) + "?" + back_params.urlencode(),
-        pages=_pages(request, form.page_number, more),
-    )
-    return render(request, "evaluation/failure_list.html", context)
-
-
-# --- Rollout against rollout --------------------------------------------------------------
-
-
-@login_required
-@require_GET
-def rollout_diff(request: HtmxHttpRequest, pk: int) -> HttpResponse:
-    """Debug a rollout: side by side with another rollout of the same task (by default a
-    success sharing the longest prefix), aligned step by step, divergence marked."""
-    trajectory = trajectory_get_for_user(request.user, pk)
-    other_id = request.GET.get("with", "")
-    if other_id.isdigit():
-        other: Trajectory | None = trajectory_get_for_user(request.user, int(other_id))
-        if other is not None and other.project_id != trajectory.project_id:
-            raise Http404("Compare rollouts of one project.")
-    else:
-        other = rollout_diff_queries.diff_partner(trajectory)
-    # Annotators may be labeling blind; only researchers and admins see everyone's labels.
-    show_labels = can_manage_data(request.user, trajectory.project)
-    context: dict[str, object] = {
-        "project": trajectory.project,
-        "trajectory": trajectory,
-        "other": other,
-        "rollouts": rollout_diff_queries.rollouts_of_task(trajectory),
-        "show_labels": show_labels,
-        "preview_chars": STEP_PREVIEW_CHARS,
-    }
-    if other is not None:
-        left = rollout_diff_queries.diff_steps(trajectory, with_labels=show_labels)
-        right = rollout_diff_queries.diff_steps(other, with_labels=show_labels)
-        context |= rollout_diff_queries.diff_context(left, right)
-    return render(request, "evaluation/rollout_diff.html", context)

@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from evaluation import alignment
 from evaluation.compare import compare_options
-from evaluation.views import _base_context, _pages, _project
+from evaluation.views.common import base_context, compare_project, page_links
 from labeling.views.common import HtmxHttpRequest, current_user
 from scoring.models import JudgePrompt, Scorer
 from scoring.services import ScoringError, scoring_run_start
@@ -51,12 +51,12 @@ def _page_number(text: str) -> int:
 @login_required
 @require_GET
 def judge_alignment(request: HtmxHttpRequest, slug: str, pk: int) -> HttpResponse:
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     scorer = _judge(project, pk)
     options = compare_options(project)
     sources = alignment.human_sources(project, options.sources)
     context: dict[str, Any] = {
-        **_base_context(request, project),
+        **base_context(request, project),
         "scorer": scorer,
         "sources": sources,
         "decisive_choices": alignment.decisive_choices(project),
@@ -93,7 +93,7 @@ def judge_alignment(request: HtmxHttpRequest, slug: str, pk: int) -> HttpRespons
         result=result,
         chosen=chosen,
         disagreements=listed,
-        pages=_pages(request, page, more),
+        pages=page_links(request, page, more),
         newest=result.versions[-1] if result.versions else None,
         version_rows=[
             {
@@ -112,7 +112,7 @@ def judge_alignment(request: HtmxHttpRequest, slug: str, pk: int) -> HttpRespons
 
 
 def _managed(request: HtmxHttpRequest, slug: str, pk: int) -> tuple[Project, Scorer]:
-    project = _project(request, slug)
+    project = compare_project(request, slug)
     if not can_manage_data(request.user, project):
         raise PermissionDenied(
             "Making prompt versions and scoring need the researcher or admin role."
@@ -148,7 +148,7 @@ def judge_alignment_examples(request: HtmxHttpRequest, slug: str, pk: int) -> Ht
         )
     except (ValueError, ScoringError) as error:
         context = {
-            **_base_context(request, project),
+            **base_context(request, project),
             "scorer": scorer,
             "error": str(error),
             "back": _page_url(project, scorer, back),
@@ -181,7 +181,7 @@ def judge_alignment_score(request: HtmxHttpRequest, slug: str, pk: int) -> HttpR
         )
     except ScoringError as error:
         context = {
-            **_base_context(request, project),
+            **base_context(request, project),
             "scorer": scorer,
             "error": str(error),
             "back": _page_url(project, scorer, back),

@@ -1,0 +1,140 @@
+"""Where failed rollouts go wrong: the failure overview, its list of failed rollouts,
+and a rollout against another of its task (the rollout diff)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET
+
+from evaluation import compare, failures
+from evaluation import rollout_diff as rollout_diff_queries
+from evaluation.forms import (
+    FailureForm,
+)
+from evaluation.views.common import (
+    base_context,
+    compare_project,
+    field_errors,
+    page_links,
+    query_url,
+)
+from labeling.views.common import HtmxHttpRequest
+from trajectories.models import Trajectory
+from trajectories.selectors import (
+    STEP_PREVIEW_CHARS,
+    can_manage_data,
+    trajectory_get_for_user,
+)
+
+
+@login_required
+@require_GET
+def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    project = compare_project(request, slug)
+    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
+    context = {**base_context(request, project), "form": form}
+    if form.is_valid():
+        source = form.cleaned_data["source"]
+        piece = form.cleaned_data["piece"]
+        overview = failures.failure_overview(project, source, piece=piece)
+        params = {
+            "labels": compare.source_param(source),
+            "threshold": f"{source.threshold:g}" if source.kind == "model" else "",
+            "slice": str(piece) if piece else "",
+        }
+        context.update(
+            overview=overview,
+            groups=[
+                (
+                    title,
+                    [
+                        (
+                            group,
+                            query_url(
+                                "failure-list",
+                                project,
+                                {**params, "grouping": grouping, "value": group.value},
+                            ),
+                        )
+                        for group in overview.groups[grouping]
+                    ],
+                )
+                for grouping, title in failures.GROUPINGS.items()
+            ],
+            located_href=query_url("failure-list", project, params),
+        )
+    else:
+        context["errors"] = [*form.non_field_errors(), *field_errors(form)]
+    return render(request, "evaluation/failures.html", context)
+
+
+@login_required
+@require_GET
+def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    project = compare_project(request, slug)
+    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
+    context = {**base_context(request, project), "form": form}
+    if not form.is_valid():
+        context["errors"] = [*form.non_field_errors(), *field_errors(form)]
+        return render(request, "evaluation/failure_list.html", context, status=400)
+    grouping = form.cleaned_data.get("grouping") or ""
+    value = form.cleaned_data.get("value") or ""
+    try:
+        rows, more = failures.failure_list_page(
+            project,
+            form.cleaned_data["source"],
+            grouping=grouping,
+            value=value,
+            piece=form.cleaned_data["piece"],
+            page=form.page_number,
+        )
+    except ValueError:
+        context["errors"] = [f"{value!r} is not a group of {failures.GROUPINGS[grouping]}."]
+        return render(request, "evaluation/failure_list.html", context, status=400)
+    back_params = request.GET.copy()
+    for name in ("grouping", "value", "page"):
+        back_params.pop(name, None)
+    context.update(
+        rows=rows,
+        source=form.cleaned_data["source"],
+        group_name=failures.group_name(grouping, value),
+        back=reverse("failure-overview", args=[project.slug]) + "?" + back_params.urlencode(),
+        pages=page_links(request, form.page_number, more),
+    )
+    return render(request, "evaluation/failure_list.html", context)
+
+
+# --- Rollout against rollout --------------------------------------------------------------
+
+
+@login_required
+@require_GET
+def rollout_diff(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """Debug a rollout: side by side with another rollout of the same task (by default a
+    success sharing the longest prefix), aligned step by step, divergence marked."""
+    trajectory = trajectory_get_for_user(request.user, pk)
+    other_id = request.GET.get("with", "")
+    if other_id.isdigit():
+        other: Trajectory | None = trajectory_get_for_user(request.user, int(other_id))
+        if other is not None and other.project_id != trajectory.project_id:
+            raise Http404("Compare rollouts of one project.")
+    else:
+        other = rollout_diff_queries.diff_partner(trajectory)
+    # Annotators may be labeling blind; only researchers and admins see everyone's labels.
+    show_labels = can_manage_data(request.user, trajectory.project)
+    context: dict[str, object] = {
+        "project": trajectory.project,
+        "trajectory": trajectory,
+        "other": other,
+        "rollouts": rollout_diff_queries.rollouts_of_task(trajectory),
+        "show_labels": show_labels,
+        "preview_chars": STEP_PREVIEW_CHARS,
+    }
+    if other is not None:
+        left = rollout_diff_queries.diff_steps(trajectory, with_labels=show_labels)
+        right = rollout_diff_queries.diff_steps(other, with_labels=show_labels)
+        context |= rollout_diff_queries.diff_context(left, right)
+    return render(request, "evaluation/rollout_diff.html", context)
