@@ -49,10 +49,15 @@ def base_context(request: HtmxHttpRequest, project: Project) -> dict[str, Any]:
     }
 
 
-def field_errors(form: Any) -> list[str]:
-    """A form's errors, each with its field's name (the form-wide ones left out)."""
+def form_errors(form: Any, *others: Any) -> list[str]:
+    """What is wrong with a page's form (its form-wide errors, then each field's, with the
+    field's name) and with the forms beside it (their fields')."""
     return [
-        f"{name}: {' '.join(str(e) for e in errors)}"
-        for name, errors in form.errors.items()
-        if name != "__all__"
+        *(str(error) for error in form.non_field_errors()),
+        *(
+            f"{name}: {' '.join(str(e) for e in errors)}"
+            for each in (form, *others)
+            for name, errors in each.errors.items()
+            if name != "__all__"
+        ),
     ]

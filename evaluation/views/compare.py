@@ -35,7 +35,7 @@ from evaluation.forms import (
 from evaluation.views.common import (
     base_context,
     compare_project,
-    field_errors,
+    form_errors,
     page_links,
     query_url,
 )
@@ -304,7 +304,7 @@ def _behind_forms(
     which = filter_form(request.GET)
     context = {**base_context(request, project), "form": form}
     if not (form.is_valid() and which.is_valid()):
-        context["errors"] = [*form.non_field_errors(), *field_errors(form), *field_errors(which)]
+        context["errors"] = form_errors(form, which)
     return project, form, which, context
 
 
@@ -436,7 +436,7 @@ def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             pages=page_links(request, form.page_number, more),
         )
     elif request.GET:
-        context["errors"] = [*form.non_field_errors(), *field_errors(form), *field_errors(which)]
+        context["errors"] = form_errors(form, which)
     return render(request, "evaluation/compare_disagreements.html", context)
 
 

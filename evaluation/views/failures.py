@@ -17,7 +17,7 @@ from evaluation.forms import (
 from evaluation.views.common import (
     base_context,
     compare_project,
-    field_errors,
+    form_errors,
     page_links,
     query_url,
 )
@@ -67,7 +67,7 @@ def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             located_href=query_url("failure-list", project, params),
         )
     else:
-        context["errors"] = [*form.non_field_errors(), *field_errors(form)]
+        context["errors"] = form_errors(form)
     return render(request, "evaluation/failures.html", context)
 
 
@@ -78,7 +78,7 @@ def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
     context = {**base_context(request, project), "form": form}
     if not form.is_valid():
-        context["errors"] = [*form.non_field_errors(), *field_errors(form)]
+        context["errors"] = form_errors(form)
         return render(request, "evaluation/failure_list.html", context, status=400)
     grouping = form.cleaned_data.get("grouping") or ""
     value = form.cleaned_data.get("value") or ""
