@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from django.urls import URLPattern, URLResolver, path
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics
+from rest_framework import generics, serializers
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -22,7 +22,25 @@ from evaluation.serializers import (
 )
 from labeling import selectors
 from scoring.selectors import scorer_get_for_user
+from trajectories.models import Project
 from trajectories.selectors import project_get_for_user
+
+
+def _params(request: Request, serializer: type[serializers.Serializer[Any]]) -> dict[str, Any]:
+    """The request's query parameters, checked by ``serializer`` (a 400 naming the bad
+    ones)."""
+    params = serializer(data=request.query_params)
+    params.is_valid(raise_exception=True)
+    return dict(params.validated_data)
+
+
+def _project(request: Request, slug: str) -> Project:
+    """The project, for a user who may compare in it: a 404 outside the user's projects,
+    a 403 where it hides labels or scores from annotators."""
+    project = project_get_for_user(request.user, slug)
+    if not selectors.can_compare(request.user, project):
+        raise PermissionDenied("This project hides labels or model scores from annotators.")
+    return project
 
 
 class CompareView(generics.GenericAPIView[Any]):
@@ -36,12 +54,8 @@ class CompareView(generics.GenericAPIView[Any]):
 
     @extend_schema(parameters=[CompareParamsSerializer], responses={200: dict})
     def get(self, request: Request) -> Response:
-        params = CompareParamsSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        data = params.validated_data
-        project = project_get_for_user(request.user, str(data["project"]))
-        if not selectors.can_compare(request.user, project):
-            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        data = _params(request, CompareParamsSerializer)
+        project = _project(request, str(data["project"]))
         try:
             query = compare.compare_query_build(
                 project,
@@ -66,12 +80,8 @@ class DecisiveCompareView(generics.GenericAPIView[Any]):
 
     @extend_schema(parameters=[DecisiveParamsSerializer], responses={200: dict})
     def get(self, request: Request) -> Response:
-        params = DecisiveParamsSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        data = params.validated_data
-        project = project_get_for_user(request.user, str(data["project"]))
-        if not selectors.can_compare(request.user, project):
-            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        data = _params(request, DecisiveParamsSerializer)
+        project = _project(request, str(data["project"]))
         try:
             result = decisive.decisive_compare(
                 project,
@@ -95,18 +105,14 @@ class JudgeAlignmentView(generics.GenericAPIView[Any]):
 
     @extend_schema(parameters=[AlignmentParamsSerializer], responses={200: dict})
     def get(self, request: Request, pk: int) -> Response:
-        params = AlignmentParamsSerializer(data=request.query_params)
-        params.is_valid(raise_exception=True)
-        data = params.validated_data
+        data = _params(request, AlignmentParamsSerializer)
         scorer = scorer_get_for_user(request.user, pk)
         slug = str(data["project"]) or (scorer.project.slug if scorer.project else "")
         if not slug:
             raise ValidationError(
                 {"project": "this scorer is offered to every project: name one (?project=)"}
             )
-        project = project_get_for_user(request.user, slug)
-        if not selectors.can_compare(request.user, project):
-            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        project = _project(request, slug)
         try:
             scorer = alignment.judge_for_project(project, pk)
             query = alignment.alignment_query_build(
