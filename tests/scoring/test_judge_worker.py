@@ -13,7 +13,14 @@ import pytest
 from django.core.management import call_command
 
 from scoring import services
-from scoring.models import FailureVerdict, JudgeReply, ScoringChunk, ScoringRun, StepScore
+from scoring.models import (
+    FailureVerdict,
+    JudgeReply,
+    Scorer,
+    ScoringChunk,
+    ScoringRun,
+    StepScore,
+)
 from scoring.services import scoring_run_start
 from tests.factories import trajectory_with_steps
 from tests.scoring.conftest import JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer, Workers
@@ -53,37 +60,44 @@ def test_the_score_command_runs_a_judge_with_a_prompt_version(
     assert set(JudgeReply.objects.values_list("prompt__version", flat=True)) == {1}
 
 
-def test_a_killed_worker_re_asks_only_what_had_no_reply(
-    transactional_db: None, workers: Workers, project: Project, openai_server: OpenAIServer
-) -> None:
-    for n in range(8):
-        trajectory_with_steps(project, [f"step {i} of {n}" for i in range(5)])
-    openai_server.control(delay=0.1, fixed_reply="Fine. \\boxed{+1}")
-    queue = f"judge-kill-{uuid.uuid4().hex[:8]}"
-    scorer = services.judge_create(
-        name="remote",
+def remote_judge(
+    project: Project, server: OpenAIServer, name: str, queue: str, **parameters: str
+) -> Scorer:
+    return services.judge_create(
+        name=name,
         model_ref=JUDGE_NAME,
         project=project,
         queue=queue,
         parameters={
             "backend": "remote",
-            "base_url": openai_server.base_url,
+            "base_url": server.base_url,
             "api_key_env": JUDGE_KEY_ENV,
             "max_tokens": 8,
             "concurrency": 2,
             "chunk_steps": 40,
+            **parameters,
         },
     )
-    first = workers.start(["default", queue], f"judge-a-{queue}")
+
+
+def killed_mid_run(
+    workers: Workers, project: Project, scorer: Scorer, queue: str
+) -> tuple[ScoringRun, set[str]]:
+    """A run of ``scorer`` (40 steps in one chunk) whose worker was killed once 10 replies
+    were stored, and the keys of the replies stored by then."""
+    first = workers.start(["default", queue], f"{queue}-a")
     run = scoring_run_start(project=project, scorer=scorer)
     assert wait_until(lambda: JudgeReply.objects.filter(run=run).count() >= 10, timeout=120)
     workers.kill(first)
     stored = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
     run.refresh_from_db()
     assert run.status == ScoringRun.Status.RUNNING and run.done == 0 and 10 <= len(stored) < 40
-    asked_before = openai_server.stats()["requests"]
+    return run, stored
 
-    workers.start(["default", queue], f"judge-b-{queue}")
+
+def resumed(workers: Workers, run: ScoringRun, queue: str) -> None:
+    """Start a second worker on the run's queue and wait until the run is done."""
+    workers.start(["default", queue], f"{queue}-b")
 
     def finished() -> bool:
         run.refresh_from_db()
@@ -91,13 +105,30 @@ def test_a_killed_worker_re_asks_only_what_had_no_reply(
 
     assert wait_until(finished, timeout=120)
     assert run.status == ScoringRun.Status.DONE, run.error
+
+
+def asked_twice(server: OpenAIServer) -> int:
+    """How many prompts the endpoint was asked more than once."""
+    return sum(n - 1 for n in Counter(server.stats()["asked"]).values())
+
+
+def test_a_killed_worker_re_asks_only_what_had_no_reply(
+    transactional_db: None, workers: Workers, project: Project, openai_server: OpenAIServer
+) -> None:
+    for n in range(8):
+        trajectory_with_steps(project, [f"step {i} of {n}" for i in range(5)])
+    openai_server.control(delay=0.1, fixed_reply="Fine. \\boxed{+1}")
+    queue = f"judge-kill-{uuid.uuid4().hex[:8]}"
+    scorer = remote_judge(project, openai_server, "remote", queue)
+    run, stored = killed_mid_run(workers, project, scorer, queue)
+    asked_before = openai_server.stats()["requests"]
+
+    resumed(workers, run, queue)
     assert run.done == 40 and StepScore.objects.filter(scorer=scorer).count() == 40
     assert JudgeReply.objects.filter(run=run).count() == 40
     # The second worker asked the endpoint only for the steps with no stored reply.
-    asked_after = openai_server.stats()["requests"] - asked_before
-    assert asked_after == 40 - len(stored)
-    repeated = Counter(openai_server.stats()["asked"])
-    assert sum(n - 1 for n in repeated.values()) <= 2  # at most the two in flight at the kill
+    assert openai_server.stats()["requests"] - asked_before == 40 - len(stored)
+    assert asked_twice(openai_server) <= 2  # at most the two in flight at the kill
     assert ScoringChunk.objects.get(run=run).attempts == 2
 
 
@@ -114,44 +145,16 @@ def test_a_killed_step_by_step_worker_resumes_each_walk_where_its_replies_end(
         logs.append(log)
     openai_server.control(delay=0.1, fixed_reply="Fine.\nDecisive: no")
     queue = f"judge-walk-{uuid.uuid4().hex[:8]}"
-    scorer = services.judge_create(
-        name="walker",
-        model_ref=JUDGE_NAME,
-        project=project,
-        queue=queue,
-        parameters={
-            "backend": "remote",
-            "mode": "step-by-step",
-            "base_url": openai_server.base_url,
-            "api_key_env": JUDGE_KEY_ENV,
-            "max_tokens": 8,
-            "concurrency": 2,
-            "chunk_steps": 40,
-        },
-    )
-    first = workers.start(["default", queue], f"walk-a-{queue}")
-    run = scoring_run_start(project=project, scorer=scorer)
-    assert wait_until(lambda: JudgeReply.objects.filter(run=run).count() >= 10, timeout=120)
-    workers.kill(first)
-    stored = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
-    run.refresh_from_db()
-    assert run.status == ScoringRun.Status.RUNNING and run.done == 0 and 10 <= len(stored) < 40
+    scorer = remote_judge(project, openai_server, "walker", queue, mode="step-by-step")
+    run, stored = killed_mid_run(workers, project, scorer, queue)
     assert not FailureVerdict.objects.filter(scorer=scorer).exists()
     asked_before = openai_server.stats()["requests"]
 
-    workers.start(["default", queue], f"walk-b-{queue}")
-
-    def finished() -> bool:
-        run.refresh_from_db()
-        return not run.is_active
-
-    assert wait_until(finished, timeout=120)
-    assert run.status == ScoringRun.Status.DONE, run.error
+    resumed(workers, run, queue)
     keys = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
     assert keys == {f"t{log.pk}:s{i}" for log in logs for i in range(5)}
     assert openai_server.stats()["requests"] - asked_before == 40 - len(stored)
-    repeated = Counter(openai_server.stats()["asked"])
-    assert sum(n - 1 for n in repeated.values()) <= 2  # at most the two in flight at the kill
+    assert asked_twice(openai_server) <= 2  # at most the two in flight at the kill
     verdicts = FailureVerdict.objects.filter(scorer=scorer)
     assert verdicts.count() == 8 and set(verdicts.values_list("step", flat=True)) == {None}
     assert run.metrics["calls"] == 40 and run.metrics["verdicts"] == 8
