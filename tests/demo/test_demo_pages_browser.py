@@ -17,6 +17,7 @@ from demo import showcase
 from demo.management.commands import demo_setup
 from exports.models import ExportJob
 from labeling.models import Queue
+from tests.browser import sign_in
 from tests.conftest import celery_worker_log
 from tests.screens import UNLABELLED, WIDEST, shot
 from tests.waiting import wait_until
@@ -61,10 +62,7 @@ def test_the_demo_pages_read_well_at_both_sizes(
         "queue": (reverse("queue-detail", args=[queue.pk]), "main"),
         "exports": (reverse("export-list", args=["demo"]), "main table"),
     }
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", demo_setup.DEMO_USER)
-    page.fill("input[name=password]", demo_setup.DEMO_PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, demo_setup.DEMO_USER, demo_setup.DEMO_PASSWORD)
     page.wait_for_url(live_server.url + "/")
     for size, (width, height) in SIZES.items():
         page.set_viewport_size({"width": width, "height": height})

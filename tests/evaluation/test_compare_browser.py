@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.evaluation.test_compare import build
 from tests.factories import MembershipFactory, UserFactory
 from trajectories.models import Membership, Step
@@ -28,10 +29,7 @@ def test_click_a_confusion_cell_and_land_on_its_steps(page: Any, live_server: An
     build(project, [1, 1], [0.9, 0.55], external_id="C", success=True)
     missed = Step.objects.get(trajectory__external_id="B", index=1)
 
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "res")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "res", PASSWORD)
 
     # From the project home to the comparison.
     page.goto(live_server.url + reverse("project-home", args=["cmp"]))

@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from scoring.models import Scorer
 from scoring.services import VerdictInput, failure_verdicts_write
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.labeling.test_decisive import who_and_when
 from tests.screens import UNLABELLED, WIDEST, shot
@@ -34,10 +35,7 @@ def test_decisive_compare_page(page: Any, live_server: Any) -> None:
     )
     user = UserFactory.create(username="reader")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.ANNOTATOR)
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", "pw-for-tests")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(live_server.url + reverse("compare", args=[project.slug]))
     page.click("text=Decisive failures")

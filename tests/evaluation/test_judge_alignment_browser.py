@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from scoring.models import JudgePrompt
+from tests.browser import sign_in
 from tests.evaluation.test_judge_alignment import steps_of
 
 # The fixture, imported under its own name so pytest finds it here.
@@ -26,10 +27,7 @@ def test_judge_alignment_page(page: Any, live_server: Any, world: dict[str, Any]
     judge = world["judge"]
     user = UserFactory.create(username="reader")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", "pw-for-tests")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(live_server.url + reverse("scoring-section", args=[project.slug]))
     page.click("#judge-list a")

@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 
 from scoring.models import Scorer
+from tests.browser import sign_in
 from tests.exports.test_exports_judges import HOSTILE, arith, judge, researcher  # noqa: F401
 from tests.screens import UNLABELLED, WIDEST, shot
 
@@ -31,10 +32,7 @@ def test_judge_critiques_preview_as_text(
     height: int,
 ) -> None:
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "researcher")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "researcher", PASSWORD)
     page.goto(live_server.url + reverse("export-list", args=["arith"]))
 
     page.select_option("#id_format", "trl-stepwise")

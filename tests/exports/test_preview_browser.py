@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from exports.models import ExportJob
+from tests.browser import sign_in
 from tests.exports.test_exports import PROCESSBENCH
 from tests.factories import MembershipFactory, UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
@@ -30,10 +31,7 @@ def test_choosing_an_export_shows_its_preview(
     user = UserFactory.create(username="researcher")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "researcher")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "researcher", PASSWORD)
     page.goto(live_server.url + reverse("export-list", args=["pb"]))
 
     # Before the neutral mapping is chosen, the preview says what it still needs.

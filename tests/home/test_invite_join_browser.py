@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Membership
@@ -26,10 +27,7 @@ def test_a_signed_in_user_joins_as_themselves(
     invite, secret = invite_create(project=project, actor=owner, role="researcher")
     colleague = UserFactory.create(username="colleague")
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "colleague")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "colleague", "pw-for-tests")
     page.wait_for_url("**/")
 
     page.goto(live_server.url + reverse("invite-accept", args=[secret]))

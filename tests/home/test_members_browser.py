@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Membership, MembershipEvent
@@ -35,10 +36,7 @@ def test_create_a_project_then_manage_its_members(
     UserFactory.create(username="founder")
     colleague = UserFactory.create(username="colleague")
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "founder")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "founder", PASSWORD)
 
     page.wait_for_selector("#project-form")
     page.fill("#id_name", "Math PRM")
@@ -78,10 +76,7 @@ def test_an_invite_link_lets_a_newcomer_join_once(
     admin = UserFactory.create(username="founder")
     project = project_create(slug="math-prm", name="Math PRM", owner=admin)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "founder")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "founder", PASSWORD)
     page.goto(live_server.url + reverse("member-list", args=[project.slug]))
     page.select_option("#invite-role", "researcher")
     page.click("#invite-form button[type=submit]")

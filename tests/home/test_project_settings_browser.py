@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Project, Trajectory
@@ -40,10 +41,7 @@ def test_rename_then_delete_a_project(
     ]
     trajectory_records_import(project=project, records=records)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "keeper")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "keeper", PASSWORD)
     page.goto(live_server.url + reverse("project-home", args=["old-prm"]))
 
     page.click("#settings-link")

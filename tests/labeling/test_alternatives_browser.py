@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.labeling.test_alternatives import PHASE2
 from tests.screens import UNLABELLED, WIDEST, shot
@@ -35,10 +36,7 @@ def test_a_path_marks_and_links_its_alternatives(
     step = Step.objects.get(trajectory=main, index=min(child.branch_index, main.step_count - 1))
 
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "researcher")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "researcher", "pw-for-tests")
     page.goto(live_server.url + reverse("trajectory-detail", args=[main.pk]))
     mark = page.locator(f"#alternatives-{step.pk}")
     mark.scroll_into_view_if_needed()

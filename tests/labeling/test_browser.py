@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Step
 from trajectories.selectors import TrajectoryFilters
@@ -60,10 +61,7 @@ def test_annotator_labels_a_trajectory_with_the_keyboard_only(page: Any, live_se
         page.wait_for_selector(f"{row(index)}.is-current")
 
     # Log in and open the queue.
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "ann")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "ann", PASSWORD)
     page.goto(live_server.url + reverse("queue-detail", args=[queue.pk]))
     page.click("#queue-start button")
     page.wait_for_selector("[data-labeling]")

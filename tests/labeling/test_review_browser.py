@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.labeling.conftest import step_at
 from tests.labeling.test_review import reviewed  # noqa: F401  (the fixture)
 from tests.screens import UNLABELLED, WIDEST, shot
@@ -44,10 +45,7 @@ def test_the_review_table_reads_well_and_filters(
     height: int,
 ) -> None:
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "researcher")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "researcher", "pw-for-tests")
     page.goto(live_server.url + reverse("review-trajectory", args=[reviewed.pk]))
     row = f"#review-{step_at(reviewed, 1).pk}"
     page.wait_for_selector(f"{row} .review-rationale .katex")

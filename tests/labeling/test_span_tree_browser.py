@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.screens import shot
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
@@ -24,10 +25,7 @@ PASSWORD = "pw-for-tests"
 def signed_in(page: Any, live_server: Any, project: Project) -> None:
     user = UserFactory.create(username="reader")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", PASSWORD)
 
 
 def visible(page: Any) -> list[int]:

@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from labeling.models import StepLabel
 from labeling.selectors import STEPS_PAGE_SIZE
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.screens import shot
 from trajectories.models import Membership, Step
@@ -35,10 +36,7 @@ def test_go_to_step_loads_its_page_and_scrolls_to_it(
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
     width, height = viewport
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     assert indexes(page) == list(range(STEPS_PAGE_SIZE))
     shot(page, f"step-goto-{width}")

@@ -14,6 +14,7 @@ import pytest
 from django.urls import reverse
 
 from rollouts.models import Continuation, Policy, RolloutJob, StepMC
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.rollouts.conftest import arithmetic
 from trajectories.models import Membership
@@ -34,10 +35,7 @@ def test_roll_out_from_a_step_and_see_the_continuations_arrive(
     step = trajectory.steps.get(index=1)
     policy = make_policy("tiny-browser", project=project)
 
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "owner")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "owner", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
 
     # Every labelable step has the link; it opens the panel in place.

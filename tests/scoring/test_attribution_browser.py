@@ -12,6 +12,7 @@ from django.urls import reverse
 
 from scoring import services
 from scoring.models import Scorer, ScoringRun, StepScore
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import TinyModels
 from tests.scoring.test_attribution_runs import run_to_completion
@@ -63,10 +64,7 @@ def test_scores_and_credits_load_into_the_trajectory_page(
         )
     )
 
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "owner")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "owner", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[failed.pk]))
 
     # The strips arrive after the page shows: PRM, MC, and the newest run's credits.

@@ -13,6 +13,7 @@ from django.urls import reverse
 from labeling.models import TrajectoryLabel
 from scoring import services
 from scoring.models import AttributionRun, Scorer, StepCredit
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.labeling.test_decisive import WHO_AND_WHEN_DECISIVE
 from tests.screens import UNLABELLED, shot
@@ -63,10 +64,7 @@ def test_decisive_failure_from_the_keyboard_and_agent_credit_on_the_lanes(
 
     user = UserFactory.create(username="reader")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", "pw-for-tests")
     page.set_viewport_size({"width": 1440, "height": 900})
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     page.wait_for_selector("#decisive-form")

@@ -10,6 +10,7 @@ import pytest
 from django.urls import reverse
 
 from scoring.models import Scorer, ScoringRun, StepScore
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Membership
@@ -46,10 +47,7 @@ def test_picking_a_scorer_changes_the_scores_and_is_remembered(
     external(project, "lenient-prm", steps, [0.95, 0.9, 0.85])  # the newest: the default
 
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "owner")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "owner", PASSWORD)
     url = live_server.url + reverse("trajectory-detail", args=[trajectory.pk])
     page.goto(url)
     column = f"#step-evidence-{steps[1].pk} .step-score"

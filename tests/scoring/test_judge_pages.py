@@ -11,6 +11,7 @@ from django.urls import reverse
 
 from scoring import services
 from scoring.models import ScoringRun
+from tests.browser import sign_in
 from tests.conftest import celery_worker_log
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import OpenAIServer
@@ -101,10 +102,7 @@ def test_the_critique_opens_beside_the_score_on_a_laptop_and_a_phone(
     trajectory = judged(project, openai_server, on_worker=True)
     wrong = trajectory.steps.get(index=1)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "owner")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "owner", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     critique = f"#step-evidence-{wrong.pk} .judge-critique"
     page.wait_for_selector(critique)
@@ -132,10 +130,7 @@ def test_the_judge_strip_reads_judge_on_a_laptop_and_a_phone(
     MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
     trajectory = judged(project, openai_server, on_worker=True)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "owner")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "owner", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     page.wait_for_selector("#score-strip")
     assert page.inner_text("#evidence .strip-label").split() == ["Judge", "remote"]

@@ -11,6 +11,7 @@ import pytest
 from django.urls import reverse
 
 from scoring.models import Scorer
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.models import Membership
@@ -28,10 +29,7 @@ def test_an_admin_adds_a_judge_and_is_refused_a_path_outside(
     admin = UserFactory.create(username="admin")
     MembershipFactory.create(user=admin, project=project, role=Membership.Role.ADMIN)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", "pw-for-tests")
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "admin", "pw-for-tests")
     page.wait_for_url("**/")
     page.goto(live_server.url + reverse("scoring-section", args=["demo"]))
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory
 from tests.screens import UNLABELLED, WIDEST, shot
 from trajectories.formats import format_choices
@@ -27,10 +28,7 @@ def test_import_page_lists_every_format_and_fits(
     user = UserFactory.create(username="researcher")
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
     page.set_viewport_size({"width": width, "height": height})
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "researcher")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "researcher", PASSWORD)
     page.wait_for_url("**/")
     page.goto(live_server.url + reverse("import-new", args=[project.slug]))
 

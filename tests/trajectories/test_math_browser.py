@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from tests.browser import sign_in
 from tests.conftest import REALDATA
 from tests.factories import MembershipFactory, UserFactory
 from tests.screens import shot
@@ -49,10 +50,7 @@ def test_processbench_math_is_typeset_and_its_source_kept(
             None if r.failure == "net::ERR_ABORTED" else problems.append(f"{r.url} {r.failure}")
         ),
     )
-    page.goto(live_server.url + reverse("login"))
-    page.fill("input[name=username]", "reader")
-    page.fill("input[name=password]", PASSWORD)
-    page.click("button[type=submit]")
+    sign_in(page, live_server, "reader", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     page.wait_for_selector("span.math[data-typeset] .katex")
     page.locator(f"#step-{steps[1].pk}").scroll_into_view_if_needed()
