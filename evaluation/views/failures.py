@@ -3,6 +3,8 @@ and a rollout against another of its task (the rollout diff)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import render
@@ -22,7 +24,7 @@ from evaluation.views.common import (
     query_url,
 )
 from labeling.views.common import HtmxHttpRequest
-from trajectories.models import Trajectory
+from trajectories.models import Project, Trajectory
 from trajectories.selectors import (
     STEP_PREVIEW_CHARS,
     can_manage_data,
@@ -30,12 +32,19 @@ from trajectories.selectors import (
 )
 
 
+def _failure_form(
+    request: HtmxHttpRequest, slug: str
+) -> tuple[Project, FailureForm, dict[str, Any]]:
+    """The project, its failure form bound to the request, and the page's context."""
+    project = compare_project(request, slug)
+    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
+    return project, form, {**base_context(request, project), "form": form}
+
+
 @login_required
 @require_GET
 def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = compare_project(request, slug)
-    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
-    context = {**base_context(request, project), "form": form}
+    project, form, context = _failure_form(request, slug)
     if form.is_valid():
         source = form.cleaned_data["source"]
         piece = form.cleaned_data["piece"]
@@ -74,9 +83,7 @@ def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_GET
 def failure_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = compare_project(request, slug)
-    form = FailureForm(request.GET, project=project, options=compare.compare_options(project))
-    context = {**base_context(request, project), "form": form}
+    project, form, context = _failure_form(request, slug)
     if not form.is_valid():
         context["errors"] = form_errors(form)
         return render(request, "evaluation/failure_list.html", context, status=400)
