@@ -20,7 +20,13 @@ from trajectories import prepare, synthetic
 from trajectories.formats.base import RecordError
 from trajectories.hashing import prefix_hashes
 from trajectories.models import ImportBatch, Project, Step, Trajectory
-from trajectories.services import ImportRejected, import_writer, project_create, trajectory_import
+from trajectories.services import (
+    ImportRejected,
+    import_writer,
+    project_create,
+    trajectory_import,
+    trajectory_records_import,
+)
 
 pytestmark = [pytest.mark.django_db, pytest.mark.services]
 
@@ -155,6 +161,22 @@ def test_a_small_import_takes_exactly_the_ids_it_needs(tmp_path: Path) -> None:
         Trajectory.objects.filter(project=project).order_by("id").values_list("id", flat=True)
     )
     assert ids == list(range(ids[0], ids[0] + 4))
+
+
+def test_a_push_of_many_chunks_takes_its_ids_in_one_go() -> None:
+    """A push knows how many records it has, so it takes that many ids with its first
+    chunk: taking more later would end the open step COPY in the middle of the push."""
+    records = list(synthetic.rollouts(tasks=5, rollouts_per_task=2, seed=7))
+    project = project_create(slug="push-ids", name="push-ids")
+    with CaptureQueriesContext(connection) as queries:
+        batch = trajectory_records_import(project=project, records=records)
+    assert batch.created_count == 10
+    taken = [q["sql"] for q in queries.captured_queries if "generate_series" in q["sql"]]
+    assert len(taken) == 1, taken
+    ids = list(
+        Trajectory.objects.filter(project=project).order_by("id").values_list("id", flat=True)
+    )
+    assert ids == list(range(ids[0], ids[0] + 10))
 
 
 def test_prefix_hashes_written_are_the_hashing_modules(tmp_path: Path) -> None:
