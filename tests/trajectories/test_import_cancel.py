@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -21,6 +22,7 @@ from tests.factories import MembershipFactory, UserFactory
 from tests.waiting import wait_until
 from trajectories import services
 from trajectories.models import ImportBatch, Membership, Project, Trajectory
+from trajectories.services import imports
 
 HTMX = {"HX-Request": "true"}
 
@@ -144,3 +146,64 @@ def test_api_cancels_for_researchers_only(
     assert response.json()["status"] == "cancelled"
     # A finished import stays as it ended.
     assert api.post(f"/api/v1/imports/{batch.pk}/cancel/").json()["status"] == "cancelled"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_after_the_last_check_still_rolls_the_import_back(
+    project: Project, researcher: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch's result is written in the import's own commit, only while the batch is
+    still active: a cancel that lands after the last progress check (here, from another
+    connection, once every row is written) leaves nothing of the import either."""
+    real_link_parents = imports.link_parents
+
+    def link_parents_then_cancel(project_id: int, children: list[tuple[int, str]]) -> None:
+        real_link_parents(project_id, children)
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            other.execute(
+                "UPDATE trajectories_importbatch SET status = 'cancelled', finished_at = now()"
+                " WHERE project_id = %s AND status IN ('queued', 'running')",
+                [project_id],
+            )
+
+    monkeypatch.setattr(imports, "link_parents", link_parents_then_cancel)
+    records = [{"id": f"r{n}", "task": f"task {n}", "steps": [{"content": "x"}]} for n in range(3)]
+    batch = services.trajectory_records_import(project=project, records=records, user=researcher)
+
+    assert batch.status == ImportBatch.Status.CANCELLED
+    assert not Trajectory.objects.filter(project=project).exists()
+    batch.refresh_from_db()
+    assert batch.status == ImportBatch.Status.CANCELLED
+    assert batch.created_count == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_finished_import_and_its_result_are_one_commit(
+    project: Project, researcher: User, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen from another connection at the moment the import's transaction commits, the
+    trajectories and the batch's result are there together (no batch left running with
+    its rows in, nor a done batch without them)."""
+    seen: list[tuple[int, str]] = []
+    real_commit = connection.commit
+
+    def commit_and_look() -> None:
+        real_commit()
+        with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+            row = other.execute(
+                "SELECT (SELECT count(*) FROM trajectories_trajectory WHERE project_id = %s),"
+                " (SELECT status FROM trajectories_importbatch WHERE project_id = %s"
+                " ORDER BY id DESC LIMIT 1)",
+                [project.pk, project.pk],
+            ).fetchone()
+        assert row is not None
+        seen.append((row[0], row[1]))
+
+    monkeypatch.setattr(connection, "commit", commit_and_look)
+    records = [{"id": f"r{n}", "task": f"task {n}", "steps": [{"content": "x"}]} for n in range(3)]
+    batch = services.trajectory_records_import(project=project, records=records, user=researcher)
+
+    assert batch.status == ImportBatch.Status.DONE
+    # Every commit after the batch's own creation shows both or neither.
+    assert (3, ImportBatch.Status.DONE) in seen
+    assert all(status == ImportBatch.Status.DONE for count, status in seen if count), seen

@@ -227,7 +227,6 @@ def _import_into(
     trajectory ids are taken at once."""
     counts = Counts()
     skip_invalid = batch.skip_invalid
-    file_failed = False
     progress = ProgressWriter(
         "trajectories_importbatch", batch.pk, "processed_count", first_after=progress_after
     )
@@ -263,6 +262,12 @@ def _import_into(
                     raise _Rollback
                 writer.finish()
             link_parents(batch.project_id, counts.children)
+            # The result is written with the rows, in the same commit: a batch is never
+            # left running with its trajectories in, and a cancel that came after the
+            # last check still rolls the import back.
+            if not _result_save(batch, counts, progress.done, ImportBatch.Status.DONE):
+                raise _AlreadyFinished
+            return
     except _AlreadyFinished:
         batch.refresh_from_db()
         return
@@ -271,20 +276,32 @@ def _import_into(
     except FileError as error:
         counts.errors.append(RecordError(location="file", field="", message=str(error)))
         counts.created = counts.steps = 0
-        file_failed = True
     finally:
         progress.close()
+    # Nothing was written: only the errors are.
+    if not _result_save(batch, counts, progress.done, ImportBatch.Status.FAILED):
+        batch.refresh_from_db()
 
-    failed = file_failed or (bool(counts.errors) and not skip_invalid)
-    batch.status = ImportBatch.Status.FAILED if failed else ImportBatch.Status.DONE
-    batch.created_count = counts.created
-    batch.unchanged_count = counts.unchanged
-    batch.rejected_count = len(counts.errors)
-    batch.step_count = counts.steps
-    batch.processed_count = progress.done
-    batch.errors = [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]]
-    batch.finished_at = timezone.now()
-    batch.save()
+
+def _result_save(batch: ImportBatch, counts: Counts, processed: int, status: str) -> bool:
+    """Write the import's result on its batch, unless the batch is no longer active (it
+    was cancelled); whether it was written."""
+    result = {
+        "status": status,
+        "created_count": counts.created,
+        "unchanged_count": counts.unchanged,
+        "rejected_count": len(counts.errors),
+        "step_count": counts.steps,
+        "processed_count": processed,
+        "errors": [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]],
+        "finished_at": timezone.now(),
+    }
+    active = ImportBatch.objects.filter(pk=batch.pk, status__in=ImportBatch.ACTIVE)
+    if not active.update(**result):
+        return False
+    for name, value in result.items():
+        setattr(batch, name, value)
+    return True
 
 
 class _AlreadyFinished(Exception):
