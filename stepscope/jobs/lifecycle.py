@@ -1,6 +1,6 @@
 """The states a job moves through, written once for every kind: a chunk claimed by a
-worker (which starts its job), a job failed or cancelled. Each change is one conditional
-``UPDATE``, so a job that has already ended stays as it ended."""
+worker (which starts its job), a job ended with its result, failed or cancelled. Each
+change is one conditional ``UPDATE``, so a job that has already ended stays as it ended."""
 
 from __future__ import annotations
 
@@ -21,6 +21,19 @@ def job_fail(model: type[ProgressJob], *, pk: int, error: str) -> None:
     model._default_manager.filter(pk=pk, status__in=ACTIVE).update(
         status=JobStatus.FAILED, error=error[:4000], finished_at=timezone.now()
     )
+
+
+def job_end(job: J, status: str, **result: Any) -> bool:
+    """End an active job with ``status`` and its ``result`` (fields of its model), in the
+    caller's transaction where there is one, and set them on ``job`` too; whether it was
+    still active (a job cancelled meanwhile stays cancelled, and the caller can roll
+    back what it wrote)."""
+    values = {"status": status, "finished_at": timezone.now(), **result}
+    if not type(job)._default_manager.filter(pk=job.pk, status__in=ACTIVE).update(**values):
+        return False
+    for name, value in values.items():
+        setattr(job, name, value)
+    return True
 
 
 def job_cancel(job: J) -> J:

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from stepscope import locks
-from stepscope.jobs.lifecycle import job_cancel
+from stepscope.jobs.lifecycle import job_cancel, job_end
 from stepscope.queueing import broker_require
 from trajectories import prepare
 from trajectories.formats import parser_for, stepscope
@@ -286,22 +286,16 @@ def _import_into(
 def _result_save(batch: ImportBatch, counts: Counts, processed: int, status: str) -> bool:
     """Write the import's result on its batch, unless the batch is no longer active (it
     was cancelled); whether it was written."""
-    result = {
-        "status": status,
-        "created_count": counts.created,
-        "unchanged_count": counts.unchanged,
-        "rejected_count": len(counts.errors),
-        "step_count": counts.steps,
-        "processed_count": processed,
-        "errors": [dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]],
-        "finished_at": timezone.now(),
-    }
-    active = ImportBatch.objects.filter(pk=batch.pk, status__in=ImportBatch.ACTIVE)
-    if not active.update(**result):
-        return False
-    for name, value in result.items():
-        setattr(batch, name, value)
-    return True
+    return job_end(
+        batch,
+        status,
+        created_count=counts.created,
+        unchanged_count=counts.unchanged,
+        rejected_count=len(counts.errors),
+        step_count=counts.steps,
+        processed_count=processed,
+        errors=[dataclasses.asdict(e) for e in counts.errors[:MAX_ERRORS_KEPT]],
+    )
 
 
 class _AlreadyFinished(Exception):
