@@ -79,23 +79,14 @@ Chunk = list[Prepared | RecordError]
 
 
 def prepared_chunks(
-    results: Iterable[ParseResult],
-    source_format: str,
-    *,
-    trajectories: int,
-    steps: int,
-    size: int,
-    first_steps: int | None = None,
+    results: Iterable[ParseResult], source_format: str, *, trajectories: int, steps: int, size: int
 ) -> Iterator[Chunk]:
     """The parser's results, prepared, in chunks of at most ``trajectories`` records,
     ``steps`` steps or (about) ``size`` bytes of prepared rows, whichever comes first. A
     record holding text PostgreSQL cannot store (NUL, lone surrogates) becomes a
-    RecordError naming the field. With ``first_steps``, the first chunk ends after that
-    many steps and each next one may hold twice as many as the last, up to ``steps``:
-    the first chunk reaches PostgreSQL sooner, and the chunks stay few."""
+    RecordError naming the field."""
     chunk: Chunk = []
     counted = written = 0
-    limit = steps if first_steps is None else min(first_steps, steps)
     for result in results:
         if isinstance(result, ParsedTrajectory):
             item = prepared(result, source_format)
@@ -105,10 +96,9 @@ def prepared_chunks(
                 written += len(item.steps) + len(item.fields) + len(item.source)
         else:
             chunk.append(result)
-        if len(chunk) >= trajectories or counted >= limit or written >= size:
+        if len(chunk) >= trajectories or counted >= steps or written >= size:
             yield chunk
             chunk, counted, written = [], 0, 0
-            limit = min(limit * 2, steps)
     if chunk:
         yield chunk
 

@@ -23,6 +23,7 @@ from trajectories.models import ImportBatch, Project, Step, Trajectory
 from trajectories.services import (
     ImportRejected,
     import_writer,
+    imports,
     project_create,
     trajectory_import,
     trajectory_records_import,
@@ -144,6 +145,77 @@ def test_repeats_of_trajectories_written_or_still_held_back_are_unchanged(
     # Into the project that now holds them, the same file changes nothing.
     again = trajectory_import(project=project, source_format="stepscope", path=path)
     assert (again.created_count, again.unchanged_count) == (0, 14)
+
+
+def plain_records(count: int, seed: int) -> list[dict[str, Any]]:
+    """Records without labels or verdicts: only their steps and rows are written."""
+    records = list(synthetic.rollouts(tasks=count // 2, rollouts_per_task=2, seed=seed))
+    for record in records:
+        record.pop("first_error_index", None)
+        for step in record["steps"]:
+            step.pop("labels", None)
+    return records
+
+
+def probes_in(queries: CaptureQueriesContext) -> list[list[str]]:
+    """The digests of each duplicate probe among the captured queries."""
+    sqls = [q["sql"] for q in queries.captured_queries if "CROSS JOIN LATERAL" in q["sql"]]
+    return [re.findall(r"[0-9a-f]{64}", sql) for sql in sqls]
+
+
+def test_later_chunks_are_asked_about_at_once_when_the_first_has_no_repeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Into a project that has trajectories, a push's first chunk is asked about before
+    its steps are written; the rest, written unasked, in one probe before their rows:
+    asking chunk by chunk ended the step COPY each time."""
+    monkeypatch.setattr(import_writer, "PENDING_TRAJECTORIES", 1000)
+    records = plain_records(12, seed=11)
+    monkeypatch.setattr(imports, "PUSH_CHUNK_STEPS", len(records[0]["steps"]) * 2)
+    project = project_create(slug="ask-later", name="ask-later")
+    trajectory_records_import(project=project, records=records[:2])
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = trajectory_records_import(project=project, records=records[2:])
+
+    assert (batch.created_count, batch.unchanged_count) == (10, 0)
+    probes = probes_in(queries)
+    assert [len(digests) for digests in probes] == [2, 8], probes
+    assert Step.objects.filter(trajectory__project=project).count() == sum(
+        len(r["steps"]) for r in records
+    )
+
+
+def test_a_repeat_written_unasked_is_taken_back_and_later_chunks_are_asked_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    records = plain_records(16, seed=12)
+    monkeypatch.setattr(imports, "PUSH_CHUNK_STEPS", len(records[0]["steps"]) * 2)
+    project = project_create(slug="taken-back", name="taken-back")
+    trajectory_records_import(project=project, records=records[:4])
+    # New ones first; then repeats of trajectories the project has, in later chunks,
+    # before and after the trajectory rows are first written (every 5 rows here).
+    push = [*records[4:8], records[1], *records[8:12], records[2], *records[12:]]
+
+    with CaptureQueriesContext(connection) as queries:
+        batch = trajectory_records_import(project=project, records=push)
+
+    assert (batch.created_count, batch.unchanged_count) == (12, 2)
+    assert batch.step_count == sum(len(r["steps"]) for r in records[4:])
+    assert Trajectory.objects.filter(project=project).count() == 16
+    for record in records:
+        trajectory = Trajectory.objects.get(project=project, external_id=record["id"])
+        steps = list(trajectory.steps.order_by("index"))
+        assert [s.content for s in steps] == [s["content"] for s in record["steps"]]
+        assert [s.index for s in steps] == list(range(len(record["steps"])))
+    assert Step.objects.filter(trajectory__project=project).count() == sum(
+        len(r["steps"]) for r in records
+    )
+    assert_step_keys_hold_and_checks_back_on()
+    # The first chunk asked about; the next two at once, before the first five rows
+    # were written (which found the first repeat); from then on each chunk before it
+    # is written (which found the second).
+    assert [len(digests) for digests in probes_in(queries)] == [2, 4, 2, 2, 2, 2]
 
 
 def test_a_small_import_takes_exactly_the_ids_it_needs(tmp_path: Path) -> None:

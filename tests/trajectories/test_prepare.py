@@ -176,15 +176,10 @@ def test_unstorable_text_is_a_record_error_naming_the_field(tmp_path: Path) -> N
     assert (error.location, error.field) == ("line 1", "steps.2.content")
 
 
-def test_chunks_start_small_and_double_up_to_their_size() -> None:
+def test_chunks_end_at_their_step_limit() -> None:
     step = ParsedStep(kind="thought", role="assistant", content="x", labelable=True)
     records = [ParsedTrajectory(external_id=str(n), task="t", steps=[step]) for n in range(20)]
-
-    def sizes(**first: int) -> list[int]:
-        chunks = prepare.prepared_chunks(
-            iter(records), "stepscope", trajectories=100, steps=8, size=1 << 20, **first
-        )
-        return [len(chunk) for chunk in chunks]
-
-    assert sizes() == [8, 8, 4]
-    assert sizes(first_steps=1) == [1, 2, 4, 8, 5]
+    chunks = prepare.prepared_chunks(
+        iter(records), "stepscope", trajectories=100, steps=8, size=1 << 20
+    )
+    assert [len(chunk) for chunk in chunks] == [8, 8, 4]

@@ -105,6 +105,15 @@ class ChunkWriter:
             if Trajectory.objects.filter(project_id=batch.project_id).exists()
             else DigestFilter()
         )
+        # Into a project that has trajectories, the first chunk is asked about before
+        # its steps are written. If none of it is a repeat, later chunks without labels
+        # or source records are written unasked, and asked about all at once just before
+        # their trajectory rows are written (:meth:`_unasked_check`): asking ends the
+        # step COPY, and asking once a chunk left PostgreSQL idle while this process
+        # prepared the next one. None: not asked yet; False once a repeat was found.
+        self.ask_later: bool | None = None
+        # Digests written unasked: (trajectory id, step count) of each.
+        self.unasked: dict[str, tuple[int, int]] = {}
         self.checks_off = False
         # The step COPY stays open from chunk to chunk while nothing else needs the
         # connection, so PostgreSQL stores one chunk while the next arrives; trajectory
@@ -118,7 +127,7 @@ class ChunkWriter:
         self.expected = expected
         # Trajectory rows are written a few thousand at a time rather than with every
         # chunk: one COPY statement costs the same round trips for 200 rows or 5,000.
-        self.pending_rows: list[str] = []
+        self.pending_rows: dict[int, str] = {}  # by trajectory id
         self.pending_digests: set[str] = set()
         if self.trusted:
             # What the skipped foreign-key checks would have locked, once: neither the
@@ -139,14 +148,18 @@ class ChunkWriter:
         for item in records:
             by_hash.setdefault(item.digest, item)
         # Repeats of trajectories still waiting to be written are found here; the
-        # database is asked about the rest (only those the filter may hold, if any).
+        # database is asked about the rest (only those the filter may hold, if any),
+        # now or, once the first chunk had no repeat, before their rows are written.
         unheld = [d for d in by_hash if d not in self.pending_digests]
         written = self.written
         candidates = unheld if written is None else [d for d in unheld if d in written]
+        unasked = bool(candidates) and self.ask_later is True and not _writes_more(records)
         existing: set[str] = set()
-        if candidates:
+        if candidates and not unasked:
             self._steps_close()
             existing = existing_hashes(self.project_id, candidates)
+            if written is None and self.ask_later is None:
+                self.ask_later = not existing
         new = [by_hash[digest] for digest in unheld if digest not in existing]
         # Repeats within the file and trajectories already in the project are unchanged.
         counts.unchanged += len(records) - len(new)
@@ -178,8 +191,10 @@ class ChunkWriter:
         steps_out = self._steps_open()
         for trajectory_id, item in zip(trajectory_ids, new, strict=True):
             steps_out.write(pgcopy.first_column_filled(item.steps, trajectory_id))
-            self.pending_rows.append(f"{trajectory_id}{self.head}{item.fields}")
+            self.pending_rows[trajectory_id] = f"{trajectory_id}{self.head}{item.fields}"
             self.pending_digests.add(item.digest)
+            if unasked:
+                self.unasked[item.digest] = (trajectory_id, item.step_count)
             if written is not None:
                 written.add(item.digest)
             if item.source:
@@ -216,13 +231,11 @@ class ChunkWriter:
             if decisive[0]:
                 self.labels_writer.decisive(*decisive)
         elif len(self.pending_rows) >= PENDING_TRAJECTORIES:
-            self._steps_close()
             self._trajectories_flush()
 
     def finish(self) -> None:
         """Write everything still open or waiting and turn the checks back on: after
         it, the database holds all written so far, as ordinary SQL sees it."""
-        self._steps_close()
         self._trajectories_flush()
         self._checks_on()
 
@@ -264,8 +277,34 @@ class ChunkWriter:
         return taken
 
     def _trajectories_flush(self) -> None:
-        _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", self.pending_rows)
-        self.pending_rows, self.pending_digests = [], set()
+        self._steps_close()
+        self._unasked_check()
+        _copy(f"trajectories_trajectory ({TRAJECTORY_COLUMNS})", list(self.pending_rows.values()))
+        self.pending_rows, self.pending_digests = {}, set()
+
+    def _unasked_check(self) -> None:
+        """Ask about the trajectories written unasked, in one probe, and take back those
+        the project had already: their steps deleted, their rows never written, and
+        each chunk asked about from here on (repeats are arriving)."""
+        if not self.unasked:
+            return
+        unasked, self.unasked = self.unasked, {}
+        existing = existing_hashes(self.project_id, list(unasked))
+        if not existing:
+            return
+        self.ask_later = False
+        repeats = [unasked[digest] for digest in existing]
+        dropped = {trajectory_id for trajectory_id, _ in repeats}
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "DELETE FROM trajectories_step WHERE trajectory_id = ANY(%s)", [list(dropped)]
+            )
+        for trajectory_id in dropped:
+            del self.pending_rows[trajectory_id]
+        counts = self.counts
+        counts.created -= len(repeats)
+        counts.unchanged += len(repeats)
+        counts.steps -= sum(step_count for _, step_count in repeats)
 
     def _checks_off(self) -> None:
         """Foreign-key checks off for the rows written from here (see
@@ -281,6 +320,20 @@ class ChunkWriter:
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL session_replication_role = origin")
             self.checks_off = False
+
+
+def _writes_more(records: list[prepare.Prepared]) -> bool:
+    """Whether any of the records writes more than its steps and trajectory row (labels,
+    a verdict, a source record, a link to its parent): what the writer does not take
+    back when a record written unasked turns out to be a repeat."""
+    return any(
+        item.labels
+        or item.first_error_index is not None
+        or item.decisive is not None
+        or item.source
+        or item.parent_external_id
+        for item in records
+    )
 
 
 def existing_hashes(project_id: int, digests: list[str]) -> set[str]:
