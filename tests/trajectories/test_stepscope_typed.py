@@ -5,6 +5,7 @@ decisive failure, or a field it does not know."""
 
 from __future__ import annotations
 
+import gc
 import io
 import json
 import typing
@@ -232,3 +233,31 @@ def test_the_import_endpoint_reads_pushes_with_the_typed_reader() -> None:
     assert taken["skip_invalid"] is True
     left: Any = parser.parse(io.BytesIO(push([{**GOOD, "id": ""}])))
     assert left["trajectories"] == [{**GOOD, "id": ""}]
+
+
+def tracked_lists() -> int:
+    return sum(1 for value in gc.get_objects() if type(value) is list)
+
+
+def test_records_are_read_once_and_let_go() -> None:
+    """A request keeps what it parsed until a full garbage collection (DRF's request and
+    view refer to each other), so the records let go of what they decoded as the import
+    reads it. Each decoded step holds a list the collector tracks (its labels)."""
+    steps = [{"content": f"s{i}"} for i in range(10)]
+    decoded = stepscope_typed.push_decode(
+        push([{**GOOD, "id": str(n), "steps": steps} for n in range(100)])
+    )
+    assert decoded is not None
+    records = decoded[1]
+    gc.disable()
+    try:
+        before = tracked_lists()
+        read = list(records)
+        assert [r.external_id for r in read] == [str(n) for n in range(100)]
+        del read
+        after = tracked_lists()
+    finally:
+        gc.enable()
+    assert before - after >= 1000
+    assert len(records) == 100
+    assert list(records) == []
