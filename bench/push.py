@@ -5,6 +5,7 @@ Stepscope's ``POST /api/v1/imports/`` (by hand and through the Python client in
     .venv/bin/python bench/push.py                        # 2,000 x 20 steps, 3 rounds
     .venv/bin/python bench/push.py --repeat 5 --trajectories 2000 --steps 20
     .venv/bin/python bench/push.py --label-studio /work/ls-venv/bin/label-studio
+    .venv/bin/python bench/push.py --floor --before /work/before   # + the floor, a baseline
 
 Both servers run on loopback: Stepscope under gunicorn (as deployed, sync workers),
 Label Studio as ``label-studio start`` does it, with its default SQLite in a temporary
@@ -13,6 +14,9 @@ its own (it pins many packages): ``python3.11 -m venv /work/ls-venv &&
 /work/ls-venv/bin/pip install label-studio==1.23.2``. A bare baseline takes the same
 requests too: a WSGI app under the same gunicorn that reads each body and answers 201
 (``bench/bare_wsgi.py``), which bounds what any server could reach with this client.
+``--floor`` adds the database's share alone (the same rows prepared before the clock
+starts, written with the import's COPY statements, a transaction per request): with the
+bare baseline, what a Stepscope that spent no time in Python could reach.
 
 One client, one request at a time, a new connection for each (``Connection: close``);
 all get the data in requests of ``--chunk`` trajectories (the client's default, 500).
@@ -55,12 +59,17 @@ django.setup()
 import psutil  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
+from django.utils import timezone  # noqa: E402
 from stepscope_client import Client  # noqa: E402
 
 from accounts.services import api_token_create  # noqa: E402
 from tests.deployment.stack import free_port  # noqa: E402
-from trajectories.models import Project, ProjectDeletion, Step, Trajectory  # noqa: E402
+from trajectories import pgcopy, prepare  # noqa: E402
+from trajectories.formats import stepscope_typed  # noqa: E402
+from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory  # noqa: E402
 from trajectories.services import project_create, project_deletion_run  # noqa: E402
+from trajectories.services.import_writer import TRAJECTORY_COLUMNS  # noqa: E402
 
 WORDS = ("we", "compute", "the", "total", "then", "subtract", "the", "remaining", "amount")
 LABEL_CONFIG = '<View><Text name="task" value="$task"/><Choices name="ok" toName="task">' + (
@@ -258,6 +267,68 @@ class Stepscope:
         self.user.delete()
 
 
+class DatabaseFloor:
+    """What PostgreSQL alone takes to store a push: the rows the import would write for
+    each request, prepared before the clock starts (no HTTP, no decoding, hashing or
+    encoding), written with the import's two COPY statements, one transaction per request,
+    with the foreign-key triggers skipped as the import skips them. Added to the bare
+    baseline, it bounds what any Stepscope with this schema could reach on this machine."""
+
+    def __init__(self, stepscope: Stepscope) -> None:
+        self.stepscope = stepscope
+
+    def warm(self) -> None:
+        self.push(make_records(2, 2, "warm-floor"), 2)
+
+    def push(self, records: list[dict[str, Any]], size: int) -> float:
+        project = self.stepscope.project()
+        batch = ImportBatch.objects.create(
+            project=project, file_name="floor", source_format="stepscope"
+        )
+        head = f"\t{project.pk}\t{batch.pk}\tstepscope\t{timezone.now().isoformat()}\t"
+        sequence = "trajectories_trajectory_id_seq"
+        requests: list[tuple[bytes, str]] = []
+        for chunk in chunks(records, size):
+            decoded = stepscope_typed.push_decode(json.dumps({"trajectories": chunk}).encode())
+            if decoded is None:
+                raise RuntimeError("the typed reader did not take the bench's records")
+            ready = [prepare.prepared(record, "stepscope") for record in decoded[1]]
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT nextval(%s) FROM generate_series(1, %s)", [sequence, len(ready)]
+                )
+                ids = [row[0] for row in cursor.fetchall()]
+            steps = b"".join(
+                pgcopy.first_column_filled(item.steps, pk)
+                for pk, item in zip(ids, ready, strict=True)
+                if isinstance(item, prepare.Prepared)
+            )
+            rows = "".join(
+                f"{pk}{head}{item.fields}"
+                for pk, item in zip(ids, ready, strict=True)
+                if isinstance(item, prepare.Prepared)
+            )
+            requests.append((steps, rows))
+        start = time.perf_counter()
+        for steps, rows in requests:
+            with transaction.atomic(), connection.cursor() as wrapper:
+                wrapper.execute("SET LOCAL session_replication_role = replica")
+                with wrapper.cursor.copy(
+                    f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN"
+                ) as copy:
+                    copy.write(steps)
+                with wrapper.cursor.copy(
+                    f"COPY trajectories_trajectory ({TRAJECTORY_COLUMNS}) FROM STDIN"
+                ) as copy:
+                    copy.write(rows)
+        elapsed = time.perf_counter() - start
+        self.stepscope.check(project, records)
+        return elapsed
+
+    def close(self) -> None:
+        pass  # its projects are the Stepscope server's, removed with them
+
+
 class Bare:
     """The floor: the same requests to a WSGI app that reads each body and answers 201
     (``bench/bare_wsgi.py``), under the same gunicorn: what is left of a push when
@@ -384,6 +455,11 @@ def main() -> None:
         help="the label-studio command of its own virtual environment",
     )
     parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time the database's share alone: the rows prepared beforehand, COPY only",
+    )
+    parser.add_argument(
         "--before",
         type=Path,
         help="a checkout of an earlier Stepscope (git archive) also pushed to, as a baseline",
@@ -394,7 +470,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     log_dir = Path(tempfile.mkdtemp(prefix="bench-push-logs-"))
-    servers: list[Stepscope | Bare | LabelStudio] = []
+    servers: list[Stepscope | DatabaseFloor | Bare | LabelStudio] = []
     try:
         stepscope = Stepscope(args.workers, log_dir)
         servers.append(stepscope)
@@ -406,6 +482,10 @@ def main() -> None:
             before = Stepscope(args.workers, log_dir, root=args.before.resolve(), name="-before")
             servers.append(before)
             ways["before_http"] = lambda r: before.push_http(r, args.chunk)
+        if args.floor:
+            database_floor = DatabaseFloor(stepscope)
+            servers.append(database_floor)
+            ways["database_floor"] = lambda r: database_floor.push(r, args.chunk)
         bare = Bare(args.workers, log_dir)
         servers.append(bare)
         ways["bare_http"] = lambda r: bare.push(r, args.chunk)
@@ -429,10 +509,14 @@ def main() -> None:
             turn = round_ % len(names)
             for name in names[turn:] + names[:turn]:
                 records = make_records(args.trajectories, args.steps, f"r{round_}-{name}")
-                database = name.startswith(("stepscope", "before"))
-                used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0)
+                database = name.startswith(("stepscope", "before", "database"))
+                # The floor's server is its PostgreSQL alone (this process prepares).
+                web = pid.get(name)
+                used = (tree_cpu(web) if web else 0.0) + (postgres_cpu() if database else 0.0)
                 times[name].append(ways[name](records))
-                used = tree_cpu(pid[name]) + (postgres_cpu() if database else 0.0) - used
+                used = (
+                    (tree_cpu(web) if web else 0.0) + (postgres_cpu() if database else 0.0) - used
+                )
                 cpu[name].append(used)
             print(
                 f"round {round_ + 1}: "
@@ -451,7 +535,7 @@ def main() -> None:
     ratios = {
         name: statistics.median(ls_times) / statistics.median(times[name])
         for name in names
-        if name not in ("label_studio", "bare_http")
+        if name not in ("label_studio", "bare_http", "database_floor")
     }
     # The most any implementation on this client, server and transfer could reach.
     floor = statistics.median(ls_times) / statistics.median(times["bare_http"])
@@ -463,6 +547,15 @@ def main() -> None:
         + ", ".join(f"{r:.2f}" for r in per_round)
     )
     print(f"  Label Studio / bare (nothing parsed or stored): {floor:.2f}x")
+    bound = None
+    if "database_floor" in times:
+        # No Python at all on the server: the transfer and the rows' storing, in a row.
+        bound = statistics.median(times["bare_http"]) + statistics.median(times["database_floor"])
+        print(
+            f"  Label Studio / (bare + database floor) {statistics.median(ls_times) / bound:.2f}x:"
+            f" {bound:.2f} s with no server-side parsing, hashing or encoding; 3x needs"
+            f" {statistics.median(ls_times) / 3:.2f} s"
+        )
     print(
         json.dumps(
             {
@@ -473,6 +566,7 @@ def main() -> None:
                 "server_cpu_seconds": cpu,
                 "ratio_label_studio_over": ratios,
                 "ratio_label_studio_over_bare": floor,
+                "bare_plus_database_floor_seconds": bound,
                 "ratio_per_round_http": per_round,
             }
         )
