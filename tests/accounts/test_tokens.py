@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -76,6 +78,21 @@ def test_revoked_expired_and_unknown_tokens_get_401_saying_why(owner: User) -> N
     ApiToken.objects.filter(pk=old.pk).update(expiry=timezone.now() - dt.timedelta(seconds=1))
     assert bearer(old_secret).get("/api/v1/projects/").status_code == 401
     assert bearer("ssk_" + "x" * 60).get("/api/v1/projects/").status_code == 401
+
+
+def test_a_call_looks_up_the_presented_token_only(owner: User) -> None:
+    """Knox also read all of the user's tokens on every call, to delete the expired
+    ones; an expired token other than the one presented stays, marked by its expiry."""
+    _, secret = api_token_create(user=owner, name="ci")
+    stale, _ = api_token_create(user=owner, name="stale", expires_in_days=1)
+    ApiToken.objects.filter(pk=stale.pk).update(expiry=timezone.now() - dt.timedelta(seconds=1))
+    client = bearer(secret)
+    assert client.get("/api/v1/projects/").status_code == 200  # last use written once
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/api/v1/projects/").status_code == 200
+    reads = [q["sql"] for q in queries.captured_queries if "accounts_apitoken" in q["sql"]]
+    assert len(reads) == 1, reads
+    assert ApiToken.objects.filter(pk=stale.pk).exists()
 
 
 def test_another_users_token_cannot_be_seen_or_revoked(owner: User, annotator: User) -> None:
