@@ -202,3 +202,23 @@ def test_bad_time_in_otlp_names_the_span(tmp_path: Path) -> None:
     # One compact object on one line reads as JSON Lines.
     assert error.location == "line 1"
     assert error.field == "resourceSpans.0.scopeSpans.0.spans.0.startTimeUnixNano"
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        # OpenTelemetry-JS [seconds, nanoseconds] pairs past what a date holds
+        [9.2e18, 0],
+        [6.8e16, 0],
+        [253402300800, 0],  # the year 10000
+        [1_700_000_000, 1e30],
+    ],
+)
+def test_a_time_no_date_can_hold_names_the_span(tmp_path: Path, start: object) -> None:
+    span = {key: value for key, value in AGENT_TRACE[0].items() if key != "startTimeUnixNano"}
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps({**span, "startTime": start}) + "\n")
+    [error] = list(parse(path))
+    assert isinstance(error, RecordError)
+    assert (error.location, error.field) == ("line 1", "startTime")
+    assert "not a time" in error.message

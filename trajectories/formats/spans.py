@@ -259,19 +259,17 @@ def seconds(value: Any, field_name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, list) and len(value) == 2 and all(_is_number(v) for v in value):
-        return float(value[0]) + float(value[1]) / 1e9
+        return _datable(float(value[0]) + float(value[1]) / 1e9, value, field_name)
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value.strip())
     if _is_number(value):
         number = float(value)
-        if not math.isfinite(number) or number < 0:
-            raise FieldError(field_name, f"is {value!r}, not a time")
         # Below 1e11 is seconds (until the year 5138), below 1e14 milliseconds, else ns.
         if number < 1e11:
-            return number
+            return _datable(number, value, field_name)
         if number < 1e14:
-            return number / 1e3
-        return number / 1e9
+            return _datable(number / 1e3, value, field_name)
+        return _datable(number / 1e9, value, field_name)
     if isinstance(value, str):
         text = ISO_FRACTION.sub(r"\1", value.strip()).replace("Z", "+00:00")
         try:
@@ -282,6 +280,18 @@ def seconds(value: Any, field_name: str) -> float | None:
             moment = moment.replace(tzinfo=UTC)
         return moment.timestamp()
     raise FieldError(field_name, f"expected a time, got {type(value).__name__}")
+
+
+# The first second of the year 10000 since the epoch: a datetime holds no later moment.
+_AFTER_DATES = 253402300800.0
+
+
+def _datable(moment: float, value: Any, field_name: str) -> float:
+    """``moment`` when a date can be made of it (from the epoch to the year 9999), which
+    the steps' metadata does (:func:`iso`); otherwise the field is not a time."""
+    if not math.isfinite(moment) or not 0 <= moment < _AFTER_DATES - 1:
+        raise FieldError(field_name, f"is {value!r}, not a time")
+    return moment
 
 
 def iso(moment: float) -> str:
