@@ -21,6 +21,10 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import psycopg
 
 DATABASE_NAME = "stepscope"
 # What the embedded server runs with beyond PostgreSQL's defaults (set with ALTER SYSTEM,
@@ -40,6 +44,18 @@ class PostgresAddress:
     socket_dir: Path
     port: int
     user: str = "postgres"
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """An autocommit connection to the server's maintenance database."""
+        import psycopg
+
+        return psycopg.connect(
+            host=str(self.socket_dir),
+            port=self.port,
+            user=self.user,
+            dbname="postgres",
+            autocommit=True,
+        )
 
 
 @contextlib.contextmanager
@@ -93,13 +109,7 @@ def _postgres_start(pgdata: Path) -> PostgresAddress:
 def _database_ensure(address: PostgresAddress) -> None:
     import psycopg
 
-    with psycopg.connect(
-        host=str(address.socket_dir),
-        port=address.port,
-        user=address.user,
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
+    with address.connect() as conn:
         exists = conn.execute(
             "SELECT 1 FROM pg_database WHERE datname = %s", (DATABASE_NAME,)
         ).fetchone()

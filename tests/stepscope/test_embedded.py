@@ -3,7 +3,6 @@ and a start-up puts back any that were changed."""
 
 from __future__ import annotations
 
-import psycopg
 from django.conf import settings
 
 from stepscope import embedded
@@ -11,9 +10,7 @@ from tests.waiting import wait_until
 
 
 def _setting(address: embedded.PostgresAddress, name: str) -> str:
-    with psycopg.connect(
-        host=str(address.socket_dir), port=address.port, user=address.user, dbname="postgres"
-    ) as conn:
+    with address.connect() as conn:
         row = conn.execute("SELECT current_setting(%s)", (name,)).fetchone()
     assert row is not None
     return str(row[0])
@@ -21,13 +18,7 @@ def _setting(address: embedded.PostgresAddress, name: str) -> str:
 
 def test_start_up_sets_the_wal_writer_delay_again_after_a_reset() -> None:
     address = embedded.postgres_ensure(settings.DATA_DIR)
-    with psycopg.connect(
-        host=str(address.socket_dir),
-        port=address.port,
-        user=address.user,
-        dbname="postgres",
-        autocommit=True,
-    ) as conn:
+    with address.connect() as conn:
         conn.execute("ALTER SYSTEM RESET wal_writer_delay")
         conn.execute("SELECT pg_reload_conf()")
     # The reload is a signal: new sessions see it shortly after.
