@@ -106,11 +106,12 @@ class ChunkWriter:
             else DigestFilter()
         )
         # Into a project that has trajectories, the first chunk is asked about before
-        # its steps are written. If none of it is a repeat, later chunks without labels
-        # or source records are written unasked, and asked about all at once just before
-        # their trajectory rows are written (:meth:`_unasked_check`): asking ends the
-        # step COPY, and asking once a chunk left PostgreSQL idle while this process
-        # prepared the next one. None: not asked yet; False once a repeat was found.
+        # its steps are written. If none of it is a repeat, later chunks that write only
+        # steps and trajectory rows (see _writes_more) are written unasked, and asked
+        # about all at once just before their trajectory rows are written
+        # (:meth:`_unasked_check`): asking ends the step COPY, and asking once a chunk
+        # left PostgreSQL idle while this process prepared the next one. None: not asked
+        # yet; False once a repeat was found.
         self.ask_later: bool | None = None
         # Digests written unasked: (trajectory id, step count) of each.
         self.unasked: dict[str, tuple[int, int]] = {}
