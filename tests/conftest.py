@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ from django.db import connections
 from tests import isolation
 from tests.databases import TestDatabase
 from tests.factories import MembershipFactory, UserFactory
+from tests.waiting import wait_until
 from trajectories.models import Membership, Project
 from trajectories.services import project_create
 
@@ -38,20 +40,48 @@ def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> It
         database.drop()
 
 
+def _commits(item: pytest.Item) -> bool:
+    """Whether the test commits its rows (transactional_db), so that its flush follows."""
+    marker = item.get_closest_marker("django_db")
+    return "transactional_db" in getattr(item, "fixturenames", ()) or (
+        marker is not None and bool(marker.kwargs.get("transaction", False))
+    )
+
+
 @pytest.fixture(autouse=True)
 def queued_tasks_purged(request: pytest.FixtureRequest) -> Iterator[None]:
     """After a test that commits (transactional_db), drop what it left queued: a task for
     rows the test's flush deletes would otherwise reach this process's worker during a
     later test, fail on missing rows, or keep the worker busy for minutes."""
     yield
-    marker = request.node.get_closest_marker("django_db")
-    committed = "transactional_db" in request.fixturenames or (
-        marker is not None and marker.kwargs.get("transaction", False)
-    )
-    if committed:
+    if _commits(request.node):
         from stepscope.celery import app
 
         app.control.purge()
+
+
+# This process's Celery worker, once the session's ``celery_worker`` has started it.
+_WORKER_NAMES: list[str] = []
+WORKER_IDLE_TIMEOUT_S = 60
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Before a committing test's flush, with this process's worker running: drop what
+    the test left queued and wait until the worker is done with what it took. A task the
+    commit set off (the search index after an import) otherwise still wrote while the
+    flush truncated the tables, and the two deadlocked."""
+    if _WORKER_NAMES and _commits(item):
+        from stepscope.celery import app
+
+        def idle() -> bool:
+            inspect = app.control.inspect(destination=_WORKER_NAMES, timeout=2, limit=1)
+            active = inspect.active() or {}
+            return bool(active) and not any(active.values())
+
+        app.control.purge()
+        wait_until(idle, WORKER_IDLE_TIMEOUT_S)
+    yield
 
 
 @pytest.fixture
@@ -146,6 +176,7 @@ def celery_worker(
         "STEPSCOPE_TESTING": "1",
         "STEPSCOPE_DATABASE_NAME": connection.settings_dict["NAME"],
     }
+    name = f"test-{os.getpid()}@{socket.gethostname()}"
     log = celery_worker_log_path()
     log.parent.mkdir(exist_ok=True)
     with log.open("wb") as log_file:
@@ -164,7 +195,7 @@ def celery_worker(
                 "--pool",
                 "prefork",
                 "-n",
-                f"test-{os.getpid()}@%h",
+                name,
                 "--without-gossip",
                 "--without-mingle",
                 "--loglevel",
@@ -182,8 +213,10 @@ def celery_worker(
                 raise RuntimeError(
                     f"Celery worker did not start; see {log}:\n{log.read_text()[-3000:]}"
                 )
+        _WORKER_NAMES[:] = [name]
         yield worker
     finally:
+        _WORKER_NAMES.clear()
         worker.terminate()
         try:
             worker.wait(timeout=30)
