@@ -84,8 +84,8 @@ class TypedRecords:
     request and view refer to each other, so what a request parsed is freed only by a
     full garbage collection. Holding a push's records (ten thousand tracked metadata
     dicts in a push of 500) until then made one request in four or five pay 12-18 ms
-    for that collection (gunicorn, ``bench/push.py``); handed on, they are freed as soon
-    as the import is done with them."""
+    for that collection (gunicorn, ``bench/push.py``); handed on to the reading, they are
+    freed when the import has read them all."""
 
     def __init__(self, records: list[_Record]) -> None:
         self._records = records
@@ -99,10 +99,7 @@ class TypedRecords:
 
     def parsed(self) -> Iterator[ParsedTrajectory]:
         records, self._records = self._records, []
-        records.reverse()
-        index = 0
-        while records:
-            record = records.pop()
+        for index, record in enumerate(records):
             outcome = record.outcome
             yield ParsedTrajectory(
                 external_id=record.id,
@@ -130,7 +127,6 @@ class TypedRecords:
                 metadata=record.metadata,
                 location=f"record {index}",
             )
-            index += 1
 
 
 _DECODER = msgspec.json.Decoder(_Push)
