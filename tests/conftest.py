@@ -48,18 +48,6 @@ def _commits(item: pytest.Item) -> bool:
     )
 
 
-@pytest.fixture(autouse=True)
-def queued_tasks_purged(request: pytest.FixtureRequest) -> Iterator[None]:
-    """After a test that commits (transactional_db), drop what it left queued: a task for
-    rows the test's flush deletes would otherwise reach this process's worker during a
-    later test, fail on missing rows, or keep the worker busy for minutes."""
-    yield
-    if _commits(request.node):
-        from stepscope.celery import app
-
-        app.control.purge()
-
-
 # This process's Celery worker, once the session's ``celery_worker`` has started it.
 _WORKER_NAMES: list[str] = []
 WORKER_IDLE_TIMEOUT_S = 60
@@ -67,11 +55,13 @@ WORKER_IDLE_TIMEOUT_S = 60
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """Before a committing test's flush, with this process's worker running: drop what
-    the test left queued and wait until the worker is done with what it took. A task the
-    commit set off (the search index after an import) otherwise still wrote while the
-    flush truncated the tables, and the two deadlocked."""
-    if _WORKER_NAMES and _commits(item):
+    """Before a committing test's flush (transactional_db): drop what the test left
+    queued, and with this process's worker running, wait until it is done with what it
+    took. A queued task for rows the flush deletes would reach the worker during a later
+    test, fail on missing rows, or keep it busy for minutes; a running one (the search
+    index an import's commit set off) wrote while the flush truncated the tables, and the
+    two deadlocked."""
+    if _commits(item):
         from stepscope.celery import app
 
         def idle() -> bool:
@@ -80,7 +70,8 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
             return bool(active) and not any(active.values())
 
         app.control.purge()
-        wait_until(idle, WORKER_IDLE_TIMEOUT_S)
+        if _WORKER_NAMES:
+            wait_until(idle, WORKER_IDLE_TIMEOUT_S)
     yield
 
 
