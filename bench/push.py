@@ -45,7 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -68,8 +68,7 @@ from tests.deployment.stack import free_port  # noqa: E402
 from trajectories import pgcopy, prepare  # noqa: E402
 from trajectories.formats import stepscope_typed  # noqa: E402
 from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory  # noqa: E402
-from trajectories.services import project_create, project_deletion_run  # noqa: E402
-from trajectories.services.import_writer import TRAJECTORY_COLUMNS  # noqa: E402
+from trajectories.services import import_writer, project_create, project_deletion_run  # noqa: E402
 
 WORDS = ("we", "compute", "the", "total", "then", "subtract", "the", "remaining", "amount")
 LABEL_CONFIG = '<View><Text name="task" value="$task"/><Choices name="ok" toName="task">' + (
@@ -286,27 +285,23 @@ class DatabaseFloor:
             project=project, file_name="floor", source_format="stepscope"
         )
         head = f"\t{project.pk}\t{batch.pk}\tstepscope\t{timezone.now().isoformat()}\t"
-        sequence = "trajectories_trajectory_id_seq"
+        sequence = import_writer.trajectory_sequence()
         requests: list[tuple[bytes, str]] = []
         for chunk in chunks(records, size):
             decoded = stepscope_typed.push_decode(json.dumps({"trajectories": chunk}).encode())
             if decoded is None:
                 raise RuntimeError("the typed reader did not take the bench's records")
             ready = [prepare.prepared(record, "stepscope") for record in decoded[1]]
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT nextval(%s) FROM generate_series(1, %s)", [sequence, len(ready)]
-                )
-                ids = [row[0] for row in cursor.fetchall()]
+            if not all(isinstance(item, prepare.Prepared) for item in ready):
+                raise RuntimeError("the bench's records could not be prepared")
+            prepared = cast(list[prepare.Prepared], ready)
+            ids = import_writer.ids_allocate(sequence, len(prepared))
             steps = b"".join(
                 pgcopy.first_column_filled(item.steps, pk)
-                for pk, item in zip(ids, ready, strict=True)
-                if isinstance(item, prepare.Prepared)
+                for pk, item in zip(ids, prepared, strict=True)
             )
             rows = "".join(
-                f"{pk}{head}{item.fields}"
-                for pk, item in zip(ids, ready, strict=True)
-                if isinstance(item, prepare.Prepared)
+                f"{pk}{head}{item.fields}" for pk, item in zip(ids, prepared, strict=True)
             )
             requests.append((steps, rows))
         start = time.perf_counter()
@@ -318,7 +313,7 @@ class DatabaseFloor:
                 ) as copy:
                     copy.write(steps)
                 with wrapper.cursor.copy(
-                    f"COPY trajectories_trajectory ({TRAJECTORY_COLUMNS}) FROM STDIN"
+                    f"COPY trajectories_trajectory ({import_writer.TRAJECTORY_COLUMNS}) FROM STDIN"
                 ) as copy:
                     copy.write(rows)
         elapsed = time.perf_counter() - start

@@ -282,14 +282,15 @@ def seconds(value: Any, field_name: str) -> float | None:
     raise FieldError(field_name, f"expected a time, got {type(value).__name__}")
 
 
-# The first second of the year 10000 since the epoch: a datetime holds no later moment.
-_AFTER_DATES = 253402300800.0
+# 9999-12-31T23:59:59Z in seconds since the epoch. A datetime holds no later second, and
+# the last one is left out so that rounding to microseconds cannot reach the year 10000.
+_LAST_DATABLE = 253402300799.0
 
 
 def _datable(moment: float, value: Any, field_name: str) -> float:
     """``moment`` when a date can be made of it (from the epoch to the year 9999), which
     the steps' metadata does (:func:`iso`); otherwise the field is not a time."""
-    if not math.isfinite(moment) or not 0 <= moment < _AFTER_DATES - 1:
+    if not math.isfinite(moment) or not 0 <= moment < _LAST_DATABLE:
         raise FieldError(field_name, f"is {value!r}, not a time")
     return moment
 

@@ -95,7 +95,7 @@ class ChunkWriter:
         self.head = (
             f"\t{batch.project_id}\t{batch.pk}\t{pgcopy.text(batch.source_format)}\t{self.now}\t"
         )
-        self.sequence = _trajectory_sequence()
+        self.sequence = trajectory_sequence()
         self.trusted = can_skip_trigger_checks()
         # Into a project with no trajectories yet (under the lock above, none can
         # arrive), a digest can only be a repeat of one this import wrote, and the
@@ -272,7 +272,7 @@ class ChunkWriter:
                 block = max(count, ID_BLOCK)
             else:
                 block = max(count - len(self.ids), self.expected)
-            self.ids += _allocate_ids(self.sequence, block)
+            self.ids += ids_allocate(self.sequence, block)
             self.ids_blocks = True
         taken, self.ids = self.ids[:count], self.ids[count:]
         return taken
@@ -451,7 +451,7 @@ def _copy(table_and_columns: str, rows: list[str]) -> None:
         out.flush()
 
 
-def _trajectory_sequence() -> str:
+def trajectory_sequence() -> str:
     """The trajectory identity sequence, looked up once per import: calling
     pg_get_serial_sequence for every id costs more than taking the ids."""
     with connection.cursor() as cursor:
@@ -461,7 +461,7 @@ def _trajectory_sequence() -> str:
     return str(row[0])
 
 
-def _allocate_ids(sequence: str, count: int) -> list[int]:
+def ids_allocate(sequence: str, count: int) -> list[int]:
     """Take ids from the trajectory identity sequence, so the rows written with COPY
     (steps, sources) can point at their trajectory."""
     with connection.cursor() as cursor:
