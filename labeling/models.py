@@ -177,9 +177,17 @@ class LabelSchema(models.Model):
 
 
 class StepLabel(models.Model):
+    """One annotator's label on one step under one schema version. Of an annotator's
+    submitted labels on a step under the versions of one schema, only the newest counts:
+    the older ones are ``superseded`` (kept, with their history), so a schema edited
+    mid-project never gives an annotator two votes on a step. Triggers keep that rule on
+    every write (migration 0006): a newer version's label submitted supersedes the older,
+    and taking it back (undo, deletion) makes the older one count again."""
+
     class Status(models.TextChoices):
         DRAFT = "draft"
         SUBMITTED = "submitted"
+        SUPERSEDED = "superseded"
 
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="labels")
     annotator = models.ForeignKey(

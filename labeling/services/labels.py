@@ -370,7 +370,9 @@ def final_label_set(
     value: int | None,
     rationale: str = "",
 ) -> FinalLabel | None:
-    """Set (or with ``value`` ``None`` clear) the adjudicated label of ``step``."""
+    """Set (or with ``value`` ``None`` clear) the adjudicated label of ``step``: one per
+    step and schema name, so one set under a newer version of the schema replaces the
+    one set under an older (its history stays)."""
     if not step.labelable:
         raise LabelingError(f"Step {step.index} is not labelable.")
     if schema.project_id != step.trajectory.project_id:
@@ -378,6 +380,9 @@ def final_label_set(
     if value is not None and value not in schema.allowed_values:
         raise LabelingError(f"{value} is not a value of {schema}.")
     with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
+        FinalLabel.objects.filter(
+            step=step, schema__project_id=schema.project_id, schema__name=schema.name
+        ).exclude(schema=schema).delete()
         if value is None:
             FinalLabel.objects.filter(step=step, schema=schema).delete()
             return None
