@@ -22,7 +22,12 @@ from pathlib import Path
 import pyarrow as pa
 from django.db import connection
 
-from exports.services.reading import HEADS_SQL, ordered_ids, trajectories_from_rows
+from exports.services.reading import (
+    HEADS_SQL,
+    TWO_SCHEMAS,
+    ordered_ids,
+    trajectories_from_rows,
+)
 from exports.services.requests import ExportRequest
 from exports.writers import ExportResult, ExportTrajectory, TaskGroup, task_groups
 from exports.writers.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
@@ -170,8 +175,7 @@ def _check_one_row_per_step(
     ) or (last == (int(trajectories[0]), int(indexes[0])))
     if repeated:
         raise ValueError(
-            f"label source {request.labels} gives some step more than one label;"
-            " name one schema's labels"
+            f"label source {request.labels} gives some step more than one label{TWO_SCHEMAS}"
         )
     return int(trajectories[-1]), int(indexes[-1])
 
@@ -335,8 +339,8 @@ def _encoded_trajectories(
         for split, steps, bad, neutral, good, unlabelled, cut, repeated, record in cursor:
             if repeated:
                 raise ValueError(
-                    f"label source {request.labels} gives some step more than one label;"
-                    " name one schema's labels"
+                    f"label source {request.labels} gives some step more than one label"
+                    + TWO_SCHEMAS
                 )
             yield EncodedTrajectory(
                 split=split,

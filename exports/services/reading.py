@@ -37,6 +37,13 @@ from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
 EXPORT_CHUNK = 200
 
 
+# Why a label source can give a step two labels (versions of one schema cannot: the
+# newer supersedes), and what is left to say of it.
+TWO_SCHEMAS = (
+    "; its labels lie under two label schemas of the project (two names, not two"
+    " versions of one), and an export does not choose between them"
+)
+
 # The trajectory columns trajectories_from_rows reads (``heads``), for an id array.
 HEADS_SQL = (
     "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
@@ -221,7 +228,7 @@ def step_values_table(
             detail = getattr(error.__cause__, "diag", None)
             raise ValueError(
                 f"label source {request.labels} gives some step more than one label"
-                f" ({detail.message_detail if detail else error}); name one schema's labels"
+                f" ({detail.message_detail if detail else error}){TWO_SCHEMAS}"
             ) from None
     # No ANALYZE: every read of the table is an index lookup by step (see _steps_sql).
     try:
