@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from stepscope.statistics import analyze
 from trajectories.services import import_batch_run
 from trajectories.services.deletion import project_deletion_run
 from trajectories.services.search import trajectory_search_index
@@ -24,3 +25,8 @@ def search_index(project_id: int) -> int:
 def project_delete(deletion_id: int) -> int:
     project_deletion_run(deletion_id=deletion_id)
     return deletion_id
+
+
+@shared_task(name="trajectories.statistics_refresh")
+def statistics_refresh(tables: list[str]) -> list[str]:
+    return analyze(tables)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,7 +20,8 @@ from django.utils import timezone
 
 from stepscope import locks
 from stepscope.jobs.lifecycle import job_cancel, job_end
-from stepscope.queueing import broker_require
+from stepscope.queueing import QueueUnavailable, broker_require
+from stepscope.statistics import analyze_when_grown
 from trajectories import prepare
 from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import FileError, Parser, RecordError
@@ -28,6 +30,8 @@ from trajectories.models import ImportBatch, Project
 from trajectories.services.import_writer import ChunkWriter, Counts, link_parents
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.search import search_index_enqueue
+
+logger = logging.getLogger(__name__)
 
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
@@ -129,11 +133,27 @@ def trajectory_records_import(
         steps=PUSH_CHUNK_STEPS,
         size=prepare.CHUNK_BYTES,
     )
-    # A push is over in well under a second: no progress figure (nor its connection) then.
+    # A push is over in well under a second: no progress figure (nor its connection) then,
+    # and the tables it grew by much are analysed by a worker, not on the client's time.
     _import_into(
-        batch, lambda: contextlib.nullcontext(chunks), progress_after=1.0, expected=len(records)
+        batch,
+        lambda: contextlib.nullcontext(chunks),
+        progress_after=1.0,
+        expected=len(records),
+        statistics_later=_statistics_refresh_enqueue,
     )
     return _finished(batch)
+
+
+def _statistics_refresh_enqueue(tables: list[str]) -> None:
+    """Have a worker analyse the tables a push grew. A broker that is down costs only the
+    minute until autovacuum does it."""
+    from trajectories.tasks import statistics_refresh
+
+    try:
+        statistics_refresh.delay(tables)
+    except QueueUnavailable as error:
+        logger.warning("statistics of %s not refreshed: %s", ", ".join(tables), error)
 
 
 def import_upload_start(
@@ -219,11 +239,18 @@ ChunkSource = Callable[[], contextlib.AbstractContextManager[Iterator[prepare.Ch
 
 
 def _import_into(
-    batch: ImportBatch, source: ChunkSource, progress_after: float = 0.0, expected: int = 0
+    batch: ImportBatch,
+    source: ChunkSource,
+    progress_after: float = 0.0,
+    expected: int = 0,
+    statistics_later: Callable[[list[str]], None] | None = None,
 ) -> None:
     """Import the chunks of ``source`` into the batch's project, all or nothing.
     ``expected``: how many records there are, where that is known (a push), so that the
-    trajectory ids are taken at once."""
+    trajectory ids are taken at once. The tables the import grew by much (steps, labels,
+    the majority) are analysed as soon as it commits, so the pages after it are not
+    planned for the tables as they were (:mod:`stepscope.statistics`): here, or by
+    ``statistics_later``."""
     counts = Counts()
     skip_invalid = batch.skip_invalid
     progress = ProgressWriter(
@@ -266,6 +293,7 @@ def _import_into(
             # last check still rolls the import back.
             if not _result_save(batch, counts, progress.done, ImportBatch.Status.DONE):
                 raise _AlreadyFinished
+            analyze_when_grown(statistics_later)
             return
     except _AlreadyFinished:
         batch.refresh_from_db()
