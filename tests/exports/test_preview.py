@@ -248,3 +248,16 @@ def test_the_page_counts_once_then_again_when_the_labels_change(
     page = researcher.get("/p/pb/exports/").content.decode()
     assert f"all trajectories · {processbench.trajectories.count():,}" in page
     assert f"imported: processbench · {imported.count():,} steps" in page
+
+
+def test_the_same_source_in_another_project_is_not_counted(
+    processbench: Project, researcher: Client
+) -> None:
+    """The label source is read unscoped (the selection's steps keep the rest out): the
+    same import's labels in a second project add nothing to this one's counts."""
+    params = {"format": "trl-stepwise", "labels": "import:processbench", "neutral": "drop"}
+    alone = stat(preview(researcher, **params), "labelled by the source")
+    other = project_create(slug="pb-copy", name="pb copy")
+    trajectory_import(project=other, source_format="processbench", path=PROCESSBENCH)
+    assert StepLabel.objects.filter(step__trajectory__project=other).count() == alone
+    assert stat(preview(researcher, **params), "labelled by the source") == alone
