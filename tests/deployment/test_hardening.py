@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
@@ -166,6 +167,47 @@ def test_starting_a_job_with_the_broker_down_says_so(
     assert response.status_code == 503, response.content
     assert queueing.MESSAGE.split(",")[0] in response.json()["detail"]
     assert not ImportBatch.objects.filter(project=project, status="queued").exists()
+
+
+@pytest.mark.django_db
+def test_a_push_with_the_broker_down_is_imported_and_its_follow_ups_logged(
+    owner: User,
+    project: Project,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """What a push queues after it commits (the search index, the statistics of the
+    tables it grew) only costs speed when lost: the push answers 201 and says so in
+    the log."""
+    from stepscope.celery import app
+
+    monkeypatch.setenv("CELERY_BROKER_WRITE_URL", "redis://127.0.0.1:9/0")
+    assert app.conf.broker_write_url == "redis://127.0.0.1:9/0"
+    # ``delay`` publishes through the app's connection pools, which an earlier test in
+    # this process may have opened to the live broker: new ones are made on first use.
+    monkeypatch.setattr(app, "_pool", None)
+    monkeypatch.setattr(app.amqp, "_producer_pool", None)
+    token, _ = Token.objects.get_or_create(user=owner)
+    api = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    records = [
+        {"id": f"r{n}", "task": f"task {n}", "steps": [{"content": f"s{i}"} for i in range(5)]}
+        for n in range(100)
+    ]
+    with connection.cursor() as cursor:
+        # Statistics that match the table as it is: a hundred trajectories are growth.
+        cursor.execute("ANALYZE trajectories_trajectory")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            "/api/v1/imports/",
+            {"project": project.slug, "trajectories": records},
+            content_type="application/json",
+        )
+    assert response.status_code == 201, response.content
+    assert response.json()["created_count"] == 100
+    logged = [r.getMessage() for r in caplog.records if "not queued" in r.getMessage()]
+    assert any(m.startswith(f"search index of project {project.pk}") for m in logged), logged
+    assert any(m.startswith("statistics of ") for m in logged), logged
 
 
 @pytest.mark.django_db

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterator
@@ -20,7 +19,7 @@ from django.utils import timezone
 
 from stepscope import locks
 from stepscope.jobs.lifecycle import job_cancel, job_end
-from stepscope.queueing import QueueUnavailable, broker_require
+from stepscope.queueing import broker_require, send_if_up
 from stepscope.statistics import analyze_when_grown
 from trajectories import prepare
 from trajectories.formats import parser_for, stepscope
@@ -30,8 +29,6 @@ from trajectories.models import ImportBatch, Project
 from trajectories.services.import_writer import ChunkWriter, Counts, link_parents
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.search import search_index_enqueue
-
-logger = logging.getLogger(__name__)
 
 # Errors kept on a batch; the count of all of them is kept too.
 MAX_ERRORS_KEPT = 1000
@@ -150,10 +147,7 @@ def _statistics_refresh_enqueue(tables: list[str]) -> None:
     minute until autovacuum does it."""
     from trajectories.tasks import statistics_refresh
 
-    try:
-        statistics_refresh.delay(tables)
-    except QueueUnavailable as error:
-        logger.warning("statistics of %s not refreshed: %s", ", ".join(tables), error)
+    send_if_up(statistics_refresh, tables, what=f"statistics of {', '.join(tables)}")
 
 
 def import_upload_start(

@@ -4,13 +4,10 @@ transaction, so a reader sees each trajectory indexed whole or not at all."""
 
 from __future__ import annotations
 
-import logging
-
 from django.db import connection, transaction
 
+from stepscope.queueing import send_if_up
 from trajectories.search import SEARCH_CHARS
-
-logger = logging.getLogger(__name__)
 
 SEARCH_INDEX_CHUNK = 1000
 
@@ -59,10 +56,6 @@ def trajectory_search_index(*, project_id: int, chunk: int = SEARCH_INDEX_CHUNK)
 def search_index_enqueue(project_id: int) -> None:
     """Queue the indexing of a project's new trajectories. A broker that is down costs
     nothing but speed: unindexed trajectories are searched by reading their text."""
-    from stepscope.queueing import QueueUnavailable
     from trajectories.tasks import search_index
 
-    try:
-        search_index.delay(project_id)
-    except QueueUnavailable as error:
-        logger.warning("search index of project %s not queued: %s", project_id, error)
+    send_if_up(search_index, project_id, what=f"search index of project {project_id}")
