@@ -20,7 +20,7 @@ from evaluation.compare import LIST_PAGE_SIZE, PREVIEW_CHARS, CompareQuery, base
 from evaluation.compare_steps import StepRow
 from labeling.models import Queue
 from labeling.selectors import LabelingSettings
-from labeling.services import LabelingError
+from labeling.services import LabelingError, queue_items_insert
 
 KINDS = {
     "all": "all disagreements",
@@ -145,23 +145,15 @@ def disagreement_queue_create(
             },
         )
         big_joins(query.project)
-        with connection.cursor() as cursor:
-            # Each trajectory ranks by its worst step: (missed error first, larger gap
-            # first, then id) compared as an array.
-            cursor.execute(
-                "INSERT INTO labeling_queueitem (queue_id, trajectory_id, position, created_at)"
-                " SELECT %s, trajectory_id, row_number() OVER (ORDER BY worst), %s FROM ("
-                f"  SELECT s.trajectory_id, min(ARRAY[CASE WHEN {q.missed} THEN 0 ELSE 1 END,"
-                f"  -{q.gap}, s.trajectory_id]) AS worst"
-                f"  {q.where} GROUP BY s.trajectory_id ORDER BY worst LIMIT %s"
-                ") picked",
-                [
-                    queue.pk,
-                    timezone.now(),
-                    *q.missed_params,
-                    *q.gap_params,
-                    *q.where_params,
-                    limit,
-                ],
-            )
+        # Each trajectory ranks by its worst step: (missed error first, larger gap
+        # first, then id) compared as an array.
+        queue_items_insert(
+            queue=queue,
+            ranked_sql=(
+                f"SELECT s.trajectory_id, min(ARRAY[CASE WHEN {q.missed} THEN 0 ELSE 1 END,"
+                f" -{q.gap}, s.trajectory_id]) AS rank"
+                f" {q.where} GROUP BY s.trajectory_id ORDER BY rank LIMIT %s"
+            ),
+            params=[*q.missed_params, *q.gap_params, *q.where_params, limit],
+        )
     return queue

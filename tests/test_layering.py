@@ -222,6 +222,34 @@ def sql_violations() -> list[tuple[str, str, int]]:
     return found
 
 
+# A statement that writes a table: its name follows the keyword. Upper-case keywords and
+# lower-case table names, as the code writes them, so "DO UPDATE SET" names no table.
+WRITE = re.compile(
+    r"\b(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM|COPY|TRUNCATE(?:\s+TABLE)?)\s+(?:ONLY\s+)?"
+    r"([a-z_][a-z0-9_]*)"
+)
+
+
+def tables_written(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """The model tables that SQL in string literals of ``tree`` writes, docstrings aside."""
+    skip = _docstrings(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            for table in sorted(set(WRITE.findall(node.value))):
+                if table in tables():
+                    yield table, node.lineno
+
+
+def write_violations() -> list[str]:
+    found = []
+    for path in first_party_paths():
+        module = module_name(path)
+        for table, line in tables_written(parsed(path)):
+            if tables()[table] != unit_of(module):
+                found.append(f"{module}:{line} writes {table}")
+    return found
+
+
 def test_every_package_has_a_layer() -> None:
     packages = {p.parent.name for p in REPO_ROOT.glob("*/__init__.py")}
     assert packages - NOT_LAYERED <= set(layered_units()), "place the new app in LAYERS"
@@ -239,6 +267,12 @@ def test_sql_names_only_lower_tables() -> None:
     found = sql_violations()
     new = [f"{m}:{line} names {t}" for m, t, line in found if (m, t) not in SQL_EXCEPTIONS]
     assert new == [], "SQL naming a higher app's table:\n" + "\n".join(new)
+
+
+def test_sql_writes_only_its_own_tables() -> None:
+    # Reading a lower app's tables is fine; writing them goes through that app's service,
+    # so its rules (and its triggers' assumptions) hold for every writer.
+    assert write_violations() == [], "call the owning app's service instead"
 
 
 def test_exceptions_are_all_still_needed() -> None:
@@ -266,6 +300,16 @@ def test_the_walk_sees_lazy_and_string_imports() -> None:
         "scoring",
     ]
     assert list(tables_named("trajectories.probe", tree)) == [("scoring_stepscore", 6)]
+    writes = ast.parse(
+        "A = 'INSERT INTO labeling_queueitem (queue_id) SELECT 1'\n"
+        "B = 'UPDATE trajectories_trajectory AS t SET x = 1'\n"
+        "C = 'INSERT INTO scoring_stepscore (x) VALUES (1) ON CONFLICT DO UPDATE SET x = 2'\n"
+    )
+    assert sorted(tables_written(writes)) == [
+        ("labeling_queueitem", 1),
+        ("scoring_stepscore", 3),
+        ("trajectories_trajectory", 2),
+    ]
     assert not allowed("labeling", tables()["scoring_stepscore"])
     assert not allowed("evaluation", "exports")
     assert not allowed("stepscope", "top")

@@ -78,6 +78,23 @@ def queue_create(
     return queue
 
 
+def queue_items_insert(*, queue: Queue, ranked_sql: str, params: list[Any]) -> int:
+    """Add to ``queue`` the trajectories a query of a higher app picks, in its order:
+    ``ranked_sql`` selects ``trajectory_id`` and ``rank`` (anything PostgreSQL orders,
+    an array included), one row per trajectory. Inserted in one statement, after the
+    queue's existing items. How many were added."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO labeling_queueitem (queue_id, trajectory_id, position, created_at)"
+            " SELECT %s, picked.trajectory_id,"
+            " (SELECT coalesce(max(position), 0) FROM labeling_queueitem WHERE queue_id = %s)"
+            " + row_number() OVER (ORDER BY picked.rank), %s"
+            f" FROM ({ranked_sql}) picked",
+            [queue.pk, queue.pk, timezone.now(), *params],
+        )
+        return cursor.rowcount
+
+
 def queue_order_set(*, queue: Queue, order: str) -> Queue:
     if order not in Queue.Order.values:
         raise LabelingError(f"Unknown queue order {order!r}.")

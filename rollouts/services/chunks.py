@@ -40,7 +40,7 @@ from rollouts.services.policies import policy_spec
 from stepscope.jobs.lifecycle import chunk_claim
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from trajectories.models import Step, Trajectory
-from trajectories.services import trajectory_import
+from trajectories.services import parents_set, trajectory_import
 
 if TYPE_CHECKING:
     from rollouts.generation.generator import PolicyGenerator
@@ -355,13 +355,7 @@ def _continuations_import(job: RolloutJob, generated: _Generated) -> dict[str, i
     # The importer links a continuation to the newest trajectory with its parent's
     # external id; point it at the exact parent (ids are not unique, or may be blank).
     parents = [r["metadata"]["rollout"]["parent_id"] for r in generated.records]
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "UPDATE trajectories_trajectory AS t SET parent_id = link.parent_id"
-            " FROM unnest(%s::bigint[], %s::bigint[]) AS link(child_id, parent_id)"
-            " WHERE t.id = link.child_id AND t.parent_id IS DISTINCT FROM link.parent_id",
-            [[ids[e] for e in wanted], parents],
-        )
+    parents_set([(ids[e], parent) for e, parent in zip(wanted, parents, strict=True)])
     return ids
 
 

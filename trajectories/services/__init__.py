@@ -6,6 +6,7 @@ from trajectories.services.deletion import (
     project_delete_start,
     project_deletion_run,
 )
+from trajectories.services.import_writer import parents_set
 from trajectories.services.imports import (
     ImportRejected,
     import_batch_cancel,
@@ -63,6 +64,7 @@ __all__ = [
     "member_remove",
     "member_role_set",
     "membership_set",
+    "parents_set",
     "parser_get",
     "project_create",
     "project_creation_allowed",

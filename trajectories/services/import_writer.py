@@ -437,6 +437,20 @@ def link_parents(project_id: int, children: list[tuple[int, str]]) -> None:
         )
 
 
+def parents_set(links: list[tuple[int, int]]) -> None:
+    """Point each child trajectory at the exact parent given, ``(child_id, parent_id)``,
+    where external ids cannot say which (they need not be unique, or may be blank)."""
+    if not links:
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE trajectories_trajectory AS t SET parent_id = link.parent_id"
+            " FROM unnest(%s::bigint[], %s::bigint[]) AS link(child_id, parent_id)"
+            " WHERE t.id = link.child_id AND t.parent_id IS DISTINCT FROM link.parent_id",
+            [[child for child, _ in links], [parent for _, parent in links]],
+        )
+
+
 def _copy(table_and_columns: str, rows: list[str]) -> None:
     """COPY pre-encoded text rows, sent in pieces of about a megabyte."""
     if not rows:
