@@ -12,10 +12,9 @@ from typing import cast
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
-from django_htmx.middleware import HtmxDetails
 
 from exports import services
 from exports.forms import ExportForm, SelectionForm
@@ -25,12 +24,9 @@ from exports.selectors import (
     selection_get_for_user,
     selections_for_project,
 )
+from stepscope.web import HtmxHttpRequest
 from trajectories import selectors
 from trajectories.models import Project
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @login_required

@@ -33,6 +33,7 @@ from rollouts.serializers import (
 from scoring.model_policy import model_policy
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
+from stepscope.web import current_user
 from trajectories.models import Project
 from trajectories.selectors import TrajectoryFilters, project_get_for_user
 
@@ -88,7 +89,7 @@ class PolicyViewSet(
                 parameters=data.get("parameters") or {},
                 queue=data.get("queue", "gpu"),
                 trust_remote_code=data.get("trust_remote_code", False),
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
             )
         except services.RolloutError as error:
             raise ValidationError({"detail": str(error)}) from None
@@ -140,7 +141,7 @@ class RolloutJobViewSet(
                 policy=policy,
                 k=data["k"],
                 mode=mode,
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 step_ids=steps if isinstance(steps, list) else None,
                 trajectory_ids=data.get("trajectories"),
                 filters=TrajectoryFilters(**filters) if filters else None,

@@ -13,27 +13,23 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
 
 from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
 from rollouts.forms import RolloutJobForm, StepRolloutForm
 from rollouts.models import RolloutJob
 from stepscope.jobs.views import JobRows
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.models import Project, Step
 from trajectories.selectors import project_get_for_user, step_get_for_user
 
 # Step rollouts started from the page are cut into chunks this small, so the panel
 # shows continuations a few at a time rather than all at the end.
 STEP_CHUNK_CONTINUATIONS = 4
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 # --- Project section -----------------------------------------------------------------------
@@ -83,7 +79,7 @@ def rollout_job_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 policy=data["policy"],
                 k=data["k"],
                 mode=data["steps"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 answer_check=data["answer_check"],
                 max_continuations=data["max_continuations"],
             )
@@ -162,7 +158,7 @@ def step_rollout_start(request: HtmxHttpRequest, pk: int) -> HttpResponse:
                 policy=data["policy"],
                 k=data["k"],
                 mode=RolloutJob.Mode.CRITICAL if replace else RolloutJob.Mode.STEPS,
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 step_ids=[step.pk],
                 alternatives={step.pk: data["alternative"]} if replace else None,
                 chunk_continuations=STEP_CHUNK_CONTINUATIONS,

@@ -45,6 +45,7 @@ from scoring.serializers import (
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from stepscope.throttling import BULK_THROTTLES
+from stepscope.web import current_user
 from trajectories.models import Project, Step
 from trajectories.selectors import (
     TrajectoryFilters,
@@ -150,7 +151,7 @@ class ScorerViewSet(
                 system=data.get("system"),
                 template=data.get("template"),
                 note=data["note"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
             )
         except services.ScoringError as error:
             raise ValidationError({"detail": str(error)}) from None
@@ -168,7 +169,7 @@ class ScorerViewSet(
             run = services.scorer_train_start(
                 project=project,
                 name=data["name"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 encoder=data["encoder"],
                 parameters=data["parameters"],
                 neutral=data["neutral"],
@@ -212,7 +213,7 @@ class ScoringRunViewSet(
             run = services.scoring_run_start(
                 project=project,
                 scorer=scorer,
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 only_unscored=data["only_unscored"],
                 trajectory_ids=data.get("trajectories"),
                 filters=TrajectoryFilters(**filters) if filters else None,
@@ -282,7 +283,7 @@ class AttributionRunViewSet(
                 trajectory_ids=data.get("trajectories"),
                 filters=TrajectoryFilters(**filters) if filters else None,
                 step=step,
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
             )
         except services.ScoringError as error:
             raise ValidationError({"detail": str(error)}) from None
@@ -391,7 +392,7 @@ class ScoresImport(generics.GenericAPIView[Any]):
                 project=project,
                 scorer_name=data["scorer"],
                 records=data["scores"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 skip_invalid=data["skip_invalid"],
             )
         except services.ScoresRejected as rejected:

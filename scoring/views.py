@@ -15,11 +15,10 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
-from django_htmx.middleware import HtmxDetails
 
 from labeling.selectors import LabelingState, labeling_state_for_user
 from scoring import methods, selectors, services
@@ -27,12 +26,9 @@ from scoring.forms import AttributionRunForm, ScorerCreateForm, ScoringRunForm, 
 from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer
 from stepscope.jobs.views import JobRows
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.models import Project
 from trajectories.selectors import can_manage_data, project_get_for_user, step_get_for_user
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 def _section(
@@ -96,7 +92,7 @@ def scoring_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             services.scoring_run_start(
                 project=project,
                 scorer=form.cleaned_data["scorer"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 only_unscored=form.cleaned_data["only_unscored"],
                 queue=form.cleaned_data["queue"],
             )
@@ -120,7 +116,7 @@ def scorer_train(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             services.scorer_train_start(
                 project=project,
                 name=form.cleaned_data["name"],
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
                 neutral=form.cleaned_data["neutral"],
                 score_after=form.cleaned_data["score_after"],
             )
@@ -198,7 +194,7 @@ def attribution_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 scorer=form.cleaned_data["scorer"],
                 label_source=form.cleaned_data["labels"],
                 parameters=form.parameters(),
-                user=request.user,  # type: ignore[arg-type]
+                user=current_user(request),
             )
         except services.ScoringError as error:
             form.add_error(None, str(error))
@@ -328,7 +324,7 @@ def step_saliency(request: HtmxHttpRequest, pk: int) -> HttpResponse:
                     method=AttributionRun.Method.TOKEN_SALIENCY,
                     scorer=scorer,
                     step=step,
-                    user=request.user,  # type: ignore[arg-type]
+                    user=current_user(request),
                 )
             except services.ScoringError as failure:
                 error = str(failure)
@@ -358,7 +354,7 @@ def trajectory_evidence_choose(request: HtmxHttpRequest, pk: int) -> HttpRespons
     run_id = _index(request.POST.get("credit", ""))
     try:
         services.evidence_choice_save(
-            user=request.user,  # type: ignore[arg-type]
+            user=current_user(request),
             project=state.project,
             scorer_id=scorer_id,
             run_id=run_id,

@@ -11,19 +11,15 @@ from typing import cast
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
-from django_htmx.middleware import HtmxDetails
 
+from stepscope.web import HtmxHttpRequest
 from trajectories import prefix_tree, selectors, services
 from trajectories.columns import trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @login_required

@@ -23,10 +23,10 @@ from django.views.decorators.http import require_GET, require_POST
 from evaluation import alignment
 from evaluation.compare import compare_options
 from evaluation.views.common import base_context, compare_project, page_links
-from labeling.views.common import HtmxHttpRequest, current_user
 from scoring.models import JudgePrompt, Scorer
 from scoring.services import ScoringError, scoring_run_start
 from scoring.services.judge_examples import MAX_EXAMPLES, ExampleError, judge_examples_add
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.models import Project
 from trajectories.selectors import can_manage_data
 

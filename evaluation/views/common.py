@@ -10,7 +10,7 @@ from django.core.exceptions import PermissionDenied
 from django.urls import reverse
 
 from labeling import selectors
-from labeling.views.common import HtmxHttpRequest
+from stepscope.web import HtmxHttpRequest
 from trajectories.models import Project
 from trajectories.selectors import membership_role, project_get_for_user
 

@@ -42,7 +42,7 @@ from evaluation.views.common import (
 from labeling import selectors
 from labeling.decisive_sources import decisive_source_choices
 from labeling.services import LabelingError
-from labeling.views.common import HtmxHttpRequest, current_user
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.models import Project
 from trajectories.selectors import (
     membership_role,

@@ -23,7 +23,7 @@ from evaluation.views.common import (
     page_links,
     query_url,
 )
-from labeling.views.common import HtmxHttpRequest
+from stepscope.web import HtmxHttpRequest
 from trajectories.models import Project, Trajectory
 from trajectories.selectors import (
     STEP_PREVIEW_CHARS,

@@ -5,28 +5,18 @@ page shows, or a redirect with a flash message for a plain form post)."""
 from __future__ import annotations
 
 import json
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.forms import Form
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
-from django_htmx.middleware import HtmxDetails
 
 from labeling import selectors
 from labeling.selectors import LabelingState
 from labeling.services import LabelingError
+from stepscope.web import HtmxHttpRequest
 from trajectories.selectors import STEP_PREVIEW_CHARS
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def current_user(request: HttpRequest) -> User:
-    """The signed-in user (the views are all ``login_required``)."""
-    return cast(User, request.user)
 
 
 def form_message(form: Form) -> str:

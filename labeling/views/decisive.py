@@ -13,7 +13,8 @@ from django.views.decorators.http import require_http_methods
 from labeling import selectors, services
 from labeling.forms import DecisiveForm
 from labeling.selectors import LabelingState
-from labeling.views.common import HtmxHttpRequest, form_message, queue_param, refuse
+from labeling.views.common import form_message, queue_param, refuse
+from stepscope.web import HtmxHttpRequest
 
 
 def _context(state: LabelingState, **extra: object) -> dict[str, object]:

@@ -20,7 +20,6 @@ from labeling import selectors, services
 from labeling.forms import StepLabelForm, VerdictForm
 from labeling.selectors import LabelingState
 from labeling.views.common import (
-    HtmxHttpRequest,
     form_message,
     labeling_surface,
     queue_param,
@@ -28,6 +27,7 @@ from labeling.views.common import (
     surface_context,
     trigger,
 )
+from stepscope.web import HtmxHttpRequest
 from trajectories.models import Step
 from trajectories.selectors import STEP_PREVIEW_CHARS, project_get_for_user, step_get_for_user
 

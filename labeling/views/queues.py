@@ -14,7 +14,8 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from labeling import selectors, services
 from labeling.forms import QueueForm
 from labeling.models import Queue, QueueAssignment
-from labeling.views.common import HtmxHttpRequest, current_user, refuse
+from labeling.views.common import refuse
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.selectors import membership_role, project_get_for_user
 
 

@@ -11,7 +11,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from labeling import selectors, services
-from labeling.views.common import HtmxHttpRequest, current_user, refuse
+from labeling.views.common import refuse
+from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.selectors import (
     STEP_PREVIEW_CHARS,
     membership_role,

@@ -23,7 +23,7 @@ from labeling.forms import (
     SchemaValueFormSet,
 )
 from labeling.models import LabelSchema
-from labeling.views.common import HtmxHttpRequest
+from stepscope.web import HtmxHttpRequest
 from trajectories.models import Membership
 from trajectories.selectors import membership_role, project_get_for_user
 
