@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.conftest import REALDATA
-from tests.waiting import import_finished
+from tests.waiting import import_finished, wait_until
 from trajectories.models import ImportBatch, Project, Trajectory
 
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
@@ -51,8 +51,10 @@ def test_upload_page_imports_on_a_worker(
     assert (batch.created_count, batch.step_count) == (400, 2082)
     assert batch.processed_count == 400
     assert Trajectory.objects.filter(project=project).count() == 400
-    # The stored upload is removed once imported.
-    assert not Path(batch.stored_path).exists()
+    # The stored upload is removed once imported: after the commit (and the tables'
+    # analyse that follows it), so a moment after the batch reads done.
+    stored = Path(batch.stored_path)
+    assert wait_until(lambda: not stored.exists(), timeout=30)
 
     page = client.get(f"/imports/{batch_id}/")
     assert b"400" in page.content and b"every 1s" not in page.content
