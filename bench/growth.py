@@ -8,8 +8,9 @@ For each size it builds a project (``growth-<size>-<time>``) through the real im
 Stepscope JSONL file written first: math chains and agent traces with tool calls, in task
 groups of 8 rollouts, one trajectory of ``--big`` steps from 1M steps up; labels from
 three annotators, one on every labelable step and all three on a twentieth of the
-trajectories), then adds two scorers' scores on every step with ``COPY`` (as
-``import_scores`` writes them), a queue and a saved selection. A child process then times
+trajectories), builds its search documents (as a worker does after an import), then adds
+two scorers' scores on every step with ``COPY`` (as ``import_scores`` writes them), a
+queue and a saved selection. A child process then times
 each request with Django's test client (``--repeat`` times, alternating, after one warm-up):
 the trajectory page at 20, 1,000 and the big step count and its lazy parts, a label write
 (the page's HTMX post and the API), the next queue item, the list with each filter, each
@@ -59,6 +60,7 @@ from bench.cleanup import project_drop  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Membership, Project, Step, Trajectory  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
+from trajectories.services.search import trajectory_search_index  # noqa: E402
 
 ROLLOUTS_PER_TASK = 8
 ANNOTATORS = ("ann-a", "ann-b", "ann-c")
@@ -270,6 +272,10 @@ def build(size: int, big: int, seed: int, folder: Path) -> dict[str, Any]:
     trajectory_import(project=project, source_format="stepscope", path=path)
     imported = time.perf_counter() - started
     path.unlink()
+    # What the worker does after an import commits: the full-text search documents.
+    started = time.perf_counter()
+    trajectory_search_index(project_id=project.pk)
+    indexed = time.perf_counter() - started
     started = time.perf_counter()
     scorers = scores_add(project, seed)
     scored = time.perf_counter() - started
@@ -283,6 +289,7 @@ def build(size: int, big: int, seed: int, folder: Path) -> dict[str, Any]:
         "file_write_s": round(written, 1),
         "import_s": round(imported, 1),
         "import_steps_per_s": round(steps / imported),
+        "search_index_s": round(indexed, 1),
         "scores_copy_s": round(scored, 1),
         "scorers": scorers,
     }
