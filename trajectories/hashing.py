@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from trajectories.formats.base import ParsedStep, ParsedTrajectory
+from trajectories.formats.base import ParsedStep, ParsedTrajectory, imported_annotator_name
 
 
 def _canonical(value: Any) -> bytes:
@@ -144,7 +144,13 @@ def content_hash(
         trajectory.branch_index,
         trajectory.metadata,
     ]
-    labels = [[label.step_index, label.value, label.annotator] for label in trajectory.labels]
+    # The annotator as the user it becomes: ``stepscope`` (how an export writes the
+    # default ``import:stepscope``) hashes like ``import:stepscope``, so an exported
+    # record pushed back finds the trajectory it came from.
+    labels = [
+        [label.step_index, label.value, imported_annotator_name(label.annotator)]
+        for label in trajectory.labels
+    ]
     reward = trajectory.outcome_reward
     # orjson writes NaN and infinities as null: a reward that is one (PostgreSQL stores
     # it) must not hash like no reward. (Anywhere else they fail the import.)

@@ -386,3 +386,52 @@ def test_annotators_cannot_start_exports(client: Client, project: Project, annot
     )
     assert response.status_code == 403
     assert not ExportJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_pushing_an_exported_line_back_changes_nothing(
+    tmp_path: Path, project: Project, researcher: User
+) -> None:
+    """A label pushed without an annotator belongs to ``import:stepscope``; the export
+    writes it as ``stepscope``, the name that maps back to the same user. Pushing the
+    exported line again must find the trajectory it came from, not make a second one."""
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=researcher).key}")
+    record = {
+        "id": "a-default",
+        "task": "1+1?",
+        "steps": [{"content": "2", "labels": [{"value": 1}]}],
+    }
+    first = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [record]}, format="json"
+    )
+    assert first.status_code == 201, first.content
+    assert first.json()["created_count"] == 1
+    export(
+        "--project",
+        project.slug,
+        "--format",
+        "stepscope",
+        "--labels",
+        "import:stepscope",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path),
+    )
+    (line,) = (tmp_path / "stepscope.jsonl").read_text().splitlines()
+    exported = json.loads(line)
+    assert exported["steps"][0]["labels"] == [{"annotator": "stepscope", "value": 1}]
+
+    again = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [exported]}, format="json"
+    )
+    assert again.status_code == 201, again.content
+    assert (again.json()["created_count"], again.json()["unchanged_count"]) == (0, 1)
+    assert Trajectory.objects.filter(project=project, external_id="a-default").count() == 1
+    # Spelled with the prefix, the same label is the same trajectory too.
+    exported["steps"][0]["labels"] = [{"annotator": "import:stepscope", "value": 1}]
+    spelled = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [exported]}, format="json"
+    )
+    assert (spelled.json()["created_count"], spelled.json()["unchanged_count"]) == (0, 1)

@@ -273,6 +273,16 @@ def broken(change: dict[str, Any]) -> dict[str, Any]:
             "steps.1.labels.1.annotator",
             "already labels this step",
         ),
+        (
+            {
+                "steps.1.labels": [
+                    {"annotator": "a", "value": 1},
+                    {"annotator": "import:a", "value": -1},
+                ]
+            },
+            "steps.1.labels.1.annotator",
+            "'import:a' already labels this step",
+        ),
         ({"steps.2.labels": [{"value": 1}]}, "steps.2.labels", "labelable false"),
         ({"decisive": "solver"}, "decisive", "expected dict, got str"),
         ({"decisive": {}}, "decisive", "names neither an agent nor a step"),

@@ -43,6 +43,18 @@ class ParsedStep:
             raise ValueError(f"unknown step kind {self.kind!r}; expected one of {STEP_KINDS}")
 
 
+# Imported labels belong to non-login users named ``import:<name>``: a file's
+# ``alice`` and ``import:alice`` are the same annotator.
+IMPORTED_ANNOTATOR_PREFIX = "import:"
+
+
+def imported_annotator_name(name: str) -> str:
+    """The user an imported label's ``annotator`` stands for, prefix added where missing,
+    so that the two spellings of one annotator import, hash and deduplicate alike (an
+    export writes the name without the prefix)."""
+    return name if name.startswith(IMPORTED_ANNOTATOR_PREFIX) else IMPORTED_ANNOTATOR_PREFIX + name
+
+
 @dataclass(frozen=True)
 class ParsedLabel:
     """A step label that came with the source, e.g. a ProcessBench first-error index.

@@ -24,6 +24,7 @@ from trajectories.formats.base import (
     ParsedTrajectory,
     ParseResult,
     RecordError,
+    imported_annotator_name,
     require,
 )
 
@@ -314,12 +315,14 @@ def _step(raw: Any, index: int) -> tuple[ParsedStep, list[ParsedLabel]]:
     for number, raw_label in enumerate(_optional(raw, "labels", list, [], path)):
         label_path = f"{path}.labels.{number}"
         label = _label(raw_label, index, label_path)
-        if label.annotator in annotators:
+        # ``alice`` and ``import:alice`` are one annotator.
+        user = imported_annotator_name(label.annotator)
+        if user in annotators:
             raise FieldError(
                 f"{label_path}.annotator",
                 f"{label.annotator!r} already labels this step; one label per annotator",
             )
-        annotators.add(label.annotator)
+        annotators.add(user)
         labels.append(label)
     if labels and not labelable:
         raise FieldError(f"{path}.labels", "a step with labelable false cannot carry labels")

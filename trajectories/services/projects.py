@@ -8,10 +8,11 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 
+# The prefix is the formats' (Django-free) own; named here too for the services' users.
+from trajectories.formats.base import IMPORTED_ANNOTATOR_PREFIX as IMPORTED_ANNOTATOR_PREFIX
+from trajectories.formats.base import imported_annotator_name
 from trajectories.models import Membership, MembershipEvent, Project
 from trajectories.services.members import MemberError
-
-IMPORTED_ANNOTATOR_PREFIX = "import:"
 
 # What higher apps add to a new project inside project_create's transaction (labeling:
 # the default label schema), registered from their AppConfig.ready() by name, run in the
@@ -119,8 +120,7 @@ def imported_annotator(name: str) -> User:
     Names without the ``import:`` prefix get it, so an imported file can never attribute
     labels to a real account.
     """
-    if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
-        name = IMPORTED_ANNOTATOR_PREFIX + name
+    name = imported_annotator_name(name)
     user, created = User.objects.get_or_create(username=name[:150], defaults={"is_active": False})
     if created:
         user.set_unusable_password()
