@@ -219,7 +219,7 @@ def compare_options(project: Project) -> CompareOptions:
         .filter(
             Exists(
                 StepLabel.objects.filter(
-                    annotator=OuterRef("pk"), step__trajectory__project=project
+                    annotator=OuterRef("pk"), schema__project=project
                 )
             )
         )

@@ -260,7 +260,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
                 StepLabel.objects.filter(
                     annotator=OuterRef("pk"),
                     status=StepLabel.Status.SUBMITTED,
-                    step__trajectory__project=project,
+                    schema__project=project,
                 )
             )
         )
@@ -272,7 +272,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
         .filter(
             Exists(
                 StepLabel.objects.filter(
-                    annotator=OuterRef("pk"), step__trajectory__project=project
+                    annotator=OuterRef("pk"), schema__project=project
                 )
             )
         )
