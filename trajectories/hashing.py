@@ -131,7 +131,7 @@ def content_hash(
     )
     digest = _SHA256.copy()
     digest.update(steps[-1].encode() if steps else b"")
-    fields = [
+    fields: list[Any] = [
         source_format,
         trajectory.external_id,
         trajectory.task_key,
@@ -144,6 +144,13 @@ def content_hash(
         trajectory.branch_index,
         trajectory.metadata,
     ]
+    # Training facts count only where a record has them, so the hashes of every
+    # trajectory stored before they existed stay what they were.
+    if trajectory.policy_version is not None or trajectory.training_step is not None:
+        fields.append([trajectory.policy_version, trajectory.training_step])
+    if any(step.training is not None for step in trajectory.steps):
+        facts = [None if s.training is None else s.training.as_dict() for s in trajectory.steps]
+        fields.append(facts)
     # The annotator as the user it becomes: ``stepscope`` (how an export writes the
     # default ``import:stepscope``) hashes like ``import:stepscope``, so an exported
     # record pushed back finds the trajectory it came from.

@@ -55,6 +55,14 @@ def snapshot(project: Project) -> list[Any]:
             "tool_name",
             "tool_args",
             "labelable",
+            "policy_version",
+            "training_step",
+            "logprob_sum",
+            "logprob_mean",
+            "logprob_min",
+            "advantage",
+            "returns",
+            "token_logprobs",
         )
     ):
         steps.setdefault(row[0], []).append(row[1:])
@@ -71,6 +79,8 @@ def snapshot(project: Project) -> list[Any]:
             t.outcome_reward,
             t.success,
             t.metadata,
+            t.policy_version,
+            t.training_step,
             steps.get(t.pk, []),
             sorted(labels.get(t.pk, [])),
         )
@@ -121,6 +131,12 @@ def full_record(
         "first_error_index": first_error_index,
         "decisive": decisive,
         "metadata": {"seed": 7, "nested": {"list": [1, None, "x"]}},
+        # An RL rollout's facts on one record; the others have none.
+        "training": (
+            {"policy_version": "global_step_40", "training_step": 40}
+            if external_id == "found"
+            else None
+        ),
         "steps": [
             {
                 "kind": "message",
@@ -131,6 +147,7 @@ def full_record(
                 "tool_name": "",
                 "tool_args": None,
                 "metadata": {},
+                "training": None,
                 "labels": [],
             },
             {
@@ -142,6 +159,16 @@ def full_record(
                 "tool_name": "python",
                 "tool_args": {"code": "'strawberry'.count('r')"},
                 "metadata": {"latency_ms": 812},
+                "training": {
+                    "policy_version": "global_step_40",
+                    "training_step": 40,
+                    "logprob_sum": -3.5,
+                    "logprob_mean": -0.875,
+                    "logprob_min": -2.0,
+                    "advantage": -0.5,
+                    "returns": 0.25,
+                    "token_logprobs": [-0.5, -0.5, -0.5, -2.0],
+                },
                 "labels": [
                     {"annotator": "alice", "value": 1},
                     {"annotator": "bob", "value": 0},
@@ -157,6 +184,7 @@ def full_record(
                 "tool_name": "",
                 "tool_args": None,
                 "metadata": {},
+                "training": {"advantage": 1.5},
                 "labels": [{"annotator": "alice", "value": -1}],
             },
         ],

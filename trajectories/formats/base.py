@@ -24,6 +24,67 @@ STEP_KINDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class StepTraining:
+    """What an RL trainer knew about a step when it trained on it: the policy (weight)
+    version that wrote it, the training step, a summary of its token logprobs, its
+    advantage and its return. Every field may be unknown (None); ``token_logprobs`` is
+    kept only when an import asks for it (it is as long as the step's tokens)."""
+
+    policy_version: str | None = None
+    training_step: int | None = None
+    logprob_sum: float | None = None
+    logprob_mean: float | None = None
+    logprob_min: float | None = None
+    advantage: float | None = None
+    returns: float | None = None
+    token_logprobs: list[float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The known fields, by name (the Stepscope format's ``training`` object)."""
+        values = {
+            "policy_version": self.policy_version,
+            "training_step": self.training_step,
+            "logprob_sum": self.logprob_sum,
+            "logprob_mean": self.logprob_mean,
+            "logprob_min": self.logprob_min,
+            "advantage": self.advantage,
+            "returns": self.returns,
+            "token_logprobs": self.token_logprobs,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+TRAINING_FIELDS = (
+    "policy_version",
+    "training_step",
+    "logprob_sum",
+    "logprob_mean",
+    "logprob_min",
+    "advantage",
+    "returns",
+    "token_logprobs",
+)
+
+
+def logprob_summary(logprobs: list[float] | None, *, keep_tokens: bool = False) -> dict[str, Any]:
+    """``logprob_sum``, ``logprob_mean`` and ``logprob_min`` of a step's token
+    logprobs (and the logprobs themselves with ``keep_tokens``), as keyword arguments
+    for :class:`StepTraining`; nothing for no logprobs."""
+    if not logprobs:
+        return {}
+    values = [float(value) for value in logprobs]
+    total = sum(values)
+    summary: dict[str, Any] = {
+        "logprob_sum": total,
+        "logprob_mean": total / len(values),
+        "logprob_min": min(values),
+    }
+    if keep_tokens:
+        summary["token_logprobs"] = values
+    return summary
+
+
 # Not frozen: steps are the most numerous objects an import makes, and a frozen
 # dataclass sets each field through object.__setattr__, which made building one three
 # times slower. Parsers build steps once and nothing changes them afterwards.
@@ -37,6 +98,8 @@ class ParsedStep:
     tool_name: str = ""
     tool_args: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The trainer's facts about the step, for RL rollouts; None for everything else.
+    training: StepTraining | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -102,6 +165,10 @@ class ParsedTrajectory:
     # alternative completions). The import service links the two.
     parent_external_id: str = ""
     branch_index: int | None = None
+    # The policy (weight) version that wrote the rollout and the trainer's step that
+    # used it, for RL rollouts.
+    policy_version: str | None = None
+    training_step: int | None = None
 
 
 @dataclass(frozen=True)
