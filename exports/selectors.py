@@ -18,11 +18,11 @@ from rollouts.models import Policy, RolloutJob, StepMC
 from scoring.models import AttributionRun, ScoringRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
 from trajectories.models import Project, Step
+from trajectories.selection import selection_parse
 from trajectories.selectors import (
     AnyUser,
     projects_for_user,
     trajectories_filtered,
-    trajectory_filters_from,
 )
 
 
@@ -324,7 +324,7 @@ def _scored(project: Project) -> list[tuple[str, int]]:
 
 def _selected(project: Project, definition: dict[str, Any]) -> int:
     try:
-        filters = trajectory_filters_from(definition)
+        filters = selection_parse(definition)
     except ValueError:
         return 0
     return trajectories_filtered(project, filters).count()
