@@ -27,6 +27,7 @@ from trajectories.selectors import (
     can_manage_data,
     project_get_for_user,
     projects_for_user,
+    projects_hiding_exports,
 )
 
 
@@ -38,9 +39,20 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
     pagination_class = ByIdCursor
 
     def get_queryset(self) -> QuerySet[ExportJob]:
-        return ExportJob.objects.filter(
+        queryset = ExportJob.objects.filter(
             project__in=projects_for_user(self.request.user)
         ).select_related("project")
+        slug = self.request.query_params.get("project")
+        if slug:
+            queryset = queryset.filter(project__slug=slug)
+        return queryset
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # The manifest holds the label distributions and the annotators: withheld, like
+        # the files, where the project hides labels or scores from the user's role.
+        context = super().get_serializer_context()
+        context["manifest_hidden"] = projects_hiding_exports(self.request.user)
+        return context
 
     @extend_schema(request=ExportRequestSerializer, responses=ExportJobSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
