@@ -353,6 +353,17 @@ def can_download_exports(user: AnyUser, project: Project) -> bool:
     return role_downloads_exports(membership_role(user, project), project)
 
 
+def projects_hiding_exports(user: AnyUser) -> frozenset[int]:
+    """The ids of the user's projects whose exports (files and manifests) the user may
+    not read, in one query."""
+    if not user.is_authenticated:
+        return frozenset()
+    memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
+    return frozenset(
+        m.project_id for m in memberships if not role_downloads_exports(m.role, m.project)
+    )
+
+
 def role_downloads_exports(role: str | None, project: Project) -> bool:
     """Export files carry everyone's labels and the model's scores: in a project that
     hides those from annotators (blind labeling, hidden scores), only researchers and

@@ -208,11 +208,22 @@ def require(record: Any, key: str, kind: type | tuple[type, ...], path: str = ""
     if key not in record:
         raise FieldError(name, "is missing")
     value = record[key]
+    problem = type_mismatch(value, kind)
+    if problem is not None:
+        raise FieldError(name, problem)
+    return value
+
+
+def type_mismatch(value: Any, kind: type | tuple[type, ...]) -> str | None:
+    """Why ``value`` is not of ``kind`` (``expected int, got str``), or None: the one type
+    rule of imported files, which the label API applies to its values too. Nothing is
+    converted: ``"1"`` and ``1.0`` are not ints, and ``bool`` does not pass for ``int``
+    or ``float``."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = " or ".join(k.__name__ for k in kinds)
-        raise FieldError(name, f"expected {expected}, got {type(value).__name__}")
-    return value
+        return f"expected {expected}, got {type(value).__name__}"
+    return None
 
 
 def tool_call_step(

@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from trajectories.formats.base import IMPORTED_ANNOTATOR_PREFIX as IMPORTED_ANNOTATOR_PREFIX
 from trajectories.formats.base import imported_annotator_name
 from trajectories.models import Membership, MembershipEvent, Project
-from trajectories.services.members import MemberError
+from trajectories.services.members import MemberError, member_add, member_role_set
 
 # What higher apps add to a new project inside project_create's transaction (labeling:
 # the default label schema), registered from their AppConfig.ready() by name, run in the
@@ -87,6 +87,17 @@ def project_create(
                 role_after=Membership.Role.ADMIN,
             )
     return project
+
+
+def project_owner_set(*, project: Project, user: User) -> Membership:
+    """Make ``user`` an admin of ``project``: added as one, or a member's role raised
+    (the operator's ``import_trajectories --owner``, with no admin to act in the UI)."""
+    membership = Membership.objects.filter(project=project, user=user).first()
+    if membership is None:
+        return member_add(
+            project=project, actor=user, username=user.get_username(), role=Membership.Role.ADMIN
+        )
+    return member_role_set(membership=membership, actor=user, role=Membership.Role.ADMIN)
 
 
 def project_update(
