@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import dataclasses
+import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -104,6 +106,20 @@ def step_get_for_user(user: AnyUser, pk: int) -> Step:
     if step is None:
         raise Http404("No such step.")
     return step
+
+
+# The texts of a trajectory its page shows in part (a long one freezes the tab when laid
+# out whole) and loads in full on demand.
+TRAJECTORY_TEXT_FIELDS = ("task", "ground_truth", "metadata")
+
+
+def trajectory_text_full(trajectory: Trajectory, field: str) -> str:
+    """The whole text of one of ``TRAJECTORY_TEXT_FIELDS``; metadata as indented JSON."""
+    if field == "metadata":
+        if not trajectory.metadata:
+            return ""
+        return json.dumps(trajectory.metadata, indent=2, ensure_ascii=False, default=str)
+    return str(getattr(trajectory, field) or "")
 
 
 # --- Browse pages -------------------------------------------------------------------------
