@@ -163,9 +163,7 @@ def test_agent_filter_on_who_and_when_through_the_mapped_importer(project: Proje
         )
     [ag2] = ids(project, TrajectoryFilters(agent="Excel_Expert"))
     assert Trajectory.objects.get(pk=ag2).metadata["mistake_agent"] == "Excel_Expert"
-    assert ids(project, TrajectoryFilters(meta="metadata.mistake_agent = Excel_Expert")) == {
-        ag2
-    }
+    assert ids(project, TrajectoryFilters(meta="metadata.mistake_agent = Excel_Expert")) == {ag2}
     assert ids(project, TrajectoryFilters(agent="Computer_terminal", kind="message")) == {ag2}
     assert ids(project, TrajectoryFilters(agent="Nobody")) == set()
 
