@@ -323,7 +323,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
     from labeling.models import Queue
 
     queue = Queue.objects.get(project=project, name=queue_name)
-    response = client.post(f"/p/{slug}/selections/", {"name": "failed", "success": "false"})
+    response = client.post(f"/p/{slug}/selections/", {"name": "failed", "outcome": "failure"})
     assert response.status_code == 302, response.content.decode()[-3000:]
 
     values = iter(lambda: random.choice((-1, 0, 1)), None)
@@ -355,7 +355,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         "list q": f"/p/{slug}/trajectories/?q=remainder",
         "list model": f"/p/{slug}/trajectories/?model=policy-b",
         "list task": f"/p/{slug}/trajectories/?task={task_key}",
-        "list success": f"/p/{slug}/trajectories/?success=false",
+        "list outcome": f"/p/{slug}/trajectories/?outcome=failure",
         "list api": f"/api/v1/trajectories/?project={slug}",
         "selections": f"/p/{slug}/selections/",
         "compare": f"/p/{slug}/compare/?scorer={scorers[0]}",
