@@ -203,6 +203,11 @@ STEPSCOPE_ALLOW_REMOTE_CODE = env_bool("STEPSCOPE_ALLOW_REMOTE_CODE", default=Fa
 STEPSCOPE_UPLOAD_MAX_BYTES = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPSCOPE_UPLOAD_MAX_BYTES
 
+# Summaries of a whole project (compare, failures) of a project past this many steps are
+# made by a worker and kept; the page shows the kept one with its age meanwhile
+# (evaluation/kept.py). Below it they are made in the request when what they read changed.
+STEPSCOPE_SUMMARY_INLINE_STEPS = env_int("STEPSCOPE_SUMMARY_INLINE_STEPS", 300_000)
+
 # Who may create projects from the project list and the API: any signed-in user, or
 # Django staff only.
 STEPSCOPE_PROJECT_CREATORS = env_choice("STEPSCOPE_PROJECT_CREATORS", "any", ("any", "staff"))
