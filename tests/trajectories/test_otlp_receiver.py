@@ -23,7 +23,8 @@ from tests.trajectories import otlp_bodies as bodies
 from trajectories import receiver
 from trajectories.formats import otel, otlp
 from trajectories.models import LiveTrace, Membership, Project, StagedSpan, Step, Trajectory
-from trajectories.services.live import live_trace_state, live_traces_assemble
+from trajectories.selectors import live_trace_state
+from trajectories.services.live import live_traces_assemble
 
 pytestmark = pytest.mark.django_db
 

@@ -28,7 +28,6 @@ import orjson
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
-from django.utils import timezone
 
 from stepscope.locks import LockClass
 from stepscope.queueing import send_if_up
@@ -490,24 +489,3 @@ def live_hash(project_id: int, trace_id: str) -> str:
     """A live trajectory's content hash: fixed by its trace, since its content changes
     while spans arrive (the unique hash per project then stands for the trace)."""
     return hashlib.sha256(f"otlp\0{project_id}\0{trace_id}".encode()).hexdigest()
-
-
-def live_trace_state(trajectory_id: int) -> str | None:
-    """``"receiving"`` while a live trace may still grow (no root span yet, or a span
-    within ``STEPSCOPE_OTLP_QUIET_SECONDS``), ``"finished"`` after, None for a trajectory
-    that did not arrive live."""
-    live = (
-        LiveTrace.objects.filter(trajectory_id=trajectory_id)
-        .only("root_seen", "last_span_at", "span_count", "assembled_count")
-        .first()
-    )
-    if live is None:
-        return None
-    quiet = timezone.now() - live.last_span_at
-    if (
-        not live.root_seen
-        or live.span_count > live.assembled_count
-        or quiet.total_seconds() < settings.STEPSCOPE_OTLP_QUIET_SECONDS
-    ):
-        return "receiving"
-    return "finished"
