@@ -140,6 +140,12 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
+# Where a worker runs with --beat (or a `celery beat` runs): the sweep that queues the
+# OTLP assembler for pending traces whose task was lost (the receiver sweeps too, while
+# spans arrive).
+CELERY_BEAT_SCHEDULE = {
+    "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": 10.0},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Web requests that start a job give up on a dead broker within seconds
 # (stepscope.queueing); workers keep retrying their own connection as usual.
