@@ -156,7 +156,14 @@ def exporter_main(
     provider.force_flush(timeout_millis=600_000)
     provider.shutdown()
     Path(out).write_text(
-        json.dumps({"acked": acked, "made": made, "first_export": first_export[:1]})
+        json.dumps(
+            {
+                "acked": acked,
+                "made": made,
+                "first_export": first_export[:1],
+                "cpu_s": time.process_time(),
+            }
+        )
     )
 
 
@@ -170,6 +177,11 @@ def main() -> None:
     parser.add_argument("--faults", action="store_true")
     parser.add_argument("--phoenix", default="", help="the phoenix command, to compare with")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    parser.add_argument(
+        "--trace-memory",
+        action="store_true",
+        help="only: the assembler's peak RSS for a 1,000-span and a 100,000-span trace",
+    )
     args = parser.parse_args()
     print("command:", " ".join([sys.executable, *sys.argv]), flush=True)
 
@@ -188,6 +200,9 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     results: dict[str, Any] = {"exporters": args.exporters}
     try:
+        if args.trace_memory:
+            results = trace_memory()
+            return
         stepscope = run_stepscope(args, data_dir)
         results.update(stepscope)
         if args.phoenix:
@@ -202,7 +217,66 @@ def main() -> None:
         embedded.stop_all(data_dir)
         if not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
-    print(json.dumps(results))
+        print(json.dumps(results))
+
+
+def trace_memory() -> dict[str, Any]:
+    """Stage one trace of 1,000 and one of 100,000 spans, and assemble each in a fresh
+    process: its peak RSS (what a worker needs for the largest trace allowed)."""
+    from django.contrib.auth.models import User
+
+    from tests.trajectories import otlp_bodies
+    from trajectories.formats import otlp
+    from trajectories.services import project_create
+    from trajectories.services.live import live_spans_accept
+
+    user = User.objects.create_user("bench-memory", password="unused-bench-password")
+    figures: dict[str, Any] = {}
+    for size in (1000, 100_000):
+        project = project_create(slug=f"memory-{size}", name=f"memory {size}", owner=user)
+        template = otlp_bodies.agent_spans(0)
+        for start in range(0, size, 1000):
+            spans = []
+            for n in range(start, min(size, start + 1000)):
+                span = dict(template[n % 6] if n else template[0])
+                span["n"] = n
+                span["span_id"] = f"{n + 1:016x}"
+                span["parent"] = "" if n == 0 else f"{1:016x}"
+                spans.append(span)
+            decoded = otlp.decode_protobuf(otlp_bodies.protobuf_body(spans), max_attribute=100_000)
+            live_spans_accept(project_id=project.pk, spans=decoded.spans)
+        code = (
+            "import django, resource, time; django.setup();"
+            "from trajectories.services.live import live_traces_assemble;"
+            "start = time.perf_counter(); live_traces_assemble();"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
+            " time.perf_counter() - start)"
+        )
+        before = (
+            "import django, resource; django.setup();"
+            "import trajectories.services.live, trajectories.formats.otel;"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        )
+        base = int(
+            subprocess.run(
+                [sys.executable, "-c", before], cwd=ROOT, check=True, capture_output=True, text=True
+            ).stdout.split()[-1]
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True
+        )
+        rss, seconds = done.stdout.split()[-2:]
+        figures[f"rss_mb_{size}"] = round(int(rss) / 1024, 1)
+        figures[f"rss_mb_above_start_{size}"] = round((int(rss) - base) / 1024, 1)
+        figures[f"assemble_s_{size}"] = round(float(seconds), 2)
+        print(
+            f"a trace of {size} spans: assembled in {float(seconds):.1f} s, peak RSS"
+            f" {int(rss) / 1024:.0f} MB ({(int(rss) - base) / 1024:.0f} MB above a started"
+            " worker process)",
+            flush=True,
+        )
+    figures["rss_ratio"] = round(figures["rss_mb_100000"] / figures["rss_mb_1000"], 2)
+    return figures
 
 
 def free_port() -> int:
@@ -305,6 +379,7 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             args=(args, data_dir, worker_log, faults, stop_faults, [worker]),
             daemon=True,
         ).start()
+    web_cpu, worker_cpu, pg_cpu = tree_cpu(web.pid), tree_cpu(worker.pid), postgres_cpu(data_dir)
     try:
         reports, push_seconds = push(args, url, token, project.slug, data_dir)
         acked = {(t, s): at for report in reports for t, s, at in report["acked"]}
@@ -333,6 +408,12 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         visible_at = time.time()
         stop_faults.set()
         elapsed = visible_at - first
+        cpu = {
+            "web": tree_cpu(web.pid) - web_cpu,
+            "worker": tree_cpu(worker.pid) - worker_cpu,
+            "postgres": postgres_cpu(data_dir) - pg_cpu,
+            "exporters": sum(report["cpu_s"] for report in reports),
+        }
         api_steps = api_step_total(url, token, project.slug)
         rows = LiveTrace.objects.filter(project=project).values_list("trace_id", "assembled_at")
         visible = {trace_id: at.timestamp() for trace_id, at in rows if at is not None}
@@ -353,12 +434,13 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             if latencies
             else None,
             "faults": faults,
+            "cpu_seconds": {name: round(value, 1) for name, value in cpu.items()},
         }
         print(
             f"Stepscope: {result['spans_per_s']} spans/s ({len(acked)} spans visible"
             f" {elapsed:.1f} s after the first export); latency p50"
             f" {result['latency_p50_s']} s, p95 {result['latency_p95_s']} s;"
-            f" through the API: {api_steps} steps",
+            f" through the API: {api_steps} steps; CPU seconds {result['cpu_seconds']}",
             flush=True,
         )
         result.update(check_each_span_once(project.pk, acked))
@@ -369,6 +451,36 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         web.terminate()
         os.killpg(worker.pid, signal.SIGTERM)
         web.wait(timeout=30)
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children so far."""
+    import psutil
+
+    total = 0.0
+    try:
+        root = psutil.Process(pid)
+        processes = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0.0
+    for process in processes:
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
+
+
+def postgres_cpu(data_dir: Path) -> float:
+    """CPU seconds of the private PostgreSQL: the postmaster, its backends and the
+    backends it has reaped."""
+    pid_file = data_dir / "postgres" / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return tree_cpu(pid)
 
 
 def api_step_total(url: str, token: str, slug: str) -> int:
