@@ -170,6 +170,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "rollout-job-cancel": _CANCEL,
     "step-rollouts": _GET_ONLY,
     "step-rollout-start": _START,
+    # The OTLP/HTTP receiver: 401 without a token; with one, a GET is 405 and the empty
+    # POST's missing content type a 415, before any project is named (the project's
+    # 404 / 403 are in tests/trajectories/test_otlp_receiver.py).
+    "otlp-traces": {"GET": "401 405 405 405 405", "POST": "401 415 415 415 415"},
     # The REST API.
     "api:api-root": _API_LIST,
     "api:api-schema": _PUBLIC,
