@@ -27,6 +27,7 @@ from trajectories.selectors import (
     can_manage_data,
     project_get_for_user,
     projects_for_user,
+    projects_hiding_exports,
 )
 
 
@@ -52,6 +53,13 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
             # A project the user is not in (or none of that name) is a 404, as elsewhere.
             queryset = queryset.filter(project=project_get_for_user(self.request.user, slug))
         return queryset
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # The manifest holds the label distributions and the annotators: withheld, like
+        # the files, where the project hides labels or scores from the user's role.
+        context = super().get_serializer_context()
+        context["manifest_hidden"] = projects_hiding_exports(self.request.user)
+        return context
 
     @extend_schema(request=ExportRequestSerializer, responses=ExportJobSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -274,7 +274,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
                 StepLabel.objects.filter(
                     annotator=OuterRef("pk"),
                     status=StepLabel.Status.SUBMITTED,
-                    step__trajectory__project=project,
+                    schema__project=project,
                 )
             )
         )
@@ -283,13 +283,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
     )
     imported = (
         User.objects.filter(username__startswith=IMPORTED_PREFIX)
-        .filter(
-            Exists(
-                StepLabel.objects.filter(
-                    annotator=OuterRef("pk"), step__trajectory__project=project
-                )
-            )
-        )
+        .filter(Exists(StepLabel.objects.filter(annotator=OuterRef("pk"), schema__project=project)))
         .order_by("username")
         .values_list("username", flat=True)[:CHOICES_SHOWN]
     )

@@ -322,7 +322,12 @@ WITH st AS (
 ), choice AS (
     SELECT c.scorer_id, c.credit_run_id FROM scoring_evidencechoice c
     WHERE c.user_id = %(me)s AND c.project_id = %(p)s
+), scored AS (
+    SELECT ss.scorer_id AS id, count(*) AS steps FROM scoring_stepscore ss
+    JOIN st ON st.id = ss.step_id WHERE %(show)s GROUP BY ss.scorer_id
 ), scorer AS (
+    -- The address's scorer, else the user's pick; else, by default, the last finished
+    -- scorer among those with scores on this trajectory, before the project's last one.
     SELECT COALESCE((
         SELECT s.id FROM scoring_scorer s
         WHERE s.id = COALESCE(%(scorer)s::bigint, (SELECT scorer_id FROM choice))
@@ -331,11 +336,9 @@ WITH st AS (
         SELECT r.scorer_id FROM scoring_scoringrun r
         WHERE r.project_id = %(p)s AND r.status = 'done'
           AND r.kind IN ('score', 'import') AND r.scorer_id IS NOT NULL
-        ORDER BY r.finished_at DESC NULLS LAST, r.id DESC LIMIT 1
+        ORDER BY (r.scorer_id IN (SELECT id FROM scored)) DESC,
+            r.finished_at DESC NULLS LAST, r.id DESC LIMIT 1
     )) AS id WHERE %(show)s
-), scored AS (
-    SELECT ss.scorer_id AS id, count(*) AS steps FROM scoring_stepscore ss
-    JOIN st ON st.id = ss.step_id WHERE %(show)s GROUP BY ss.scorer_id
 ), credited AS (
     SELECT DISTINCT c.run_id FROM scoring_stepcredit c JOIN st ON st.id = c.step_id
     WHERE %(show)s
@@ -420,7 +423,8 @@ def trajectory_evidence(
 ) -> TrajectoryEvidence:
     """Everything the trajectory page shows about scores and credit, in one query: the
     step scores of ``scorer_id`` (if the project may use it; else the user's pick in the
-    project, ``EvidenceChoice``; else the scorer that last finished), the scorers with
+    project, ``EvidenceChoice``; else the scorer that last finished among those with scores
+    on this trajectory, else the project's last finished one), the scorers with
     scores on this trajectory (the picker's choices), the attribution runs with credits
     on it and the credits of ``run_id`` (else the user's pick, else the newest), the
     Monte Carlo values of the newest ``mc-prefix`` run, and where labels, the PRM and the

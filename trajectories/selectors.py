@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,20 @@ def step_get_for_user(user: AnyUser, pk: int) -> Step:
     if step is None:
         raise Http404("No such step.")
     return step
+
+
+# The texts of a trajectory its page shows in part (a long one freezes the tab when laid
+# out whole) and loads in full on demand.
+TRAJECTORY_TEXT_FIELDS = ("task", "ground_truth", "metadata")
+
+
+def trajectory_text_full(trajectory: Trajectory, field: str) -> str:
+    """The whole text of one of ``TRAJECTORY_TEXT_FIELDS``; metadata as indented JSON."""
+    if field == "metadata":
+        if not trajectory.metadata:
+            return ""
+        return json.dumps(trajectory.metadata, indent=2, ensure_ascii=False, default=str)
+    return str(getattr(trajectory, field) or "")
 
 
 # --- Browse pages -------------------------------------------------------------------------
@@ -425,6 +440,17 @@ def can_manage_data(user: AnyUser, project: Project) -> bool:
 
 def can_download_exports(user: AnyUser, project: Project) -> bool:
     return role_downloads_exports(membership_role(user, project), project)
+
+
+def projects_hiding_exports(user: AnyUser) -> frozenset[int]:
+    """The ids of the user's projects whose exports (files and manifests) the user may
+    not read, in one query."""
+    if not user.is_authenticated:
+        return frozenset()
+    memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
+    return frozenset(
+        m.project_id for m in memberships if not role_downloads_exports(m.role, m.project)
+    )
 
 
 def role_downloads_exports(role: str | None, project: Project) -> bool:

@@ -87,6 +87,8 @@ class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):
             "import_batch",
             "parent",
             "branch_index",
+            "policy_version",
+            "training_step",
             "created_at",
         ]
 
@@ -107,6 +109,14 @@ class StepSerializer(serializers.ModelSerializer[Step]):
             "metadata",
             "labelable",
             "prefix_hash",
+            "policy_version",
+            "training_step",
+            "logprob_sum",
+            "logprob_mean",
+            "logprob_min",
+            "advantage",
+            "returns",
+            "token_logprobs",
         ]
 
 

@@ -9,4 +9,5 @@ urlpatterns = [
     path("imports/<int:pk>/", views.import_detail, name="import-detail"),
     path("imports/<int:pk>/cancel/", views.import_cancel, name="import-cancel"),
     path("steps/<int:pk>/content/", views.step_content, name="step-content"),
+    path("t/<int:pk>/text/<str:field>/", views.trajectory_text, name="trajectory-text"),
 ]

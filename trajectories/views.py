@@ -12,7 +12,7 @@ from typing import cast
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
@@ -126,6 +126,29 @@ def step_content(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     if request.htmx:
         return render(request, "trajectories/step_content.html#step-content", context)
     return render(request, "trajectories/step_content.html", context)
+
+
+@login_required
+@require_GET
+def trajectory_text(request: HtmxHttpRequest, pk: int, field: str) -> HttpResponse:
+    """The whole task, ground truth or metadata of a trajectory, which its page shows in
+    part; an unknown field is a 404."""
+    trajectory = selectors.trajectory_get_for_user(request.user, pk)
+    if field not in selectors.TRAJECTORY_TEXT_FIELDS:
+        raise Http404(f"A trajectory has no text {field!r}.")
+    text = selectors.trajectory_text_full(trajectory, field)
+    context = {
+        "project": trajectory.project,
+        "trajectory": trajectory,
+        "field": field,
+        "title": field.replace("_", " ").capitalize(),
+        "text": text,
+        "length": len(text),
+        "truncated": False,
+    }
+    if request.htmx:
+        return render(request, "trajectories/_trajectory_text.html", context)
+    return render(request, "trajectories/trajectory_text.html", context)
 
 
 @login_required

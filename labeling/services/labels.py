@@ -66,8 +66,13 @@ def step_label_set(
         raise LabelingError(f"Step {step.index} is not labelable.", field="step")
     if first_error:
         if schema.error_value is None:
+            # Say which setting allows it: an ordinal or categorical schema has no error
+            # value until one of its values is marked as such.
             raise LabelingError(
-                f"The schema {schema} has no error value to mark.", field="first_error"
+                f"The schema {schema} has no error value to mark as the first error. A project"
+                " admin allows it on the label schema page: tick \u201cError value\u201d on"
+                ' the value that marks a wrong step ("error": true in the schema\'s values).',
+                field="first_error",
             )
         value = schema.error_value
     if value is not None and value not in schema.allowed_values:

@@ -55,14 +55,20 @@ def labeling_surface(request: HttpRequest, pk: int) -> dict[str, Any]:
     return surface_context(state)
 
 
-def refuse(request: HtmxHttpRequest, error: LabelingError, *, back: str) -> HttpResponse:
+def refuse(
+    request: HtmxHttpRequest,
+    error: LabelingError,
+    *,
+    back: str,
+    template: str = "labeling/_flash.html",
+    target: str = "#flash",
+) -> HttpResponse:
     """Answer a refused write: HTMX gets the status and a message swapped into the page's
-    flash area; a plain form post is redirected back with the message."""
+    flash area (or into ``target``, a message box beside the control that was used, drawn
+    by ``template``); a plain form post is redirected back with the message."""
     if request.htmx:
-        response = render(
-            request, "labeling/_flash.html", {"message": error.message}, status=error.status
-        )
-        response["HX-Retarget"] = "#flash"
+        response = render(request, template, {"message": error.message}, status=error.status)
+        response["HX-Retarget"] = target
         response["HX-Reswap"] = "outerHTML"
         return response
     messages.error(request, error.message)

@@ -194,12 +194,12 @@ def trajectory_submit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     form = VerdictForm(request.POST)
     back = _page_url(state, "finish")
     if not form.is_valid():
-        return refuse(request, services.LabelingError(form_message(form)), back=back)
+        return _refuse_submit(request, services.LabelingError(form_message(form)), back=back)
     was_blind = state.blind or not state.show_model_scores
     try:
         services.trajectory_submit(state=state, **form.cleaned_data)
     except services.LabelingError as error:
-        return refuse(request, error, back=back)
+        return _refuse_submit(request, error, back=back)
     if not request.htmx:
         return HttpResponseRedirect(back)
     fresh = selectors.labeling_state_for_user(request.user, pk, queue_id=state.queue_id)
@@ -216,6 +216,16 @@ def trajectory_submit(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         # Other annotators' labels (or model scores) were hidden until now: show them.
         response["HX-Refresh"] = "true"
     return trigger(response, "stepscope:submitted", {"trajectory": pk})
+
+
+def _refuse_submit(
+    request: HtmxHttpRequest, error: services.LabelingError, *, back: str
+) -> HttpResponse:
+    """A refused submit says why beside the Submit button, not in the flash area a screen
+    above it."""
+    return refuse(
+        request, error, back=back, template="labeling/_finish_error.html", target="#finish-error"
+    )
 
 
 @login_required

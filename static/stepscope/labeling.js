@@ -283,10 +283,19 @@
     if (status >= 400 && status < 500) {
       event.detail.shouldSwap = true;
       event.detail.isError = false;
-      event.detail.target = document.getElementById("flash");
+      // The server may name a message box beside the control used (a refused submit);
+      // otherwise the message goes to the page's flash area.
+      const named = event.detail.xhr.getResponseHeader("HX-Retarget");
+      event.detail.target = (named && document.querySelector(named)) || document.getElementById("flash");
     } else if (status >= 500) {
       flash("The server failed to save this (" + status + "). Nothing was lost that was saved before; try again.");
     }
+  });
+
+  // A message beside a control may wrap below it (on a phone): bring all of it into view.
+  document.body.addEventListener("htmx:afterSwap", function () {
+    const finishError = document.getElementById("finish-error");
+    if (finishError && finishError.textContent.trim()) finishError.scrollIntoView({ block: "nearest" });
   });
 
   document.body.addEventListener("htmx:sendError", function () {
@@ -296,6 +305,8 @@
   document.body.addEventListener("htmx:beforeRequest", function (event) {
     const box = document.getElementById("flash");
     if (box && event.detail.elt !== box) box.innerHTML = "";
+    const finishError = document.getElementById("finish-error");
+    if (finishError) finishError.textContent = "";
   });
 
   document.body.addEventListener("htmx:afterSettle", function () {

@@ -238,3 +238,22 @@ def test_a_schema_with_labels_stays_but_its_project_can_go(
     assert StepLabel.objects.count() == 0
     # The history keeps the record of the deleted label.
     assert list(StepLabelEvent.objects.values_list("pgh_label", flat=True)) == ["insert", "delete"]
+
+
+def test_first_error_without_an_error_value_names_the_setting_that_allows_it(
+    owner: User, trajectory: Trajectory, schema: LabelSchema
+) -> None:
+    schema.kind = LabelSchema.Kind.ORDINAL
+    schema.values = [
+        {"value": 1, "name": "weak", "key": "1"},
+        {"value": 2, "name": "fine", "key": "2"},
+    ]
+    schema.save()
+    with pytest.raises(LabelingError) as refused:
+        step_label_set(
+            state=state(owner, trajectory), step=step_at(trajectory, 1), first_error=True
+        )
+    assert refused.value.field == "first_error"
+    assert "\u201cError value\u201d" in refused.value.message
+    assert "label schema page" in refused.value.message
+    assert not StepLabel.objects.exists()

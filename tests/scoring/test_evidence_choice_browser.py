@@ -72,3 +72,33 @@ def test_picking_a_scorer_changes_the_scores_and_is_remembered(
     page.goto(url)
     page.wait_for_selector(column)
     assert "0.20" in page.inner_text(column)
+
+
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_the_default_scorer_is_one_with_scores_on_this_trajectory(
+    page: Any, live_server: Any, width: int, height: int
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    here = trajectory_with_steps(project, ["2 + 2 = 5.", "So 5."], task_key="sum", success=False)
+    elsewhere = trajectory_with_steps(project, ["1 + 1 = 2."], task_key="one", success=True)
+    steps = list(here.steps.order_by("index"))
+    external(project, "here-prm", steps, [0.2, 0.1])
+    # The project's last finished scorer has no scores on the trajectory shown.
+    external(project, "elsewhere-prm", list(elsewhere.steps.all()), [0.9])
+
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, live_server, "owner", PASSWORD)
+    page.goto(live_server.url + reverse("trajectory-detail", args=[here.pk]))
+    column = f"#step-evidence-{steps[0].pk} .step-score"
+    page.wait_for_selector(column)
+    assert "0.20" in page.inner_text(column)
+    assert "here-prm" in page.inner_text("#evidence .strip-label")
+    picker = page.inner_text("#evidence-scorer")
+    assert "no scores here" not in picker
+    assert page.eval_on_selector("#evidence-scorer", "s => s.selectedOptions[0].textContent") == (
+        "here-prm · 2 steps"
+    )
+    assert page.evaluate(WIDEST, width) == []
+    shot(page, f"scorer-default-{width}")

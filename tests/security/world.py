@@ -109,6 +109,8 @@ class World:
             values["key"] = self.api_token_key
         if "secret" in _names(route):
             values["secret"] = self.invite_secret
+        if "field" in _names(route):
+            values["field"] = "task"
         return values
 
     def _pk_for(self, route: str) -> Any:

@@ -30,6 +30,8 @@ from markdown.inlinepatterns import InlineProcessor
 from markdown.util import AtomicString
 from pygments.token import STANDARD_TYPES
 
+from trajectories.selectors import trajectory_text_full
+
 register = template.Library()
 
 ALLOWED_TAGS = {
@@ -198,6 +200,21 @@ def close_fences(text: str | None) -> str:
     if len(fences) % 2 == 1:
         return f"{text}\n{fences[-1]}"
     return text
+
+
+@register.inclusion_tag("trajectories/_trajectory_text.html")
+def trajectory_text(trajectory: Any, field: str, preview_chars: int) -> dict[str, Any]:
+    """The first ``preview_chars`` characters of a trajectory's task, ground truth or
+    metadata, with a link that loads the rest, as steps do."""
+    text = trajectory_text_full(trajectory, field)
+    truncated = len(text) > preview_chars
+    return {
+        "trajectory": trajectory,
+        "field": field,
+        "text": text[:preview_chars] if truncated else text,
+        "length": len(text),
+        "truncated": truncated,
+    }
 
 
 @register.filter
