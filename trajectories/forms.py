@@ -91,7 +91,8 @@ def _filter_field(spec: FilterSpec) -> forms.Field:
         )
     if spec.kind is float:
         default = getattr(TrajectoryFilters(), spec.name)
-        widget = forms.NumberInput(attrs={"step": "any", "placeholder": "any"})
+        placeholder = "any" if default is None else f"{default:g}"
+        widget = forms.NumberInput(attrs={"step": "any", "placeholder": placeholder})
         return forms.FloatField(
             min_value=spec.minimum, max_value=spec.maximum, initial=default, widget=widget, **common
         )

@@ -251,8 +251,15 @@ def trajectories_filtered(
         queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
     for spec in FILTERS.values():
         value = getattr(filters, spec.name)
-        if spec.column and value not in ("", None):
+        if value in ("", None):
+            continue
+        if spec.column:
             queryset = queryset.filter(**{f"{spec.column}__{spec.lookup}": value})
+        elif spec.step_column:
+            steps = Step.objects.filter(
+                trajectory=OuterRef("pk"), **{f"{spec.step_column}__{spec.lookup}": value}
+            )
+            queryset = queryset.filter(Exists(steps))
     for metadata_condition in metadata_conditions_parse(filters.meta):
         queryset = queryset.filter(metadata_condition_q(metadata_condition))
     step_condition = _step_condition(filters)
