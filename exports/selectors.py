@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q
 from django.http import Http404
 
 from exports.models import ExportJob, Selection
@@ -19,7 +20,7 @@ from rollouts.models import Policy, StepMC
 from scoring.models import AttributionRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
 from trajectories.models import Project
-from trajectories.selection import selection_parse
+from trajectories.selection import selection_parse, selection_query
 from trajectories.selectors import (
     AnyUser,
     projects_for_user,
@@ -49,8 +50,21 @@ def selection_get_for_user(user: AnyUser, pk: int) -> Selection:
     return selection
 
 
-def selections_for_project(project: Project) -> QuerySet[Selection]:
-    return Selection.objects.filter(project=project).select_related("created_by").order_by("name")
+def selections_for_project(project: Project) -> list[Selection]:
+    """The project's saved selections, each with ``list_query``: the trajectory list's
+    query string that opens it as the list (empty when its stored definition no longer
+    parses)."""
+    selections = list(
+        Selection.objects.filter(project=project).select_related("created_by").order_by("name")
+    )
+    for selection in selections:
+        try:
+            query = selection_query(selection_parse(selection.definition))
+        except ValueError:
+            selection.list_query = ""  # type: ignore[attr-defined]
+        else:
+            selection.list_query = urlencode(query)  # type: ignore[attr-defined]
+    return selections
 
 
 # --- What the export form offers ----------------------------------------------------------

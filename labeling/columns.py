@@ -64,6 +64,7 @@ trajectory_column_register(
         cell=_progress_cell,
         numeric=True,
         help="labelable steps with a submitted label / labelable steps",
+        sort="list_labelled",
         shown=_shown,
     )
 )
@@ -74,6 +75,7 @@ trajectory_column_register(
         annotations=_first_error_annotations,
         cell=_first_error_cell,
         help="the first step the human majority labelled bad",
+        sort="list_first_error",
         shown=_shown,
     )
 )

@@ -23,6 +23,7 @@ from stepscope.pagination import ByIdCursor
 from stepscope.parsers import JSONParser
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
+from trajectories.columns import trajectory_list_columns
 from trajectories.formats import stepscope_typed
 from trajectories.members_api import urlpatterns as members_urls
 from trajectories.models import (
@@ -36,6 +37,8 @@ from trajectories.models import (
 from trajectories.selection import FILTERS, SelectionError, selection_parse
 from trajectories.selectors import (
     can_manage_data,
+    list_ordering_parse,
+    list_sort_key,
     membership_role,
     project_get_for_user,
     projects_for_user,
@@ -126,6 +129,13 @@ class ProjectDeletionViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet)
         return ProjectDeletion.objects.filter(created_by_id=self.request.user.pk)
 
 
+class SortedCursor(ByIdCursor):
+    """Newest first, or what the view sorted by (``cursor_ordering``)."""
+
+    def get_ordering(self, request: Request, queryset: Any, view: Any) -> tuple[str, ...]:
+        return getattr(view, "cursor_ordering", None) or ("-id",)
+
+
 # The list's own parameters; every other name is a filter of the selection language.
 LIST_PARAMETERS = ("project", "external_id", "cursor", "format", "ordering")
 
@@ -135,6 +145,11 @@ LIST_PARAMETERS = ("project", "external_id", "cursor", "format", "ordering")
         parameters=[
             OpenApiParameter("project", str, description="A project's slug; filters need it."),
             OpenApiParameter("external_id", str),
+            OpenApiParameter(
+                "ordering",
+                str,
+                description="A column to sort by (steps, reward, cost, ...); -steps: descending.",
+            ),
             *(
                 OpenApiParameter(
                     name,
@@ -151,10 +166,11 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     """``?project=SLUG`` narrows the list to one project; ``?external_id=`` finds one.
     With a project, every filter of the selection language applies, by the names the
     list page uses (``trajectories.selection``); a bad value or a name that is no filter
-    is a 400 naming it."""
+    is a 400 naming it. ``?ordering=steps`` (``-steps``: descending) sorts by any column
+    of the list page (``list_ordering_parse``), empty values last."""
 
     serializer_class = TrajectorySerializer
-    pagination_class = ByIdCursor
+    pagination_class = SortedCursor
 
     def get_queryset(self) -> QuerySet[Trajectory]:
         queryset = Trajectory.objects.filter(
@@ -176,15 +192,38 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             filters = selection_parse(given)
         except SelectionError as error:
             raise ValidationError(error.by_name()) from None
-        if filters.is_empty():
-            return queryset
-        if not params.get("project"):
-            raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
-        project = project_get_for_user(self.request.user, params["project"])
+        project = None
+        if params.get("project"):
+            project = project_get_for_user(self.request.user, params["project"])
+        if not filters.is_empty():
+            if project is None:
+                raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
+            try:
+                queryset = queryset.filter(pk__in=trajectories_filtered(project, filters))
+            except SelectionError as error:
+                raise ValidationError(error.by_name()) from None
+        if params.get("ordering"):
+            queryset = self._sorted(queryset, project, params["ordering"])
+        return queryset
+
+    def _sorted(
+        self, queryset: QuerySet[Trajectory], project: Project | None, text: str
+    ) -> QuerySet[Trajectory]:
+        """Sorted as the list page sorts (a column a member may not see does not sort);
+        the cursor pages by the sorted value, then id."""
+        columns = []
+        if project is not None:
+            columns = trajectory_list_columns(project, membership_role(self.request.user, project))
         try:
-            return queryset.filter(pk__in=trajectories_filtered(project, filters))
-        except SelectionError as error:
-            raise ValidationError(error.by_name()) from None
+            ordering = list_ordering_parse(text, columns)
+        except ValueError as error:
+            raise ValidationError({"ordering": [str(error)]}) from None
+        for column in columns:
+            if column.name == ordering.name:
+                queryset = queryset.annotate(**column.annotations(project))  # type: ignore[arg-type]
+        sign = "-" if ordering.descending else ""
+        self.cursor_ordering = (f"{sign}list_sort", f"{sign}id")
+        return queryset.annotate(list_sort=list_sort_key(ordering))
 
 
 class StepCursor(pagination.CursorPagination):

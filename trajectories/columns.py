@@ -35,6 +35,9 @@ class ListColumn:
     numeric: bool = False
     help: str = ""
     shown: Callable[[Project, str | None], bool] = _always_shown
+    # The annotation the list sorts by when this column's header is clicked; empty: the
+    # column does not sort.
+    sort: str = ""
 
 
 # Columns on labels and scores come from the apps that own those tables, as the filters
@@ -84,5 +87,6 @@ trajectory_column_register(
         cell=_cost_cell,
         numeric=True,
         help="metadata.cost, or the sum of the steps' metadata.cost",
+        sort="list_cost",
     )
 )

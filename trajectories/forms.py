@@ -91,8 +91,10 @@ def _filter_field(spec: FilterSpec) -> forms.Field:
         )
     if spec.kind is float:
         default = getattr(TrajectoryFilters(), spec.name)
+        placeholder = "any" if default is None else f"{default:g}"
+        widget = forms.NumberInput(attrs={"step": "any", "placeholder": placeholder})
         return forms.FloatField(
-            min_value=spec.minimum, max_value=spec.maximum, initial=default, **common
+            min_value=spec.minimum, max_value=spec.maximum, initial=default, widget=widget, **common
         )
     return forms.CharField(max_length=spec.max_length, **common)
 
@@ -152,9 +154,22 @@ class TrajectoryFilterForm(forms.Form):
     def filter_fields(self) -> list[forms.BoundField]:
         return [self[name] for name in FILTERS]
 
-    def fields_of(self, group: str) -> list[forms.BoundField]:
-        """The bound fields of one group of filters (``FilterSpec.group``), in order."""
-        return [self[name] for name, spec in FILTERS.items() if spec.group == group]
+    def fields_of(self, *groups: str) -> list[forms.BoundField]:
+        """The bound fields of some groups of filters (``FilterSpec.group``), in order."""
+        return [self[name] for name, spec in FILTERS.items() if spec.group in groups]
+
+    def label_and_model_fields(self) -> list[forms.BoundField]:
+        """The filters on labels, scores and credits (the list's third group)."""
+        return self.fields_of("labels", "models")
+
+    def label_and_model_filtering(self) -> bool:
+        """Whether one of those filters is given (the group then starts open)."""
+        default = TrajectoryFilters()
+        return any(
+            getattr(self._filters, name) != getattr(default, name)
+            for name, spec in FILTERS.items()
+            if spec.group in ("labels", "models")
+        )
 
 
 def _canonical_names(data: Any) -> Any:

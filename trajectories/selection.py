@@ -34,7 +34,9 @@ STEP_KINDS = ("message", "thought", "action", "tool_call", "tool_result", "obser
 class FilterSpec:
     """What one filter accepts. ``column`` / ``lookup``: a condition on the trajectory's
     own column (``step_count__gte``) that ``trajectories_filtered`` applies without code
-    of its own; empty for a filter whose condition is written out."""
+    of its own; ``step_column`` / ``lookup``: the same on a column of some one step of
+    the trajectory (``advantage__lt``). Both empty for a filter whose condition is
+    written out."""
 
     name: str
     kind: type  # str, int or float
@@ -47,6 +49,7 @@ class FilterSpec:
     maximum: float | None = None
     max_length: int = TEXT_MAX_LENGTH
     column: str = ""
+    step_column: str = ""
     lookup: str = "exact"
 
 

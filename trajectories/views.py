@@ -6,6 +6,7 @@ projects is a 404. HTMX requests get a template partial instead of the whole pag
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import cast
 
 from django.contrib.auth.decorators import login_required
@@ -17,7 +18,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from stepscope.web import HtmxHttpRequest
 from trajectories import prefix_tree, selectors, services
-from trajectories.columns import trajectory_list_columns
+from trajectories.columns import ListColumn, trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
 from trajectories.selection import SelectionError, selection_without
@@ -36,14 +37,27 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     except SelectionError as error:
         form.add_selection_error(error)
         filters = selection_without(filters, error.errors)
-    rows, next_after = selectors.trajectory_list_page(
-        project, filters, after=form.cursor(), columns=columns
+    try:
+        ordering = selectors.list_ordering_parse(request.GET.get("ordering", ""), columns)
+    except ValueError as error:
+        form.add_error(None, f"ordering: {error}")
+        ordering = selectors.list_ordering_parse("", columns)
+    offset = request.GET.get("offset", "")
+    rows, next_cursor = selectors.trajectory_list_page(
+        project,
+        filters,
+        after=form.cursor(),
+        offset=int(offset) if offset.isdigit() else 0,
+        ordering=ordering,
+        columns=columns,
     )
+    sorted_by_id = ordering.text == selectors.DEFAULT_ORDERING
     context = {
         "project": project,
         "form": form,
         "rows": rows,
-        "next_after": next_after,
+        "next_after": next_cursor if sorted_by_id else None,
+        "next_offset": None if sorted_by_id else next_cursor,
         "columns": columns,
     }
     if request.htmx:
@@ -51,7 +65,51 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         # after them (swapped out of band).
         return render(request, "trajectories/trajectory_list.html#more-rows", context)
     context["model_names"] = selectors.model_names_for_project(project)
+    context["headers"] = _sort_headers(request, ordering, columns)
     return render(request, "trajectories/trajectory_list.html", context)
+
+
+# The list's own columns, by the sort each header sets (selectors.LIST_SORTS).
+_OWN_HEADERS = (
+    ("external_id", "External id", False),
+    ("task", "Task", False),
+    ("model", "Model", False),
+    ("steps", "Steps", True),
+    ("outcome", "Outcome", False),
+    ("reward", "Reward", True),
+)
+
+
+@dataclass(frozen=True)
+class SortHeader:
+    name: str
+    header: str
+    numeric: bool
+    help: str
+    sorts: bool
+    aria_sort: str  # "ascending", "descending" or "" (not the sorted column)
+    url: str  # the query that sorts by it (ascending first; again, descending)
+
+
+def _sort_headers(
+    request: HtmxHttpRequest, ordering: selectors.ListOrdering, columns: list[ListColumn]
+) -> list[SortHeader]:
+    """Each column header with its ``aria-sort`` and the link that sorts by it, back at
+    the first page."""
+    shown = [(name, header, numeric, "", True) for name, header, numeric in _OWN_HEADERS]
+    shown += [(c.name, c.header, c.numeric, c.help, bool(c.sort)) for c in columns]
+    headers = []
+    for name, header, numeric, help, sorts in shown:
+        active = name == ordering.name
+        query = request.GET.copy()
+        for page in ("after", "offset"):
+            query.pop(page, None)
+        query["ordering"] = f"-{name}" if active and not ordering.descending else name
+        aria_sort = ("descending" if ordering.descending else "ascending") if active else ""
+        headers.append(
+            SortHeader(name, header, numeric, help, sorts, aria_sort, f"?{query.urlencode()}")
+        )
+    return headers
 
 
 @login_required

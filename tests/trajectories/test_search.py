@@ -19,7 +19,7 @@ from django.urls import reverse
 from exports.services import selection_save
 from labeling.models import LabelSchema, StepLabel
 from labeling.services import queue_create
-from scoring.models import Scorer, ScoringRun, StepScore
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
 from tests.trajectories.test_views import row_ids
@@ -317,6 +317,15 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     StepScore.objects.create(step=steps[0], scorer=other, run=old_run, value=0.01)
     for step, score in zip(steps, (0.9, 0.4, 0.7, 0.8), strict=True):
         StepScore.objects.create(step=step, scorer=scorer, run=new_run, value=score)
+    # Credits: the latest attribution run's lowest (token saliency credits no steps).
+    for method, credits in (
+        ("returns", (-0.9, 0.0)),
+        ("gae", (0.3, -0.2)),
+        ("token-saliency", (-5, 0)),
+    ):
+        run = AttributionRun.objects.create(project=project, method=method, key=method)
+        for step, value in zip(steps, credits, strict=False):
+            StepCredit.objects.create(step=step, run=run, value=value)
     summed = trajectory_with_steps(project, ["x", "y"], task="u")
     for step, cost in zip(summed.steps.order_by("index"), (0.5, 0.25), strict=True):
         Step.objects.filter(pk=step.pk).update(metadata={"cost": cost})
@@ -328,12 +337,14 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
         "label_progress": "3/4",
         "first_error": "step 1",
         "latest_score": "0.400",
+        "latest_credit": "-0.200",
     }
     assert cells[summed.pk] == {
         "cost": "0.75",
         "label_progress": "0/2",
         "first_error": "—",
         "latest_score": "—",
+        "latest_credit": "—",
     }
 
 
@@ -365,11 +376,12 @@ def test_blind_and_hidden_score_projects_hide_those_columns_from_annotators(
         html = client.get(url).content.decode()
         return re.findall(r'<td class="[^"]*" data-column="([a-z_]+)"', html)
 
-    assert headers(annotator) == ["cost", "label_progress", "first_error", "latest_score"]
+    every = ["cost", "label_progress", "first_error", "latest_score", "latest_credit"]
+    assert headers(annotator) == every
     project.settings = {"blind_labeling": True, "hide_model_scores": True}
     project.save()
     assert headers(annotator) == ["cost"]
-    assert headers(researcher) == ["cost", "label_progress", "first_error", "latest_score"]
+    assert headers(researcher) == every
 
 
 def test_the_list_page_query_count_does_not_grow_with_labelled_scored_rows(
