@@ -45,7 +45,7 @@ from tests.deployment.stack import Browserless, free_port  # noqa: E402
 from trajectories.formats.base import ParsedStep  # noqa: E402
 from trajectories.hashing import prefix_hashes  # noqa: E402
 from trajectories.models import Membership, Project, Step, Trajectory  # noqa: E402
-from trajectories.selectors import TrajectoryFilters  # noqa: E402
+from trajectories.selection import TrajectoryFilters  # noqa: E402
 from trajectories.services import project_create  # noqa: E402
 
 PASSWORD = "bench-password-1"

@@ -62,7 +62,7 @@ from scoring.prm import tiny
 from scoring.services import scoring_run_start
 from trajectories import synthetic
 from trajectories.models import Membership, Project
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create, trajectory_import
 
 owner = User.objects.create_user("owner", password=PASSWORD)

@@ -50,11 +50,8 @@ from django.db import connection  # noqa: E402
 from bench.cleanup import project_drop  # noqa: E402
 from bench.ingest import WORDS  # noqa: E402
 from trajectories.models import Project  # noqa: E402
-from trajectories.selectors import (  # noqa: E402
-    TrajectoryFilters,
-    trajectories_filtered,
-    trajectory_list_page,
-)
+from trajectories.selection import TrajectoryFilters  # noqa: E402
+from trajectories.selectors import trajectories_filtered, trajectory_list_page  # noqa: E402
 from trajectories.services import (  # noqa: E402
     project_create,
     trajectory_import,
@@ -142,7 +139,7 @@ def measure(name: str, run: Callable[[], Any], repeat: int) -> dict[str, Any]:
 
 
 def search_figures(project: Project, query: str, repeat: int, baselines: bool) -> list[Any]:
-    filters = TrajectoryFilters(search=query)
+    filters = TrajectoryFilters(q=query)
     print(f"search {query!r}:")
     rows = [
         measure(

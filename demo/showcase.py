@@ -31,7 +31,7 @@ from scoring.services import (
     scoring_run_start,
 )
 from trajectories.models import Project
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 
 HEAD = "demo-head"
 PRM = "demo-prm"

@@ -216,13 +216,7 @@ def compare_options(project: Project) -> CompareOptions:
     )
     imported = list(
         User.objects.filter(username__startswith=IMPORTED_PREFIX)
-        .filter(
-            Exists(
-                StepLabel.objects.filter(
-                    annotator=OuterRef("pk"), step__trajectory__project=project
-                )
-            )
-        )
+        .filter(Exists(StepLabel.objects.filter(annotator=OuterRef("pk"), schema__project=project)))
         .order_by("username")
         .values_list("username", flat=True)[:SLICE_VALUES_SHOWN]
     )

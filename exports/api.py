@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 from django.http import FileResponse
 from django.urls import URLPattern, URLResolver, include, path
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_view
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
@@ -27,20 +27,39 @@ from trajectories.selectors import (
     can_manage_data,
     project_get_for_user,
     projects_for_user,
+    projects_hiding_exports,
 )
 
 
+@extend_schema_view(
+    list=extend_schema(
+        parameters=[OpenApiParameter("project", str, description="A project's slug.")]
+    )
+)
 class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.GenericViewSet):
-    """``POST`` queues an export (202); ``GET /exports/{id}/`` reports progress, files and
+    """``POST`` queues an export (202); ``GET /exports/?project=SLUG`` lists one project's
+    exports; ``GET /exports/{id}/`` reports progress, files and
     the manifest; ``GET /exports/{id}/files/{name}/`` downloads one file."""
 
     serializer_class = ExportJobSerializer
     pagination_class = ByIdCursor
 
     def get_queryset(self) -> QuerySet[ExportJob]:
-        return ExportJob.objects.filter(
+        queryset = ExportJob.objects.filter(
             project__in=projects_for_user(self.request.user)
         ).select_related("project")
+        slug = self.request.query_params.get("project")
+        if slug and self.action == "list":
+            # A project the user is not in (or none of that name) is a 404, as elsewhere.
+            queryset = queryset.filter(project=project_get_for_user(self.request.user, slug))
+        return queryset
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        # The manifest holds the label distributions and the annotators: withheld, like
+        # the files, where the project hides labels or scores from the user's role.
+        context = super().get_serializer_context()
+        context["manifest_hidden"] = projects_hiding_exports(self.request.user)
+        return context
 
     @extend_schema(request=ExportRequestSerializer, responses=ExportJobSerializer)
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:

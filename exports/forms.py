@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from django import forms
@@ -14,83 +13,20 @@ from scoring.models import JudgeReply, Scorer
 from scoring.selectors import scorers_for_project
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
-from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
-
-
-def _choices(name: str) -> list[tuple[str, str]]:
-    return [("", "any"), *((value, value) for value in FILTER_CHOICES[name])]
 
 
 class SelectionForm(TrajectoryFilterForm):
-    """A name and every filter a selection can hold: the trajectory list's (the page
-    starts from the list's query string) and the ones only selections have."""
+    """A name and the filters to save under it: every filter of the selection language,
+    as the trajectory list takes them (the page starts from the list's query string)."""
 
     field_order = ["name"]
 
     name = forms.SlugField(max_length=100, help_text="Letters, digits, - and _.")
-    label_status = forms.ChoiceField(
-        required=False, choices=_choices("label_status"), help_text="Submitted step labels."
-    )
-    first_error = forms.ChoiceField(
-        required=False,
-        choices=_choices("first_error"),
-        label="Has a first error",
-        help_text="A step labelled -1 (by a person or an import).",
-    )
-    min_agreement = forms.FloatField(
-        required=False,
-        min_value=0.0,
-        max_value=1.0,
-        label="Annotator agreement at least",
-        help_text="Share of the steps labelled by two or more people where all agree.",
-    )
-    human_model = forms.ChoiceField(
-        required=False,
-        choices=_choices("human_model"),
-        label="Human and model",
-        help_text="The human majority against the scorer's thresholded scores.",
-    )
-    model_scorer = forms.CharField(required=False, max_length=100, label="Scorer")
-    model_threshold = forms.FloatField(
-        required=False, min_value=0.0, max_value=1.0, initial=0.5, label="Score threshold"
-    )
-    credit_run = forms.IntegerField(required=False, min_value=1, label="Attribution run")
-    credit_above = forms.FloatField(
-        required=False, label="A step's credit above", help_text="Needs an attribution run."
-    )
-    credit_below = forms.FloatField(
-        required=False, label="A step's credit below", help_text="Needs an attribution run."
-    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         # A selection starts from the list's filters, not from a page of it.
         del self.fields["after"]
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        if cleaned.get("human_model") and not cleaned.get("model_scorer"):
-            self.add_error("model_scorer", "Name the scorer to compare with.")
-        bounded = cleaned.get("credit_above") is not None or cleaned.get("credit_below") is not None
-        if bounded and cleaned.get("credit_run") is None:
-            self.add_error("credit_run", "Credit bounds need an attribution run.")
-        return cleaned
-
-    def filters(self) -> TrajectoryFilters:
-        data = self.cleaned_data
-        threshold = data.get("model_threshold")
-        return dataclasses.replace(
-            super().filters(),
-            label_status=data.get("label_status") or "",
-            first_error=data.get("first_error") or "",
-            min_agreement=data.get("min_agreement"),
-            human_model=data.get("human_model") or "",
-            model_scorer=(data.get("model_scorer") or "") if data.get("human_model") else "",
-            model_threshold=0.5 if threshold is None else threshold,
-            credit_run=data.get("credit_run"),
-            credit_above=data.get("credit_above"),
-            credit_below=data.get("credit_below"),
-        )
 
 
 EXPORT_FORMAT_CHOICES = [

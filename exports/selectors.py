@@ -18,11 +18,11 @@ from rollouts.models import Policy, RolloutJob, StepMC
 from scoring.models import AttributionRun, ScoringRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
 from trajectories.models import Project, Step
+from trajectories.selection import selection_parse
 from trajectories.selectors import (
     AnyUser,
     projects_for_user,
     trajectories_filtered,
-    trajectory_filters_from,
 )
 
 
@@ -260,7 +260,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
                 StepLabel.objects.filter(
                     annotator=OuterRef("pk"),
                     status=StepLabel.Status.SUBMITTED,
-                    step__trajectory__project=project,
+                    schema__project=project,
                 )
             )
         )
@@ -269,13 +269,7 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
     )
     imported = (
         User.objects.filter(username__startswith=IMPORTED_PREFIX)
-        .filter(
-            Exists(
-                StepLabel.objects.filter(
-                    annotator=OuterRef("pk"), step__trajectory__project=project
-                )
-            )
-        )
+        .filter(Exists(StepLabel.objects.filter(annotator=OuterRef("pk"), schema__project=project)))
         .order_by("username")
         .values_list("username", flat=True)[:CHOICES_SHOWN]
     )
@@ -324,7 +318,7 @@ def _scored(project: Project) -> list[tuple[str, int]]:
 
 def _selected(project: Project, definition: dict[str, Any]) -> int:
     try:
-        filters = trajectory_filters_from(definition)
+        filters = selection_parse(definition)
     except ValueError:
         return 0
     return trajectories_filtered(project, filters).count()

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from exports.models import ExportJob
@@ -34,6 +36,14 @@ class ExportJobSerializer(serializers.ModelSerializer[ExportJob]):
             "finished_at",
         ]
         read_only_fields = fields
+
+    def to_representation(self, instance: ExportJob) -> dict[str, Any]:
+        """The job; its manifest null for a reader of a project that hides labels or
+        scores from them (the view names those projects in ``manifest_hidden``)."""
+        data: dict[str, Any] = super().to_representation(instance)
+        if instance.project_id in self.context.get("manifest_hidden", ()):
+            data["manifest"] = None
+        return data
 
 
 class ExportRequestSerializer(serializers.Serializer[dict[str, object]]):

@@ -10,7 +10,8 @@ from django.db.models.expressions import RawSQL
 from labeling.models import StepLabel
 from labeling.sources import LabelSource, label_source_sql
 from trajectories.models import Project, Step
-from trajectories.selectors import TrajectoryFilters, trajectory_filter_register
+from trajectories.selection import SelectionError, TrajectoryFilters
+from trajectories.selectors import trajectory_filter_register
 
 
 @trajectory_filter_register("label_status")
@@ -56,9 +57,12 @@ def human_model_condition(project: Project, filters: TrajectoryFilters) -> Q | N
     if not filters.human_model:
         return None
     human, human_params = label_source_sql(project, LabelSource("human", "majority"))
-    model, model_params = label_source_sql(
-        project, LabelSource("model", filters.model_scorer, threshold=filters.model_threshold)
-    )
+    try:
+        model, model_params = label_source_sql(
+            project, LabelSource("model", filters.model_scorer, threshold=filters.model_threshold)
+        )
+    except ValueError as error:
+        raise SelectionError({"model_scorer": str(error)}) from None
     compared = (
         f"SELECT s.trajectory_id FROM ({human}) h JOIN ({model}) m ON m.step_id = h.step_id"
         " JOIN trajectories_step s ON s.id = h.step_id WHERE h.value <> 0"

@@ -190,8 +190,13 @@ class StepLabel(models.Model):
         SUPERSEDED = "superseded"
 
     step = models.ForeignKey(Step, on_delete=models.CASCADE, related_name="labels")
+    # Indexed with the schema (below), so "has this annotator labelled in this project" is
+    # one probe per schema of the project, not a read of every label the annotator gave.
     annotator = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="step_labels"
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="step_labels",
+        db_index=False,
     )
     # RESTRICT: a schema with labels cannot be deleted on its own, but deleting its project
     # (which deletes the labels too) may go through.
@@ -214,7 +219,10 @@ class StepLabel(models.Model):
                 fields=["step", "annotator", "schema"], name="steplabel_unique_per_annotator"
             )
         ]
-        indexes: ClassVar = [models.Index(fields=["step", "schema"], name="steplabel_step_schema")]
+        indexes: ClassVar = [
+            models.Index(fields=["step", "schema"], name="steplabel_step_schema"),
+            models.Index(fields=["annotator", "schema"], name="steplabel_annotator_schema"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.value} on {self.step_id} by {self.annotator_id}"

@@ -10,6 +10,7 @@ from rest_framework import serializers
 from labeling.models import Queue, QueueAssignment, StepLabel, TrajectoryLabel
 from labeling.services import LABEL_BATCH_MAX
 from stepscope.serializers import StrictSerializer
+from trajectories.formats.base import type_mismatch
 
 
 class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
@@ -50,11 +51,22 @@ SCHEMA_HELP = (
 )
 
 
+class LabelValueField(serializers.IntegerField):
+    """A label's value, taken as the file importers take it (:func:`type_mismatch`): a
+    JSON integer, never a string, float or boolean turned into one."""
+
+    def to_internal_value(self, data: Any) -> int:
+        problem = type_mismatch(data, int)
+        if problem is not None:
+            raise serializers.ValidationError(problem)
+        return int(super().to_internal_value(data))
+
+
 class StepLabelWriteSerializer(StrictSerializer):
     """Create or update your own label on a step (an upsert: posting twice leaves one)."""
 
     step = serializers.IntegerField(min_value=1)
-    value = serializers.IntegerField(required=False, allow_null=True)
+    value = LabelValueField(required=False, allow_null=True)
     first_error = serializers.BooleanField(required=False, default=False)
     schema = serializers.IntegerField(required=False, allow_null=True, help_text=SCHEMA_HELP)
     tags = serializers.ListField(child=serializers.CharField(max_length=60), required=False)
@@ -71,7 +83,7 @@ class BulkLabelItemSerializer(StrictSerializer):
     step = serializers.IntegerField(min_value=1, required=False)
     trajectory = serializers.IntegerField(min_value=1, required=False)
     index = serializers.IntegerField(min_value=0, required=False)
-    value = serializers.IntegerField(required=False, allow_null=True)
+    value = LabelValueField(required=False, allow_null=True)
     first_error = serializers.BooleanField(required=False)
     schema = serializers.IntegerField(required=False, allow_null=True, help_text=SCHEMA_HELP)
     tags = serializers.ListField(child=serializers.CharField(max_length=60), required=False)

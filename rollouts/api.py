@@ -35,7 +35,8 @@ from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from stepscope.web import current_user
 from trajectories.models import Project
-from trajectories.selectors import TrajectoryFilters, project_get_for_user
+from trajectories.selection import SelectionError
+from trajectories.selectors import project_get_for_user
 
 
 def _managed_project(request: Request, slug: str) -> Project:
@@ -133,7 +134,6 @@ class RolloutJobViewSet(
             mode = RolloutJob.Mode.CRITICAL if data["critical"] else RolloutJob.Mode.STEPS
         else:
             mode = steps
-        filters = data.get("filters")
         alternatives = data.get("alternatives") or {}
         try:
             job = services.rollout_job_start(
@@ -144,7 +144,7 @@ class RolloutJobViewSet(
                 user=current_user(request),
                 step_ids=steps if isinstance(steps, list) else None,
                 trajectory_ids=data.get("trajectories"),
-                filters=TrajectoryFilters(**filters) if filters else None,
+                filters=data.get("filters"),
                 alternatives={int(pk): text for pk, text in alternatives.items() if pk.isdigit()},
                 answer_check=data["answer_check"],
                 max_continuations=data.get("max_continuations"),
@@ -152,6 +152,8 @@ class RolloutJobViewSet(
                 chunk_continuations=data.get("chunk_continuations"),
                 against=data.get("against", ""),
             )
+        except SelectionError as error:
+            raise ValidationError({"filters": error.by_name()}) from None
         except services.RolloutError as error:
             raise ValidationError({"detail": str(error)}) from None
         return Response(RolloutJobSerializer(job).data, status=status.HTTP_201_CREATED)

@@ -8,7 +8,7 @@ from rollouts import answers
 from rollouts.models import Policy, RolloutJob, RolloutSearch, StepMC
 from rollouts.services import MAX_K
 from trajectories.models import Project
-from trajectories.serializers import TrajectoryFiltersSerializer
+from trajectories.serializers import TrajectoryFiltersField
 
 
 class PolicySerializer(serializers.ModelSerializer[Policy]):
@@ -109,7 +109,7 @@ class RolloutJobCreateSerializer(serializers.Serializer[Any]):
     trajectories = serializers.ListField(
         child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
     )
-    filters = TrajectoryFiltersSerializer(required=False)
+    filters = TrajectoryFiltersField(required=False)
     answer_check = serializers.CharField(default=answers.DEFAULT_CHECK, max_length=300)
     max_continuations = serializers.IntegerField(required=False, allow_null=True, min_value=1)
     max_tokens = serializers.IntegerField(required=False, allow_null=True, min_value=1)

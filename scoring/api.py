@@ -47,8 +47,8 @@ from stepscope.pagination import ByIdCursor
 from stepscope.throttling import BULK_THROTTLES
 from stepscope.web import current_user
 from trajectories.models import Project, Step
+from trajectories.selection import SelectionError
 from trajectories.selectors import (
-    TrajectoryFilters,
     can_manage_data,
     project_get_for_user,
     projects_for_user,
@@ -208,7 +208,6 @@ class ScoringRunViewSet(
         data = serializer.validated_data
         project = _managed_project(request, data["project"])
         scorer = _scorer_by_name_or_id(project, data["scorer"])
-        filters = data.get("filters")
         try:
             run = services.scoring_run_start(
                 project=project,
@@ -216,10 +215,12 @@ class ScoringRunViewSet(
                 user=current_user(request),
                 only_unscored=data["only_unscored"],
                 trajectory_ids=data.get("trajectories"),
-                filters=TrajectoryFilters(**filters) if filters else None,
+                filters=data.get("filters"),
                 queue=_queue_by_name_or_id(project, data["queue"]) if "queue" in data else None,
                 prompt_version=data.get("prompt_version"),
             )
+        except SelectionError as error:
+            raise ValidationError({"filters": error.by_name()}) from None
         except services.ScoringError as error:
             raise ValidationError({"scorer": str(error)}) from None
         return Response(ScoringRunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -272,7 +273,6 @@ class AttributionRunViewSet(
             )
             if step is None:
                 raise ValidationError({"step": "no such step in this project"})
-        filters = data.get("filters")
         try:
             run = services.attribution_run_start(
                 project=project,
@@ -281,10 +281,12 @@ class AttributionRunViewSet(
                 label_source=data["labels"],
                 parameters=data["parameters"],
                 trajectory_ids=data.get("trajectories"),
-                filters=TrajectoryFilters(**filters) if filters else None,
+                filters=data.get("filters"),
                 step=step,
                 user=current_user(request),
             )
+        except SelectionError as error:
+            raise ValidationError({"filters": error.by_name()}) from None
         except services.ScoringError as error:
             raise ValidationError({"detail": str(error)}) from None
         return Response(AttributionRunSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -17,7 +17,7 @@ from scoring.models import (
 from scoring.services import NEUTRAL_CHOICES
 from stepscope.serializers import StrictSerializer
 from trajectories.models import Project
-from trajectories.serializers import TrajectoryFiltersSerializer
+from trajectories.serializers import TrajectoryFiltersField
 
 
 class JudgePromptCreateSerializer(StrictSerializer):
@@ -115,7 +115,7 @@ class ScoringRunCreateSerializer(serializers.Serializer[Any]):
     trajectories = serializers.ListField(
         child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
     )
-    filters = TrajectoryFiltersSerializer(required=False)
+    filters = TrajectoryFiltersField(required=False)
     queue = serializers.CharField(
         required=False, help_text="a labeling queue (name or id): score its trajectories"
     )
@@ -180,7 +180,7 @@ class AttributionRunCreateSerializer(serializers.Serializer[Any]):
     trajectories = serializers.ListField(
         child=serializers.IntegerField(min_value=1), required=False, max_length=100_000
     )
-    filters = TrajectoryFiltersSerializer(required=False)
+    filters = TrajectoryFiltersField(required=False)
     step = serializers.IntegerField(required=False, min_value=1)
 
 

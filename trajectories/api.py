@@ -24,7 +24,6 @@ from stepscope.parsers import JSONParser
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
 from trajectories.formats import stepscope_typed
-from trajectories.forms import TrajectoryFilterForm
 from trajectories.members_api import urlpatterns as members_urls
 from trajectories.models import (
     ImportBatch,
@@ -34,6 +33,7 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
+from trajectories.selection import FILTERS, SelectionError, selection_parse
 from trajectories.selectors import (
     can_manage_data,
     membership_role,
@@ -126,20 +126,8 @@ class ProjectDeletionViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet)
         return ProjectDeletion.objects.filter(created_by_id=self.request.user.pk)
 
 
-# The trajectory list page's filters, by the names its query string uses.
-FILTER_PARAMETERS = {
-    "q": 'Full-text search over the task and step text: words, "a phrase", or, -word.',
-    "tool": "Some step calls this tool.",
-    "agent": "Some step is by this agent (with tool and kind: the same step).",
-    "kind": "Some step is of this kind (message, thought, action, tool_call, ...).",
-    "error_steps": "yes: some step's metadata has an error; no: none has.",
-    "meta": "Conditions on the trajectory's metadata: metadata.level = 3, metadata.cost >= 0.5",
-    "outcome": "success, failure or unknown.",
-    "model": "The model name.",
-    "task": "The task key.",
-    "min_steps": "At least this many steps.",
-    "max_steps": "At most this many steps.",
-}
+# The list's own parameters; every other name is a filter of the selection language.
+LIST_PARAMETERS = ("project", "external_id", "cursor", "format", "ordering")
 
 
 @extend_schema_view(
@@ -148,16 +136,22 @@ FILTER_PARAMETERS = {
             OpenApiParameter("project", str, description="A project's slug; filters need it."),
             OpenApiParameter("external_id", str),
             *(
-                OpenApiParameter(name, str, description=text)
-                for name, text in FILTER_PARAMETERS.items()
+                OpenApiParameter(
+                    name,
+                    {str: str, int: int, float: float}[spec.kind],
+                    description=spec.help,
+                    enum=spec.choices or None,
+                )
+                for name, spec in FILTERS.items()
             ),
         ]
     )
 )
 class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """``?project=SLUG`` narrows the list to one project; ``?external_id=`` finds one.
-    With a project, the list page's filters apply (``FILTER_PARAMETERS``); a bad one is
-    a 400 naming it."""
+    With a project, every filter of the selection language applies, by the names the
+    list page uses (``trajectories.selection``); a bad value or a name that is no filter
+    is a 400 naming it."""
 
     serializer_class = TrajectorySerializer
     pagination_class = ByIdCursor
@@ -171,19 +165,26 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             queryset = queryset.filter(project__slug=params["project"])
         if params.get("external_id"):
             queryset = queryset.filter(external_id=params["external_id"])
-        given = {name: params[name] for name in FILTER_PARAMETERS if params.get(name)}
-        if given:
-            if not params.get("project"):
-                raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
-            form = TrajectoryFilterForm(given)
-            if not form.is_valid():
-                errors = form.errors.get_json_data()
-                raise ValidationError(
-                    {name: [error["message"] for error in items] for name, items in errors.items()}
-                )
-            project = project_get_for_user(self.request.user, params["project"])
-            queryset = queryset.filter(pk__in=trajectories_filtered(project, form.filters()))
-        return queryset
+        if self.action != "list":
+            return queryset
+        given = {
+            name: values[0] if len(values) == 1 else values
+            for name, values in params.lists()
+            if name not in LIST_PARAMETERS
+        }
+        try:
+            filters = selection_parse(given)
+        except SelectionError as error:
+            raise ValidationError(error.by_name()) from None
+        if filters.is_empty():
+            return queryset
+        if not params.get("project"):
+            raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
+        project = project_get_for_user(self.request.user, params["project"])
+        try:
+            return queryset.filter(pk__in=trajectories_filtered(project, filters))
+        except SelectionError as error:
+            raise ValidationError(error.by_name()) from None
 
 
 class StepCursor(pagination.CursorPagination):

@@ -4,15 +4,21 @@ the state, so a filtered list can be bookmarked and shared."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
+from django.http import QueryDict
 
 from trajectories.formats import format_choices
-from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
 from trajectories.models import Membership, Project
-from trajectories.search import SEARCH_MAX_LENGTH
-from trajectories.selectors import FILTER_CHOICES, TrajectoryFilters
+from trajectories.selection import (
+    ALIASES,
+    FILTERS,
+    FilterSpec,
+    SelectionError,
+    TrajectoryFilters,
+    selection_parse,
+)
 from trajectories.services.projects import SlugTaken, project_slug_check
 
 
@@ -70,76 +76,107 @@ class InviteAcceptForm(forms.Form):
         return cleaned
 
 
+def _filter_field(spec: FilterSpec) -> forms.Field:
+    """The form field of one filter of the selection language; its value is checked
+    again, with every other filter, by ``selection_parse``."""
+    common: dict[str, Any] = {"required": False, "label": spec.label, "help_text": spec.help}
+    if spec.choices:
+        return forms.ChoiceField(choices=[("", "any"), *((c, c) for c in spec.choices)], **common)
+    if spec.kind is int:
+        low, high = spec.minimum, spec.maximum
+        return forms.IntegerField(
+            min_value=None if low is None else int(low),
+            max_value=None if high is None else int(high),
+            **common,
+        )
+    if spec.kind is float:
+        default = getattr(TrajectoryFilters(), spec.name)
+        return forms.FloatField(
+            min_value=spec.minimum, max_value=spec.maximum, initial=default, **common
+        )
+    return forms.CharField(max_length=spec.max_length, **common)
+
+
 class TrajectoryFilterForm(forms.Form):
-    outcome = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", "any"),
-            ("success", "success"),
-            ("failure", "failure"),
-            ("unknown", "unknown"),
-        ],
-    )
-    model = forms.CharField(required=False, max_length=200)
-    task = forms.CharField(required=False, max_length=300, label="Task key")
-    min_steps = forms.IntegerField(required=False, min_value=0, label="Min steps")
-    max_steps = forms.IntegerField(required=False, min_value=0, label="Max steps")
-    q = forms.CharField(
-        required=False,
-        max_length=SEARCH_MAX_LENGTH,
-        label="Search",
-        help_text='Words in the task or a step; "a phrase", or, -word.',
-    )
-    tool = forms.CharField(required=False, max_length=200, label="Tool")
-    agent = forms.CharField(required=False, max_length=100, label="Agent")
-    kind = forms.ChoiceField(
-        required=False,
-        label="Step kind",
-        choices=[("", "any"), *((kind, kind) for kind in FILTER_CHOICES["step_kind"])],
-    )
-    error_steps = forms.ChoiceField(
-        required=False,
-        label="Error steps",
-        choices=[("", "any"), ("yes", "some step has an error"), ("no", "no step has one")],
-    )
-    meta = forms.CharField(
-        required=False,
-        max_length=1000,
-        label="Metadata",
-        help_text="e.g. metadata.level = 3, metadata.cost >= 0.5",
-    )
+    """Every filter of the selection language (``trajectories.selection``), a field each,
+    by the names the API and every job take. Old names (``task_key``) fill their field;
+    a name that is no filter (and no field of a form built on this one) is an error."""
+
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
-    def clean_meta(self) -> str:
-        text: str = self.cleaned_data["meta"].strip()
+    # Parameters of the page itself, not filters: paging and the sort.
+    PAGE_PARAMETERS: ClassVar[tuple[str, ...]] = (
+        "after",
+        "offset",
+        "ordering",
+        "csrfmiddlewaretoken",
+    )
+
+    def __init__(self, data: Any = None, *args: Any, **kwargs: Any) -> None:
+        if data is not None:
+            data = _canonical_names(data)
+        super().__init__(data, *args, **kwargs)
+        for name, spec in FILTERS.items():
+            self.fields[name] = _filter_field(spec)
+        self._filters = TrajectoryFilters()
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        given = _plain(self.data)
+        ignore = {*self.PAGE_PARAMETERS, *(n for n in self.fields if n not in FILTERS)}
         try:
-            metadata_conditions_parse(text)
-        except MetadataSyntaxError as error:
-            raise forms.ValidationError(str(error)) from None
-        return text
+            self._filters = selection_parse(given, ignore=ignore)
+        except SelectionError as error:
+            self.add_selection_error(error)
+            # The filters that are fine still filter; the bad ones are shown, not applied.
+            self._filters = selection_parse(given, ignore={*ignore, *error.errors})
+        return cleaned
 
     def filters(self) -> TrajectoryFilters:
-        """The filters from the fields that validated; an invalid field filters nothing
-        (its error is shown next to it)."""
-        self.is_valid()  # Fills cleaned_data with the fields that validated.
-        data = self.cleaned_data
-        return TrajectoryFilters(
-            outcome=data.get("outcome") or "",
-            model_name=data.get("model") or "",
-            task_key=data.get("task") or "",
-            min_steps=data.get("min_steps"),
-            max_steps=data.get("max_steps"),
-            search=(data.get("q") or "").strip(),
-            tool_name=data.get("tool") or "",
-            agent=data.get("agent") or "",
-            step_kind=data.get("kind") or "",
-            error_step=data.get("error_steps") or "",
-            metadata=data.get("meta") or "",
-        )
+        """The filters that parsed; a bad one filters nothing (its error is shown)."""
+        self.is_valid()
+        return self._filters
 
     def cursor(self) -> int | None:
         self.is_valid()
         return self.cleaned_data.get("after")
+
+    def add_selection_error(self, error: SelectionError) -> None:
+        """Show each of ``error``'s messages beside its filter (a name that is no field
+        above the form), once: a field's own check may have said it already."""
+        for name, message in error.errors.items():
+            field = name if name in self.fields else None
+            if field is None or field not in self.errors:
+                self.add_error(field, f"{name}: {message}" if field is None else message)
+
+    def filter_fields(self) -> list[forms.BoundField]:
+        return [self[name] for name in FILTERS]
+
+    def fields_of(self, group: str) -> list[forms.BoundField]:
+        """The bound fields of one group of filters (``FilterSpec.group``), in order."""
+        return [self[name] for name, spec in FILTERS.items() if spec.group == group]
+
+
+def _canonical_names(data: Any) -> Any:
+    """The data with each filter's old name (``task_key``) replaced by its name, so the
+    old name fills the field; a name given both ways is left for the parser to refuse."""
+    if not any(name in ALIASES for name in data):
+        return data
+    renamed = data.copy()
+    for old, name in ALIASES.items():
+        if old in renamed and name not in renamed:
+            if isinstance(renamed, QueryDict):
+                renamed.setlist(name, renamed.pop(old))
+            else:
+                renamed[name] = renamed.pop(old)
+    return renamed
+
+
+def _plain(data: Any) -> dict[str, Any]:
+    """A query dict as the parser takes it: one value a name, a list where several."""
+    if isinstance(data, QueryDict):
+        return {name: values[0] if len(values) == 1 else values for name, values in data.lists()}
+    return dict(data)
 
 
 # Every registered format with a label (trajectories.formats), so a new importer is

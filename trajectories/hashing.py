@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from trajectories.formats.base import ParsedStep, ParsedTrajectory
+from trajectories.formats.base import ParsedStep, ParsedTrajectory, imported_annotator_name
 
 
 def _canonical(value: Any) -> bytes:
@@ -131,7 +131,7 @@ def content_hash(
     )
     digest = _SHA256.copy()
     digest.update(steps[-1].encode() if steps else b"")
-    fields = [
+    fields: list[Any] = [
         source_format,
         trajectory.external_id,
         trajectory.task_key,
@@ -144,7 +144,20 @@ def content_hash(
         trajectory.branch_index,
         trajectory.metadata,
     ]
-    labels = [[label.step_index, label.value, label.annotator] for label in trajectory.labels]
+    # Training facts count only where a record has them, so the hashes of every
+    # trajectory stored before they existed stay what they were.
+    if trajectory.policy_version is not None or trajectory.training_step is not None:
+        fields.append([trajectory.policy_version, trajectory.training_step])
+    if any(step.training is not None for step in trajectory.steps):
+        facts = [None if s.training is None else s.training.as_dict() for s in trajectory.steps]
+        fields.append(facts)
+    # The annotator as the user it becomes: ``stepscope`` (how an export writes the
+    # default ``import:stepscope``) hashes like ``import:stepscope``, so an exported
+    # record pushed back finds the trajectory it came from.
+    labels = [
+        [label.step_index, label.value, imported_annotator_name(label.annotator)]
+        for label in trajectory.labels
+    ]
     reward = trajectory.outcome_reward
     # orjson writes NaN and infinities as null: a reward that is one (PostgreSQL stores
     # it) must not hash like no reward. (Anywhere else they fail the import.)

@@ -221,6 +221,10 @@ class Trajectory(models.Model):
         db_index=False,
     )
     branch_index = models.PositiveIntegerField(null=True, blank=True)
+    # An RL rollout's policy (weight) version and the trainer's step that used it; blank
+    # and null where unknown (everything that is not a trainer's rollout).
+    policy_version = models.CharField(max_length=200, blank=True, default="", db_default="")
+    training_step = models.IntegerField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -294,6 +298,17 @@ class Step(models.Model):
     labelable = models.BooleanField(default=True)
     # sha256 over the task and steps 0..index: equal for rollouts sharing this prefix.
     prefix_hash = models.CharField(max_length=64)
+    # What an RL trainer knew about the step (formats/base.py, StepTraining): blank and
+    # null where unknown. Token logprobs are kept only when an import asks for them.
+    policy_version = models.CharField(max_length=200, blank=True, default="", db_default="")
+    training_step = models.IntegerField(null=True, blank=True)
+    logprob_sum = models.FloatField(null=True, blank=True)
+    logprob_mean = models.FloatField(null=True, blank=True)
+    logprob_min = models.FloatField(null=True, blank=True)
+    advantage = models.FloatField(null=True, blank=True)
+    # The step's return (discounted or Monte Carlo, as the trainer computed it).
+    returns = models.FloatField(null=True, blank=True)
+    token_logprobs = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["trajectory_id", "index"]
@@ -308,6 +323,21 @@ class Step(models.Model):
 
     def __str__(self) -> str:
         return f"step {self.index} of {self.trajectory_id}"
+
+    @property
+    def has_training(self) -> bool:
+        """Whether an RL trainer left any facts on the step (the page shows them)."""
+        return bool(self.policy_version) or any(
+            value is not None
+            for value in (
+                self.training_step,
+                self.logprob_sum,
+                self.logprob_mean,
+                self.logprob_min,
+                self.advantage,
+                self.returns,
+            )
+        )
 
 
 class TrajectorySearch(models.Model):

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from trajectories.formats.base import ParsedStep
+from trajectories.formats.base import ParsedStep, StepTraining
 
 NULL = "\\N"
 
@@ -109,10 +109,12 @@ def row(values: tuple[Any, ...]) -> str:
 # The column order step_rows writes. The step id is left to the column's default, so
 # an import need not fetch ids first; the trajectory id comes first so it can be filled
 # in last (:func:`first_column_filled`). The parts that repeat from step to step (kind,
-# role, agent, tool name, flags) sit together so they can be encoded once.
+# role, agent, tool name, flags) sit together so they can be encoded once, and so do
+# the training facts, which most steps lack.
 STEP_COLUMNS = (
     "trajectory_id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
-    " tool_args, metadata, content"
+    " tool_args, metadata, policy_version, training_step, logprob_sum, logprob_mean,"
+    " logprob_min, advantage, returns, token_logprobs, content"
 )
 
 
@@ -142,8 +144,26 @@ def step_rows(steps: Sequence[ParsedStep], hashes: Sequence[str]) -> str:
             if tool_args is None and not metadata
             else f"{json_text(tool_args)}\t{json_text(metadata)}\t"
         )
-        rows.append(f"\t{index}\t{hashes[index]}\t{middle}{values}{text(step.content)}\n")
+        training = step.training
+        facts = _NO_TRAINING if training is None else training_text(training)
+        rows.append(f"\t{index}\t{hashes[index]}\t{middle}{values}{facts}{text(step.content)}\n")
     return "".join(rows)
+
+
+def training_text(training: StepTraining) -> str:
+    """The step's training-fact columns of :data:`STEP_COLUMNS`, each followed by a tab."""
+    values = (
+        # Blank, not NULL, for an unknown version (the column is a Django text field).
+        training.policy_version or "",
+        training.training_step,
+        training.logprob_sum,
+        training.logprob_mean,
+        training.logprob_min,
+        training.advantage,
+        training.returns,
+        None if training.token_logprobs is None else Json(training.token_logprobs),
+    )
+    return "".join([field(value) + "\t" for value in values])
 
 
 def first_column_filled(rows: bytes, value: int) -> bytes:
@@ -165,3 +185,4 @@ def first_column_filled(rows: bytes, value: int) -> bytes:
 _REMEMBERED = 4096
 _MIDDLES: dict[tuple[str, str, str, str, bool], str] = {}
 _NO_VALUES = f"{NULL}\t{{}}\t"
+_NO_TRAINING = "\t" + f"{NULL}\t" * 7

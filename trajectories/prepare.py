@@ -72,7 +72,7 @@ class Prepared:
 # source format and time before them.
 TRAJECTORY_FIELDS = (
     "external_id, task_key, task, ground_truth, model_name, outcome_reward, success,"
-    " metadata, step_count, content_hash, branch_index"
+    " metadata, step_count, content_hash, branch_index, policy_version, training_step"
 )
 
 Chunk = list[Prepared | RecordError]
@@ -121,6 +121,8 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
                 len(record.steps),
                 digest,
                 record.branch_index,
+                record.policy_version or "",
+                record.training_step,
             )
         )
         source = ""
@@ -155,10 +157,15 @@ def unstorable(record: ParsedTrajectory) -> RecordError:
         ("ground_truth", record.ground_truth),
         ("model", record.model_name),
         ("metadata", record.metadata),
+        ("training.policy_version", record.policy_version),
     ]
     for index, step in enumerate(record.steps):
         for name in ("kind", "role", "agent", "content", "tool_name", "tool_args", "metadata"):
             candidates.append((f"steps.{index}.{name}", getattr(step, name)))
+        if step.training is not None:
+            candidates.append(
+                (f"steps.{index}.training.policy_version", step.training.policy_version)
+            )
     candidates.append(("(source record)", record.raw))
     for name, value in candidates:
         if not _storable(value):

@@ -30,7 +30,6 @@ from trajectories.models import Project, Step, StepSearch, TrajectorySearch
 # Each text's first this many characters are searched: a tsvector holds at most 1 MB,
 # and this many characters of any text stay well under it.
 SEARCH_CHARS = 100_000
-SEARCH_MAX_LENGTH = 500
 
 
 class SearchDocument(Func):

@@ -3,9 +3,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +26,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from trajectories.columns import ListColumn, list_columns_all
-from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+from trajectories.metadata_query import metadata_conditions_parse
 from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
     ImportBatch,
@@ -38,7 +37,8 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
-from trajectories.search import SEARCH_MAX_LENGTH, search_condition, search_probe_pays
+from trajectories.search import search_condition, search_probe_pays
+from trajectories.selection import FILTERS, TrajectoryFilters
 
 AnyUser = User | AbstractBaseUser | AnonymousUser
 
@@ -209,126 +209,6 @@ def import_batches_recent(
     )
 
 
-@dataclass(frozen=True)
-class TrajectoryFilters:
-    """What the trajectory list filters on, and what a saved selection (``Selection``)
-    can add. The empty value of a field filters nothing."""
-
-    outcome: str = ""  # "success", "failure", "unknown" or "" for any
-    model_name: str = ""
-    task_key: str = ""
-    min_steps: int | None = None
-    max_steps: int | None = None
-    # Submitted labels (any annotator) on the labelable steps: "unlabelled" (none),
-    # "partial" (some steps) or "complete" (every labelable step).
-    label_status: str = ""
-    # Among steps that two or more human annotators labelled, the share where they all
-    # gave the same value is at least this (0..1); trajectories with no such step are out.
-    min_agreement: float | None = None
-    # The human majority against ``model_scorer``'s scores thresholded at
-    # ``model_threshold``, on steps where both have a non-neutral value: "agree" (all such
-    # steps agree, and there is one) or "disagree" (at least one step differs).
-    human_model: str = ""
-    model_scorer: str = ""
-    model_threshold: float = 0.5
-    # "yes": some step has a submitted label of -1 (human or imported); "no": none has.
-    first_error: str = ""
-    # With ``credit_run`` (an attribution run's id): a step's credit is above
-    # ``credit_above`` / below ``credit_below``.
-    credit_run: int | None = None
-    credit_above: float | None = None
-    credit_below: float | None = None
-    # Full-text search over the task and step text (``trajectories.search``'s syntax).
-    search: str = ""
-    # Some one step matches all of these that are set: its tool name, its agent, its
-    # kind, and whether its metadata has an ``error`` ("yes") or none of the steps has
-    # one ("no").
-    tool_name: str = ""
-    agent: str = ""
-    step_kind: str = ""
-    error_step: str = ""
-    # Conditions on the trajectory's metadata, ``trajectories.metadata_query``'s syntax:
-    # "metadata.level = 3, metadata.cost >= 0.5".
-    metadata: str = ""
-
-
-FILTER_CHOICES: dict[str, tuple[str, ...]] = {
-    "outcome": ("success", "failure", "unknown"),
-    "label_status": ("unlabelled", "partial", "complete"),
-    "human_model": ("agree", "disagree"),
-    "first_error": ("yes", "no"),
-    "step_kind": tuple(Step.Kind.values),
-    "error_step": ("yes", "no"),
-}
-_FILTER_TYPES: dict[str, tuple[type, ...]] = {
-    "outcome": (str,),
-    "model_name": (str,),
-    "task_key": (str,),
-    "min_steps": (int,),
-    "max_steps": (int,),
-    "label_status": (str,),
-    "min_agreement": (int, float),
-    "human_model": (str,),
-    "model_scorer": (str,),
-    "model_threshold": (int, float),
-    "first_error": (str,),
-    "credit_run": (int,),
-    "credit_above": (int, float),
-    "credit_below": (int, float),
-    "search": (str,),
-    "tool_name": (str,),
-    "agent": (str,),
-    "step_kind": (str,),
-    "error_step": (str,),
-    "metadata": (str,),
-}
-
-
-def trajectory_filters_from(definition: Mapping[str, Any]) -> TrajectoryFilters:
-    """Filters from a stored selection definition (JSON), checked field by field; a
-    ValueError names the field and what it accepts."""
-    unknown = set(definition) - set(_FILTER_TYPES)
-    if unknown:
-        raise ValueError(f"selection has unknown filters: {', '.join(sorted(unknown))}")
-    for name, value in definition.items():
-        if value is None and name not in ("model_threshold",):
-            continue
-        types = _FILTER_TYPES[name]
-        if isinstance(value, bool) or not isinstance(value, types):
-            expected = " or ".join(t.__name__ for t in types)
-            raise ValueError(f"selection filter {name} is {value!r}; expected {expected}")
-        if name in FILTER_CHOICES and value and value not in FILTER_CHOICES[name]:
-            allowed = ", ".join(FILTER_CHOICES[name])
-            raise ValueError(f"selection filter {name} is {value!r}; expected one of {allowed}")
-    filters = TrajectoryFilters(**definition)
-    for name in ("min_agreement", "model_threshold"):
-        value = getattr(filters, name)
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise ValueError(f"selection filter {name} is {value!r}; expected 0..1")
-    if filters.human_model and not filters.model_scorer:
-        raise ValueError("selection filter human_model needs model_scorer")
-    has_bound = filters.credit_above is not None or filters.credit_below is not None
-    if has_bound and filters.credit_run is None:
-        raise ValueError("selection filters credit_above / credit_below need credit_run")
-    if len(filters.search) > SEARCH_MAX_LENGTH:
-        raise ValueError(f"selection filter search is longer than {SEARCH_MAX_LENGTH} characters")
-    try:
-        metadata_conditions_parse(filters.metadata)
-    except MetadataSyntaxError as error:
-        raise ValueError(f"selection filter metadata: {error}") from None
-    return filters
-
-
-def trajectory_filters_definition(filters: TrajectoryFilters) -> dict[str, Any]:
-    """The fields that filter something, as a selection stores them."""
-    default = TrajectoryFilters()
-    return {
-        name: value
-        for name, value in dataclasses.asdict(filters).items()
-        if value != getattr(default, name)
-    }
-
-
 _OUTCOME_FILTERS = {
     "success": Q(success=True),
     "failure": Q(success=False),
@@ -365,26 +245,22 @@ def trajectories_filtered(
     queryset = Trajectory.objects.filter(project=project)
     if filters.outcome in _OUTCOME_FILTERS:
         queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
-    if filters.model_name:
-        queryset = queryset.filter(model_name=filters.model_name)
-    if filters.task_key:
-        queryset = queryset.filter(task_key=filters.task_key)
-    if filters.min_steps is not None:
-        queryset = queryset.filter(step_count__gte=filters.min_steps)
-    if filters.max_steps is not None:
-        queryset = queryset.filter(step_count__lte=filters.max_steps)
-    for metadata_condition in metadata_conditions_parse(filters.metadata):
+    for spec in FILTERS.values():
+        value = getattr(filters, spec.name)
+        if spec.column and value not in ("", None):
+            queryset = queryset.filter(**{f"{spec.column}__{spec.lookup}": value})
+    for metadata_condition in metadata_conditions_parse(filters.meta):
         queryset = queryset.filter(metadata_condition_q(metadata_condition))
     step_condition = _step_condition(filters)
     if step_condition is not None:
         queryset = queryset.filter(
             Exists(Step.objects.filter(step_condition, trajectory=OuterRef("pk")))
         )
-    if filters.error_step == "no":
+    if filters.error_steps == "no":
         errors = Step.objects.filter(trajectory=OuterRef("pk"), metadata__has_key="error")
         queryset = queryset.filter(~Exists(errors))
-    if filters.search.strip():
-        queryset = queryset.filter(search_condition(project, filters.search, probe=search_probe))
+    if filters.q.strip():
+        queryset = queryset.filter(search_condition(project, filters.q, probe=search_probe))
     for condition in _FILTER_CONDITIONS.values():
         narrowed = condition(project, filters)
         if narrowed is not None:
@@ -392,16 +268,23 @@ def trajectories_filtered(
     return queryset
 
 
+def selection_check(project: Project, filters: TrajectoryFilters) -> None:
+    """Raise SelectionError, naming the filter, when ``filters`` names something
+    ``project`` lacks (a scorer, an attribution run): what a job checks before it is
+    queued. Building the query runs every condition; nothing is read."""
+    trajectories_filtered(project, filters)
+
+
 def _step_condition(filters: TrajectoryFilters) -> Q | None:
     """What one step must match, or None when no step filter is set."""
     fields: dict[str, Any] = {}
-    if filters.tool_name:
-        fields["tool_name"] = filters.tool_name
+    if filters.tool:
+        fields["tool_name"] = filters.tool
     if filters.agent:
         fields["agent"] = filters.agent
-    if filters.step_kind:
-        fields["kind"] = filters.step_kind
-    if filters.error_step == "yes":
+    if filters.kind:
+        fields["kind"] = filters.kind
+    if filters.error_steps == "yes":
         fields["metadata__has_key"] = "error"
     return Q(**fields) if fields else None
 
@@ -419,7 +302,7 @@ def trajectory_list_page(
     with how deep it is. Rows carry ``task_preview`` and ``list_cells`` (a (column, text)
     pair per column); the task text itself, metadata and the raw
     source are not loaded. ``columns`` defaults to every registered column."""
-    probe = bool(filters.search.strip()) and search_probe_pays(filters.search, size)
+    probe = bool(filters.q.strip()) and search_probe_pays(filters.q, size)
     queryset = trajectories_filtered(project, filters, search_probe=probe)
     if after is not None:
         queryset = queryset.filter(id__lt=after)
@@ -483,6 +366,17 @@ def can_manage_data(user: AnyUser, project: Project) -> bool:
 
 def can_download_exports(user: AnyUser, project: Project) -> bool:
     return role_downloads_exports(membership_role(user, project), project)
+
+
+def projects_hiding_exports(user: AnyUser) -> frozenset[int]:
+    """The ids of the user's projects whose exports (files and manifests) the user may
+    not read, in one query."""
+    if not user.is_authenticated:
+        return frozenset()
+    memberships = Membership.objects.filter(user_id=user.pk).select_related("project")
+    return frozenset(
+        m.project_id for m in memberships if not role_downloads_exports(m.role, m.project)
+    )
 
 
 def role_downloads_exports(role: str | None, project: Project) -> bool:

@@ -2,11 +2,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from trajectories.formats.stepscope_typed import TypedRecords
 from trajectories.forms import FORMAT_CHOICES
 from trajectories.models import ImportBatch, Project, ProjectDeletion, Step, Trajectory
+from trajectories.selection import (
+    FILTERS,
+    SelectionError,
+    TrajectoryFilters,
+    selection_definition,
+    selection_parse,
+)
 from trajectories.services.projects import SlugTaken, project_slug_check
 
 
@@ -79,6 +87,8 @@ class TrajectorySerializer(serializers.ModelSerializer[Trajectory]):
             "import_batch",
             "parent",
             "branch_index",
+            "policy_version",
+            "training_step",
             "created_at",
         ]
 
@@ -99,6 +109,14 @@ class StepSerializer(serializers.ModelSerializer[Step]):
             "metadata",
             "labelable",
             "prefix_hash",
+            "policy_version",
+            "training_step",
+            "logprob_sum",
+            "logprob_mean",
+            "logprob_min",
+            "advantage",
+            "returns",
+            "token_logprobs",
         ]
 
 
@@ -159,11 +177,29 @@ class ImportRequestSerializer(serializers.Serializer[dict[str, object]]):
         return attrs
 
 
-class TrajectoryFiltersSerializer(serializers.Serializer[Any]):
-    """The trajectory filters a job's selection may hold (scoring, rollouts)."""
+def _filters_schema() -> dict[str, Any]:
+    types = {str: "string", int: "integer", float: "number"}
+    properties: dict[str, Any] = {}
+    for name, spec in FILTERS.items():
+        properties[name] = {"type": types[spec.kind], "description": spec.help}
+        if spec.choices:
+            properties[name]["enum"] = list(spec.choices)
+    return {"type": "object", "properties": properties, "additionalProperties": False}
 
-    outcome = serializers.ChoiceField(["", "success", "failure", "unknown"], default="")
-    model_name = serializers.CharField(default="", allow_blank=True)
-    task_key = serializers.CharField(default="", allow_blank=True)
-    min_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
-    max_steps = serializers.IntegerField(required=False, allow_null=True, min_value=0)
+
+@extend_schema_field(_filters_schema())
+class TrajectoryFiltersField(serializers.Field):
+    """A selection of trajectories (``trajectories.selection``) as a JSON object, by the
+    names the trajectory list takes; a name it does not know, or a bad value, is a 400
+    naming it (``{"filters": {"bogus": [...]}}``)."""
+
+    def to_internal_value(self, data: Any) -> TrajectoryFilters:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Expected an object of filters, by name.")
+        try:
+            return selection_parse(data)
+        except SelectionError as error:
+            raise serializers.ValidationError(error.by_name()) from None
+
+    def to_representation(self, value: TrajectoryFilters) -> dict[str, Any]:
+        return selection_definition(value)

@@ -20,6 +20,7 @@ from trajectories import prefix_tree, selectors, services
 from trajectories.columns import trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
+from trajectories.selection import SelectionError, selection_without
 
 
 @login_required
@@ -29,8 +30,14 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = TrajectoryFilterForm(request.GET)
     role = selectors.membership_role(request.user, project)
     columns = trajectory_list_columns(project, role)
+    filters = form.filters()
+    try:
+        selectors.selection_check(project, filters)
+    except SelectionError as error:
+        form.add_selection_error(error)
+        filters = selection_without(filters, error.errors)
     rows, next_after = selectors.trajectory_list_page(
-        project, form.filters(), after=form.cursor(), columns=columns
+        project, filters, after=form.cursor(), columns=columns
     )
     context = {
         "project": project,

@@ -174,7 +174,11 @@ class Client:
         self._request("POST", f"projects/{project}/invites/{invite}/revoke/")
 
     def trajectory_id(self, project: str, external_id: str) -> int:
-        """The id the labels API takes for a trajectory you pushed under ``external_id``."""
+        """The id the labels API takes for a trajectory you pushed under ``external_id``.
+
+        An id pushed twice with different content names two trajectories; rather than
+        pick one, that is an error naming both (or all), so labels never land on the
+        wrong one."""
         found = self._request(
             "GET", "trajectories/", params={"project": project, "external_id": external_id}
         )
@@ -182,7 +186,16 @@ class Client:
             raise StepscopeError(
                 f"no trajectory {external_id!r} in project {project!r}", status=404
             )
-        return int(found["results"][0]["id"])
+        ids = sorted(int(result["id"]) for result in found["results"])
+        if len(ids) > 1 or found.get("next"):
+            listed = ", ".join(map(str, ids)) + (", …" if found.get("next") else "")
+            raise StepscopeError(
+                f"several trajectories in project {project!r} have the id {external_id!r}"
+                f" (ids {listed}), pushed with different content; use the id of the one"
+                " you mean",
+                status=409,
+            )
+        return ids[0]
 
     # Labels
 

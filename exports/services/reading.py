@@ -28,7 +28,7 @@ from labeling.decisive_sources import decisive_source_parse
 from labeling.sources import LabelSource, label_source_annotator, label_source_sql
 from scoring.selectors import scorer_id_for
 from trajectories import selectors
-from trajectories.formats.base import ParsedDecisive
+from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
@@ -47,7 +47,8 @@ TWO_SCHEMAS = (
 # The trajectory columns trajectories_from_rows reads (``heads``), for an id array.
 HEADS_SQL = (
     "SELECT id, external_id, task, task_key, ground_truth, model_name, outcome_reward,"
-    " success, metadata, source_format FROM trajectories_trajectory WHERE id = ANY(%s)"
+    " success, metadata, source_format, policy_version, training_step"
+    " FROM trajectories_trajectory WHERE id = ANY(%s)"
 )
 
 
@@ -334,6 +335,7 @@ def trajectories_from_rows(
             critique,
             judgment,
             judge_verdict,
+            *training,
         ) = row
         steps[trajectory_id].append(
             ExportStep(
@@ -354,6 +356,7 @@ def trajectories_from_rows(
                 critique=critique,
                 judgment=judgment,
                 judge_verdict=judge_verdict,
+                training=_training(training[0]) if training else None,
             )
         )
         if lossless:
@@ -375,7 +378,9 @@ def trajectories_from_rows(
             success,
             metadata,
             source_format,
+            *training_head,
         ) = heads[trajectory_id]
+        policy_version, training_step = training_head or ("", None)
         per_annotator = annotators[trajectory_id]
         verdict = verdicts.get(trajectory_id, NO_VERDICT)
         yield ExportTrajectory(
@@ -393,7 +398,38 @@ def trajectories_from_rows(
             labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
             first_error_index=verdict.first_error_index,
             decisive=verdict.decisive,
+            policy_version=policy_version or None,
+            training_step=training_step,
         )
+
+
+def _training(value: Any) -> StepTraining | None:
+    """A step's training facts from :data:`STEP_TRAINING_SQL`'s array (None: none)."""
+    facts = _json(value)
+    if facts is None:
+        return None
+    version, step, total, mean, low, advantage, returns, tokens = facts
+    return StepTraining(
+        policy_version=version or None,
+        training_step=step,
+        logprob_sum=total,
+        logprob_mean=mean,
+        logprob_min=low,
+        advantage=advantage,
+        returns=returns,
+        token_logprobs=tokens,
+    )
+
+
+# A step's training facts as one JSON array, NULL for a step without any: read by the
+# lossless format only.
+STEP_TRAINING_SQL = (
+    "CASE WHEN s.policy_version = '' AND s.training_step IS NULL AND s.logprob_sum IS NULL"
+    " AND s.logprob_mean IS NULL AND s.logprob_min IS NULL AND s.advantage IS NULL"
+    " AND s.returns IS NULL AND s.token_logprobs IS NULL THEN NULL"
+    " ELSE json_build_array(s.policy_version, s.training_step, s.logprob_sum, s.logprob_mean,"
+    " s.logprob_min, s.advantage, s.returns, s.token_logprobs) END"
+)
 
 
 NO_VERDICT = TrajectoryVerdict()
@@ -485,10 +521,11 @@ def _steps_sql(
             " ORDER BY jr.id DESC LIMIT 1) j ON true"
         )
         params.append(scorer_id_for(project, request.options.critiques))
+    training = STEP_TRAINING_SQL if request.format == "stepscope" else "NULL"
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
         f" s.tool_args, {metadata}, s.labelable, {prefix_hash}, v.label,"
-        f" {score}, v.credit, {correction}, {annotators}, {judge}"
+        f" {score}, v.credit, {correction}, {annotators}, {judge}, {training}"
         " FROM trajectories_step s"
         " LEFT JOIN LATERAL (SELECT r.label, r.credit FROM"
         f" {values_table} r WHERE r.step_id = s.id OFFSET 0) v ON true"

@@ -24,8 +24,8 @@ from labeling.sources import (
 )
 from scoring.models import AttributionRun, Scorer
 from scoring.selectors import scorer_id_for
-from trajectories import selectors
 from trajectories.models import Project
+from trajectories.selection import TrajectoryFilters, selection_parse
 
 
 @dataclass(frozen=True)
@@ -150,8 +150,10 @@ def credit_run_for(project: Project, run_id: int) -> AttributionRun:
     return run
 
 
-def request_filters(definition: dict[str, Any]) -> selectors.TrajectoryFilters:
-    return selectors.trajectory_filters_from(definition)
+def request_filters(definition: dict[str, Any]) -> TrajectoryFilters:
+    """A saved selection's stored definition, read by the one selection parser (old
+    names included)."""
+    return selection_parse(definition)
 
 
 def request_json(request: ExportRequest) -> dict[str, Any]:

@@ -9,13 +9,9 @@ from django.db import transaction
 from django.utils.text import slugify
 
 from exports.models import Selection
-from scoring.selectors import scorer_id_for
 from trajectories.models import Project
-from trajectories.selectors import (
-    TrajectoryFilters,
-    trajectory_filters_definition,
-    trajectory_filters_from,
-)
+from trajectories.selection import TrajectoryFilters, selection_definition, selection_parse
+from trajectories.selectors import selection_check
 
 
 def selection_save(
@@ -25,15 +21,9 @@ def selection_save(
     reused for other filters: exports name their selection, so delete it first."""
     if not name or slugify(name) != name:
         raise ValueError(f"selection name {name!r} must be a slug (letters, digits, - and _)")
-    definition = trajectory_filters_definition(filters)
-    trajectory_filters_from(definition)
-    if filters.human_model:
-        scorer_id_for(project, filters.model_scorer)
-    if filters.credit_run is not None:
-        from scoring.models import AttributionRun
-
-        if not AttributionRun.objects.filter(project=project, pk=filters.credit_run).exists():
-            raise ValueError(f"no attribution run {filters.credit_run} in project {project.slug!r}")
+    definition = selection_definition(filters)
+    selection_parse(definition)  # the checks across filters (human_model needs a scorer)
+    selection_check(project, filters)  # the scorer and attribution run it names exist
     with transaction.atomic():
         if Selection.objects.filter(project=project, name=name).exists():
             raise ValueError(f"a selection named {name!r} exists; delete it or choose a new name")

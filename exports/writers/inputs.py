@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from exports.writers.labels import Neutral, parse_neutral
-from trajectories.formats.base import ParsedDecisive
+from trajectories.formats.base import ParsedDecisive, StepTraining
 
 PairValue = Literal["label", "score", "credit"]
 SftMode = Literal["success", "before_first_error"]
@@ -55,6 +55,8 @@ class ExportStep:
     critique: str | None = None
     judgment: str | None = None
     judge_verdict: int | None = None
+    # What an RL trainer knew about the step (policy version, logprobs, advantage, ...).
+    training: StepTraining | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +81,9 @@ class ExportTrajectory:
     # Which agent, at which step (an index into ``steps``), decided that the run failed,
     # from the export's decisive-failure source (a person's, an import's or a model's).
     decisive: ParsedDecisive | None = None
+    # An RL rollout's policy version and training step.
+    policy_version: str | None = None
+    training_step: int | None = None
 
     @property
     def group_key(self) -> str:

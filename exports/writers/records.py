@@ -64,6 +64,7 @@ def to_parsed(trajectory: ExportTrajectory) -> ParsedTrajectory:
                 tool_name=step.tool_name,
                 tool_args=step.tool_args,
                 metadata=step.metadata,
+                training=step.training,
             )
             for step in trajectory.steps
         ],
@@ -76,6 +77,8 @@ def to_parsed(trajectory: ExportTrajectory) -> ParsedTrajectory:
         metadata=trajectory.metadata,
         labels=labels,
         decisive=trajectory.decisive,
+        policy_version=trajectory.policy_version,
+        training_step=trajectory.training_step,
     )
 
 

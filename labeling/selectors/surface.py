@@ -382,7 +382,7 @@ def step_rows(
     last = max(state.trajectory.step_count - 1, 0)
     queryset = (
         Step.objects.filter(trajectory_id=state.trajectory.pk)
-        .defer("content", "metadata")
+        .defer("content", "metadata", "token_logprobs")
         .annotate(
             content_preview=Left("content", STEP_PREVIEW_CHARS),
             content_length=Length("content"),

@@ -24,7 +24,8 @@ from labeling.services.common import (
 )
 from stepscope import locks
 from trajectories.models import Project
-from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+from trajectories.selection import TrajectoryFilters, selection_definition
+from trajectories.selectors import selection_check, trajectories_filtered
 
 
 def queue_create(
@@ -47,6 +48,7 @@ def queue_create(
         raise LabelingError(f"A queue named {name!r} exists already.")
     if order not in Queue.Order.values:
         raise LabelingError(f"Unknown queue order {order!r}.")
+    selection_check(project, filters)  # SelectionError names a scorer or run it lacks
     with transaction.atomic():
         queue = Queue.objects.create(
             project=project,
@@ -56,10 +58,7 @@ def queue_create(
             lease_seconds=lease_seconds,
             order=order,
             created_by=created_by,
-            selection={
-                key: value for key, value in vars(filters).items() if value not in ("", None)
-            }
-            | ({"limit": limit} if limit else {}),
+            selection=selection_definition(filters) | ({"limit": limit} if limit else {}),
         )
         if assignees:
             queue.assignees.set(assignees)

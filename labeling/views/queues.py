@@ -16,6 +16,7 @@ from labeling.forms import QueueForm
 from labeling.models import Queue, QueueAssignment
 from labeling.views.common import refuse
 from stepscope.web import HtmxHttpRequest, current_user
+from trajectories.selection import SelectionError
 from trajectories.selectors import membership_role, project_get_for_user
 
 
@@ -60,6 +61,8 @@ def queue_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             )
         except services.LabelingError as error:
             form.add_error(None, error.message)
+        except SelectionError as error:
+            form.add_selection_error(error)
         else:
             messages.success(
                 request, f"Queue {queue.name!r} created with {queue.items.count()} items."

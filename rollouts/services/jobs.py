@@ -36,7 +36,8 @@ from rollouts.services.policies import RolloutError
 from stepscope.jobs.lifecycle import job_cancel, job_fail
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+from trajectories.selection import TrajectoryFilters, selection_definition, selection_parse
+from trajectories.selectors import selection_check, trajectories_filtered
 
 MAX_K = 1024
 
@@ -100,8 +101,9 @@ def rollout_job_start(
         raise RolloutError(f"a {mode} job needs the steps to start from")
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
-    if filters is not None and filters != TrajectoryFilters():
-        selection["filters"] = dataclasses.asdict(filters)
+    if filters is not None and not filters.is_empty():
+        selection_check(project, filters)  # SelectionError names a scorer or run it lacks
+        selection["filters"] = selection_definition(filters)
     if alternatives:
         selection["alternatives"] = {str(pk): text for pk, text in alternatives.items()}
     options: dict[str, Any] = {}
@@ -193,7 +195,7 @@ def _selected_trajectories(job: RolloutJob) -> QuerySet[Trajectory]:
         # Continuations of earlier jobs are not rolled out again unless asked for by id.
         trajectories = trajectories.filter(continuation__isnull=True)
     if "filters" in selection:
-        filters = TrajectoryFilters(**selection["filters"])
+        filters = selection_parse(selection["filters"])
         trajectories = trajectories.filter(pk__in=trajectories_filtered(job.project, filters))
     return trajectories
 

@@ -16,7 +16,6 @@ duplicated.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import time
@@ -37,7 +36,8 @@ from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+from trajectories.selection import TrajectoryFilters, selection_definition, selection_parse
+from trajectories.selectors import selection_check, trajectories_filtered
 
 # A model chunk holds whole trajectories until its players (labelable steps) reach the
 # scorer's ``chunk_steps`` divided by this: every player costs a forward pass for
@@ -162,8 +162,9 @@ def attribution_run_start(
         raise AttributionError(f"{method} runs over trajectories, not one step")
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
-    if filters is not None and filters != TrajectoryFilters():
-        selection["filters"] = dataclasses.asdict(filters)
+    if filters is not None and not filters.is_empty():
+        selection_check(project, filters)  # SelectionError names a scorer or run it lacks
+        selection["filters"] = selection_definition(filters)
     key = _run_key(method, normalised, scorer, label_source, selection)
     fields = {
         "method": method,
@@ -219,7 +220,7 @@ def _trajectory_queryset(run: AttributionRun) -> QuerySet[Trajectory]:
     if "trajectory_ids" in selection:
         trajectories = trajectories.filter(pk__in=selection["trajectory_ids"])
     if "filters" in selection:
-        filters = TrajectoryFilters(**selection["filters"])
+        filters = selection_parse(selection["filters"])
         trajectories = trajectories.filter(pk__in=trajectories_filtered(run.project, filters))
     return trajectories
 

@@ -9,7 +9,6 @@ functions that run on workers, so the web process never loads them.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -39,7 +38,8 @@ from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
 from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters, trajectories_filtered
+from trajectories.selection import TrajectoryFilters, selection_definition, selection_parse
+from trajectories.selectors import selection_check, trajectories_filtered
 
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
 
@@ -197,8 +197,9 @@ def scoring_run_start(
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
-    if filters is not None and filters != TrajectoryFilters():
-        selection["filters"] = dataclasses.asdict(filters)
+    if filters is not None and not filters.is_empty():
+        selection_check(project, filters)  # SelectionError names a scorer or run it lacks
+        selection["filters"] = selection_definition(filters)
     if queue is not None:
         selection["queue"] = queue.pk
         selection["queue_name"] = queue.name
@@ -224,7 +225,7 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
     if "trajectory_ids" in selection:
         steps = steps.filter(trajectory_id__in=selection["trajectory_ids"])
     if "filters" in selection:
-        filters = TrajectoryFilters(**selection["filters"])
+        filters = selection_parse(selection["filters"])
         steps = steps.filter(trajectory__in=trajectories_filtered(run.project, filters))
     if "queue" in selection:
         steps = steps.filter(

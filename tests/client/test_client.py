@@ -120,6 +120,23 @@ def test_labels_are_pushed_in_one_request_and_submitted(
     assert StepLabel.objects.filter(step__trajectory_id=trajectory).count() == 2
 
 
+def test_trajectory_id_refuses_to_pick_one_of_two_with_the_same_id(
+    stepscope: Client, project: Project
+) -> None:
+    stepscope.push_trajectories(project.slug, records(1))
+    changed = records(1)
+    changed[0]["steps"][1]["content"] = "3, I think"
+    stepscope.push_trajectories(project.slug, changed)
+    ids = sorted(Trajectory.objects.filter(external_id="rollout-0").values_list("pk", flat=True))
+    assert len(ids) == 2
+
+    with pytest.raises(StepscopeError) as ambiguous:
+        stepscope.trajectory_id(project.slug, "rollout-0")
+
+    assert ambiguous.value.status == 409
+    assert f"ids {ids[0]}, {ids[1]}" in str(ambiguous.value)
+
+
 def test_a_refused_label_batch_names_the_item_and_field(
     stepscope: Client, project: Project
 ) -> None:

@@ -37,7 +37,7 @@ from labeling.models import LabelSchema
 from trajectories import synthetic
 from labeling.services import queue_create
 from trajectories.models import Membership, Step
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create, trajectory_records_import
 
 project = project_create(slug="ops", name="Operations")

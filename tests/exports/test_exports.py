@@ -55,6 +55,14 @@ def snapshot(project: Project) -> list[Any]:
             "tool_name",
             "tool_args",
             "labelable",
+            "policy_version",
+            "training_step",
+            "logprob_sum",
+            "logprob_mean",
+            "logprob_min",
+            "advantage",
+            "returns",
+            "token_logprobs",
         )
     ):
         steps.setdefault(row[0], []).append(row[1:])
@@ -71,6 +79,8 @@ def snapshot(project: Project) -> list[Any]:
             t.outcome_reward,
             t.success,
             t.metadata,
+            t.policy_version,
+            t.training_step,
             steps.get(t.pk, []),
             sorted(labels.get(t.pk, [])),
         )
@@ -121,6 +131,12 @@ def full_record(
         "first_error_index": first_error_index,
         "decisive": decisive,
         "metadata": {"seed": 7, "nested": {"list": [1, None, "x"]}},
+        # An RL rollout's facts on one record; the others have none.
+        "training": (
+            {"policy_version": "global_step_40", "training_step": 40}
+            if external_id == "found"
+            else None
+        ),
         "steps": [
             {
                 "kind": "message",
@@ -131,6 +147,7 @@ def full_record(
                 "tool_name": "",
                 "tool_args": None,
                 "metadata": {},
+                "training": None,
                 "labels": [],
             },
             {
@@ -142,6 +159,16 @@ def full_record(
                 "tool_name": "python",
                 "tool_args": {"code": "'strawberry'.count('r')"},
                 "metadata": {"latency_ms": 812},
+                "training": {
+                    "policy_version": "global_step_40",
+                    "training_step": 40,
+                    "logprob_sum": -3.5,
+                    "logprob_mean": -0.875,
+                    "logprob_min": -2.0,
+                    "advantage": -0.5,
+                    "returns": 0.25,
+                    "token_logprobs": [-0.5, -0.5, -0.5, -2.0],
+                },
                 "labels": [
                     {"annotator": "alice", "value": 1},
                     {"annotator": "bob", "value": 0},
@@ -157,6 +184,7 @@ def full_record(
                 "tool_name": "",
                 "tool_args": None,
                 "metadata": {},
+                "training": {"advantage": 1.5},
                 "labels": [{"annotator": "alice", "value": -1}],
             },
         ],
@@ -386,3 +414,52 @@ def test_annotators_cannot_start_exports(client: Client, project: Project, annot
     )
     assert response.status_code == 403
     assert not ExportJob.objects.exists()
+
+
+@pytest.mark.django_db
+def test_pushing_an_exported_line_back_changes_nothing(
+    tmp_path: Path, project: Project, researcher: User
+) -> None:
+    """A label pushed without an annotator belongs to ``import:stepscope``; the export
+    writes it as ``stepscope``, the name that maps back to the same user. Pushing the
+    exported line again must find the trajectory it came from, not make a second one."""
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=researcher).key}")
+    record = {
+        "id": "a-default",
+        "task": "1+1?",
+        "steps": [{"content": "2", "labels": [{"value": 1}]}],
+    }
+    first = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [record]}, format="json"
+    )
+    assert first.status_code == 201, first.content
+    assert first.json()["created_count"] == 1
+    export(
+        "--project",
+        project.slug,
+        "--format",
+        "stepscope",
+        "--labels",
+        "import:stepscope",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path),
+    )
+    (line,) = (tmp_path / "stepscope.jsonl").read_text().splitlines()
+    exported = json.loads(line)
+    assert exported["steps"][0]["labels"] == [{"annotator": "stepscope", "value": 1}]
+
+    again = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [exported]}, format="json"
+    )
+    assert again.status_code == 201, again.content
+    assert (again.json()["created_count"], again.json()["unchanged_count"]) == (0, 1)
+    assert Trajectory.objects.filter(project=project, external_id="a-default").count() == 1
+    # Spelled with the prefix, the same label is the same trajectory too.
+    exported["steps"][0]["labels"] = [{"annotator": "import:stepscope", "value": 1}]
+    spelled = api.post(
+        "/api/v1/imports/", {"project": project.slug, "trajectories": [exported]}, format="json"
+    )
+    assert (spelled.json()["created_count"], spelled.json()["unchanged_count"]) == (0, 1)

@@ -18,11 +18,9 @@ from labeling.models import LabelSchema, StepLabel
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Project, Trajectory
-from trajectories.selectors import (
-    TrajectoryFilters,
-    trajectories_filtered,
-    trajectory_filters_from,
-)
+from trajectories.selection import TrajectoryFilters
+from trajectories.selection import selection_parse as trajectory_filters_from
+from trajectories.selectors import trajectories_filtered
 
 STEPS = ["2 + 2 = 4.", "4 * 3 = 12.", "The answer is 12."]
 
@@ -123,13 +121,13 @@ def test_selection_filters_pick_the_expected_trajectories(
 @pytest.mark.parametrize(
     ("definition", "message"),
     [
-        ({"colour": "red"}, "unknown filters: colour"),
-        ({"label_status": "done"}, "label_status is 'done'; expected one of unlabelled"),
-        ({"min_agreement": "high"}, "min_agreement is 'high'; expected int or float"),
-        ({"min_agreement": 1.5}, "min_agreement is 1.5; expected 0..1"),
-        ({"min_steps": True}, "min_steps is True; expected int"),
-        ({"human_model": "agree"}, "human_model needs model_scorer"),
-        ({"credit_above": 0.3}, "need credit_run"),
+        ({"colour": "red"}, "colour: unknown filter"),
+        ({"label_status": "done"}, "label_status: 'done' is not one of unlabelled"),
+        ({"min_agreement": "high"}, "min_agreement: expected a number, not 'high'"),
+        ({"min_agreement": 1.5}, "min_agreement: 1.5 is above 1"),
+        ({"min_steps": True}, "min_steps: expected a whole number, not True"),
+        ({"human_model": "agree"}, "human_model: needs model_scorer"),
+        ({"credit_above": 0.3}, "credit_above: needs credit_run"),
     ],
 )
 def test_bad_definitions_name_the_filter(definition: dict[str, Any], message: str) -> None:
@@ -212,7 +210,7 @@ def test_bad_selection_forms_are_refused_with_the_field(
     page = f"/p/{project.slug}/selections/"
     response = client.post(page, {"name": "x", "human_model": "agree"})
     assert response.status_code == 400
-    assert "Name the scorer to compare with." in response.content.decode()
+    assert "needs model_scorer (the scorer to compare with)" in response.content.decode()
     response = client.post(page, {"name": "x", "human_model": "agree", "model_scorer": "nope"})
     assert response.status_code == 400
     assert "no scorer named &#x27;nope&#x27;" in response.content.decode()

@@ -309,6 +309,7 @@ def test_stepscope_record_is_the_importers_own_shape() -> None:
         "first_error_index",
         "decisive",
         "metadata",
+        "training",
         "steps",
     ]
     assert record["decisive"] is None
@@ -322,6 +323,7 @@ def test_stepscope_record_is_the_importers_own_shape() -> None:
         "tool_name": "python",
         "tool_args": {"code": "'strawberry'.count('r')"},
         "metadata": {"latency_ms": 812},
+        "training": None,
         "labels": [{"annotator": "alice", "value": 1}, {"annotator": "bob", "value": 0}],
     }
 

@@ -11,7 +11,7 @@ from labeling.selectors import LabelingState, labeling_state_for_user
 from labeling.services import queue_create, queue_item_take
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 
 STEP_TEXTS = [
     "Let x be the number of apples.",

@@ -123,6 +123,36 @@ def test_one_bad_item_refuses_the_batch_naming_index_and_field(
     }
 
 
+def test_label_values_are_taken_as_the_file_importers_take_them(
+    owner: User, trajectory: Trajectory
+) -> None:
+    """``"1"``, ``1.0`` and ``true`` are not the integer 1: refused by the label API as
+    the importers refuse them in a file, naming the item and the field."""
+    client = token_client(owner)
+    labels = whole_trajectory(trajectory, [1, 1, 1, 1, 1])
+    labels[1]["value"] = "1"
+    labels[2]["value"] = 1.0
+    labels[4]["value"] = True
+    response = post(client, "label-bulk", {"labels": labels})
+    assert response.status_code == 400
+    assert response.json() == {
+        "labels": {
+            "1": {"value": "expected int, got str"},
+            "2": {"value": "expected int, got float"},
+            "4": {"value": "expected int, got bool"},
+        }
+    }
+    assert StepLabel.objects.count() == 0
+
+    step = step_at(trajectory, 0).pk
+    for value, kind in (("1", "str"), (1.0, "float"), (False, "bool")):
+        single = post(client, "label-list", {"step": step, "value": value})
+        assert single.status_code == 400
+        assert single.json() == {"value": [f"expected int, got {kind}"]}
+    assert StepLabel.objects.count() == 0
+    assert post(client, "label-list", {"step": step, "value": -1}).status_code == 201
+
+
 def test_submit_that_fails_rolls_back_the_labels_too(owner: User, trajectory: Trajectory) -> None:
     partial = whole_trajectory(trajectory, [1, 1])
     response = post(token_client(owner), "label-bulk", {"labels": partial, "submit": True})

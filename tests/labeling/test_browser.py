@@ -15,7 +15,7 @@ from labeling.services import queue_create
 from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Step
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

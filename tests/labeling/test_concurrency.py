@@ -26,7 +26,7 @@ from labeling.services import (
 from stepscope.locks import LockClass
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.services]

@@ -20,7 +20,7 @@ from scoring.models import Scorer, StepScore
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.labeling.test_concurrency import at_once, members, take
 from trajectories.models import Project, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 STEPS = [

@@ -15,7 +15,7 @@ from tests.factories import UserFactory, trajectory_with_steps
 from tests.labeling.conftest import leased_state
 from tests.labeling.test_api import token_client
 from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 
 
 def two_trajectories(project: Project) -> tuple[Trajectory, Trajectory]:

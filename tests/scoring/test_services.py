@@ -26,7 +26,7 @@ from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.scoring.conftest import TinyModels
 from trajectories.models import Project, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = pytest.mark.django_db

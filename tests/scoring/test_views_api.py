@@ -20,7 +20,7 @@ from scoring.models import Scorer, ScoringRun
 from scoring.selectors import step_scores_for_trajectory
 from tests.factories import ProjectFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Project
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = pytest.mark.django_db

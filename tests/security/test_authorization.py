@@ -21,7 +21,10 @@ from django.http import HttpResponse
 from django.test import Client
 from django.urls import reverse
 
+from exports.models import ExportJob
+from tests.factories import MembershipFactory
 from tests.security.world import ROLES, Visitors, body, build_world, project_routes
+from trajectories.services import project_create
 
 pytestmark = pytest.mark.django_db
 
@@ -242,6 +245,19 @@ ACCESS: dict[str, dict[str, str]] = {
 }
 
 
+# In a project that hides labels and model scores from annotators (blind labeling, hidden
+# scores), an export's files and its manifest (label distributions, annotators, counts per
+# source) are for researchers and admins; annotators still follow the job. What differs
+# from ACCESS there, for GET; ``manifest`` says, per role, whether the API's answer holds
+# the manifest ("-" where there is no answer to read).
+HIDING_ACCESS: dict[str, dict[str, str]] = {
+    "export-download": {"GET": "login 404 403 200 200"},
+    "api:export-download": {"GET": "401 404 403 200 200"},
+    "api:export-list": {"GET": "401 200 200 200 200", "manifest": "- - no yes yes"},
+    "api:export-detail": {"GET": "401 404 200 200 200", "manifest": "- - no yes yes"},
+}
+
+
 def outcome(response: HttpResponse) -> str:
     if response.status_code == 302 and response["Location"].startswith("/login/"):
         return "login"
@@ -274,6 +290,61 @@ def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
                     leaks.append(f"{method} {route.path(world)} as {role}")
     assert not wrong, "\n".join(wrong)
     assert not leaks, "the project's content reached non-members:\n" + "\n".join(leaks)
+
+
+SECRET_ANNOTATOR = "annotator-in-the-manifest-51c2"
+
+
+def test_a_project_that_hides_labels_keeps_export_manifests_from_annotators(
+    tmp_path: Path,
+) -> None:
+    world = build_world(tmp_path, text=MARK, blind=True)
+    manifest = {"label_distribution": {"resolved": {"1": 3}}, "annotators": [SECRET_ANNOTATOR]}
+    ExportJob.objects.filter(pk=world.export_job.pk).update(manifest=manifest)
+    visitors = Visitors(world)
+    wrong = []
+    for route in project_routes():
+        if route.key not in HIDING_ACCESS:
+            continue
+        expected = HIDING_ACCESS[route.key]
+        holds = expected.get("manifest", "- - - - -").split()
+        for role, want, held in zip(ROLES, expected["GET"].split(), holds, strict=True):
+            response = visitors.request(route, role, "GET")
+            got = outcome(response)
+            if got != want:
+                wrong.append(f"GET {route.path(world)} as {role}: {got}, expected {want}")
+            if held != "-" and got == "200":
+                answer = response.json()
+                jobs = answer.get("results", [answer])
+                assert [job["id"] for job in jobs] == [world.export_job.pk]
+                if (jobs[0]["manifest"] == manifest) != (held == "yes"):
+                    wrong.append(f"GET {route.path(world)} as {role}: manifest {held} expected")
+                if held == "no" and SECRET_ANNOTATOR in body(response):
+                    wrong.append(f"GET {route.path(world)} as {role}: the manifest's text leaked")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_export_list_takes_its_project(tmp_path: Path) -> None:
+    """``?project=SLUG`` lists that project's exports only."""
+    world = build_world(tmp_path, text=MARK)
+    elsewhere = project_create(slug="elsewhere", name="elsewhere")
+    MembershipFactory.create(user=world.users["researcher"], project=elsewhere, role="researcher")
+    other = ExportJob.objects.create(
+        project=elsewhere, format="kto", label_source="human:majority", neutral="drop"
+    )
+    visitors = Visitors(world)
+    route = next(route for route in project_routes() if route.key == "api:export-list")
+
+    def listed(query: str) -> list[int]:
+        response = visitors.request(route, "researcher", "GET", query=query)
+        assert response.status_code == 200, body(response)
+        return sorted(job["id"] for job in response.json()["results"])
+
+    assert listed("?project=demo") == [world.export_job.pk]
+    assert listed("?project=elsewhere") == [other.pk]
+    assert listed("") == sorted([world.export_job.pk, other.pk])
+    # A project the user is not a member of lists nothing, as if it did not exist.
+    assert visitors.request(route, "outsider", "GET", query="?project=demo").json()["results"] == []
 
 
 # The only API writes besides POST: a project's admins change it (an empty PATCH changes

@@ -52,7 +52,7 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import invite_create, project_create
 
 ROLES = ("anonymous", "outsider", "annotator", "researcher", "admin")

@@ -24,8 +24,10 @@ from trajectories.formats.base import (
     ParsedTrajectory,
     ParseResult,
     RecordError,
+    StepTraining,
 )
 from trajectories.formats.stepscope import parse, to_record
+from trajectories.hashing import content_hash
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 REALDATA = REPO_ROOT.parent / "shared" / "realdata"
@@ -273,6 +275,16 @@ def broken(change: dict[str, Any]) -> dict[str, Any]:
             "steps.1.labels.1.annotator",
             "already labels this step",
         ),
+        (
+            {
+                "steps.1.labels": [
+                    {"annotator": "a", "value": 1},
+                    {"annotator": "import:a", "value": -1},
+                ]
+            },
+            "steps.1.labels.1.annotator",
+            "'import:a' already labels this step",
+        ),
         ({"steps.2.labels": [{"value": 1}]}, "steps.2.labels", "labelable false"),
         ({"decisive": "solver"}, "decisive", "expected dict, got str"),
         ({"decisive": {}}, "decisive", "names neither an agent nor a step"),
@@ -289,6 +301,23 @@ def broken(change: dict[str, Any]) -> dict[str, Any]:
             "is 'user-sim', not one of the trajectory's agents (solver)",
         ),
         ({"decisive": {"agent": "solver", "reason": 1}}, "decisive.reason", "expected str"),
+        ({"training": {"policy": "v1"}}, "training.policy", "unknown field"),
+        ({"training": {"training_step": 1.5}}, "training.training_step", "expected int"),
+        ({"training": {"policy_version": " "}}, "training.policy_version", "is empty"),
+        ({"steps.1.training": []}, "steps.1.training", "expected dict, got list"),
+        ({"steps.1.training": {"advantge": 1}}, "steps.1.training.advantge", "unknown field"),
+        (
+            {"steps.1.training": {"advantage": "high"}},
+            "steps.1.training.advantage",
+            "expected int or float, got str",
+        ),
+        ({"steps.1.training": {"returns": True}}, "steps.1.training.returns", "got bool"),
+        (
+            {"steps.1.training": {"token_logprobs": [-1, "x"]}},
+            "steps.1.training.token_logprobs.1",
+            "expected a number, got str",
+        ),
+        ({"steps.1.training": {"policy_version": 3}}, "steps.1.training.policy_version", "str"),
     ],
 )
 def test_malformed_record_names_its_field(
@@ -493,3 +522,51 @@ def test_decisive_agent_is_a_role_where_no_step_names_an_agent(tmp_path: Path) -
         "decisive.agent",
         "is 'Orchestrator (thought)', not one of the trajectory's agents (Orchestrator, WebSurfer)",
     )
+
+
+def test_training_facts_are_read_and_written_back(tmp_path: Path) -> None:
+    record = copy.deepcopy(FULL_RECORD)
+    record["training"] = {"policy_version": "global_step_3", "training_step": 3}
+    record["steps"][1]["training"] = {
+        "policy_version": "global_step_3",
+        "training_step": 3,
+        "logprob_sum": -2,
+        "logprob_mean": -0.5,
+        "logprob_min": -1.25,
+        "advantage": 0.75,
+        "returns": 1,
+        "token_logprobs": [-0.25, -0.25, -0.25, -1.25],
+    }
+    record["steps"][3]["training"] = {"advantage": -0.5}
+    [parsed] = trajectories(list(parse(write_lines(tmp_path / "rl.jsonl", [record]))))
+
+    assert (parsed.policy_version, parsed.training_step) == ("global_step_3", 3)
+    assert parsed.steps[0].training is None
+    assert parsed.steps[1].training == StepTraining(
+        policy_version="global_step_3",
+        training_step=3,
+        logprob_sum=-2.0,
+        logprob_mean=-0.5,
+        logprob_min=-1.25,
+        advantage=0.75,
+        returns=1.0,
+        token_logprobs=[-0.25, -0.25, -0.25, -1.25],
+    )
+    assert parsed.steps[3].training == StepTraining(advantage=-0.5)
+    written = to_record(parsed)
+    assert written["training"] == record["training"]
+    assert written["steps"][3]["training"] == {"advantage": -0.5}
+    [again] = trajectories(list(parse(write_lines(tmp_path / "again.jsonl", [written]))))
+    assert dataclasses.replace(again, location="") == dataclasses.replace(parsed, location="")
+
+
+def test_training_facts_change_the_content_hash() -> None:
+    steps = [ParsedStep(kind="answer", role="assistant", content="14", labelable=True)]
+    plain = ParsedTrajectory(external_id="a", task="t", steps=steps)
+    trained = dataclasses.replace(
+        plain,
+        steps=[dataclasses.replace(steps[0], training=StepTraining(advantage=1.0))],
+    )
+    versioned = dataclasses.replace(plain, policy_version="v2")
+    digests = {content_hash(t, "stepscope") for t in (plain, trained, versioned)}
+    assert len(digests) == 3

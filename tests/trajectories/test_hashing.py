@@ -9,7 +9,13 @@ import hashlib
 from hypothesis import given
 from hypothesis import strategies as st
 
-from trajectories.formats.base import STEP_KINDS, ParsedLabel, ParsedStep, ParsedTrajectory
+from trajectories.formats.base import (
+    STEP_KINDS,
+    ParsedLabel,
+    ParsedStep,
+    ParsedTrajectory,
+    imported_annotator_name,
+)
 from trajectories.hashing import (
     _canonical,
     _canonical_json,
@@ -101,7 +107,10 @@ def reference_content_hash(trajectory: ParsedTrajectory, source_format: str) -> 
                 trajectory.branch_index,
                 trajectory.metadata,
                 [[step.labelable, step.metadata or None] for step in trajectory.steps],
-                [[label.step_index, label.value, label.annotator] for label in trajectory.labels],
+                [
+                    [label.step_index, label.value, imported_annotator_name(label.annotator)]
+                    for label in trajectory.labels
+                ],
             ]
         )
     )
@@ -175,6 +184,23 @@ def test_content_hashes_of_earlier_imports_still_match() -> None:
     )
     assert content_hash(second, "stepscope") == (
         "aafcbfd8db345fce83c31194a3643b42b324be93cd30e5587ad709be5a436f51"
+    )
+
+
+def test_an_annotator_hashes_like_the_user_it_becomes() -> None:
+    # An export writes ``import:stepscope`` as ``stepscope``: pushed back, the record
+    # must hash as it did, or the project gets a second copy of it.
+    step = ParsedStep(kind="thought", role="assistant", content="2", labelable=True)
+
+    def labelled(annotator: str) -> ParsedTrajectory:
+        labels = [ParsedLabel(0, 1, annotator)]
+        return ParsedTrajectory(external_id="a", task="1+1?", steps=[step], labels=labels)
+
+    assert content_hash(labelled("stepscope"), "stepscope") == content_hash(
+        labelled("import:stepscope"), "stepscope"
+    )
+    assert content_hash(labelled("alice"), "stepscope") != content_hash(
+        labelled("import:stepscope"), "stepscope"
     )
 
 

@@ -11,8 +11,10 @@ from django.core.management.base import CommandError
 
 from labeling.models import StepLabel
 from tests.conftest import REALDATA
+from tests.factories import MembershipFactory, UserFactory
 from trajectories import synthetic
-from trajectories.models import ImportBatch, Project, Step, Trajectory, TrajectorySource
+from trajectories.models import ImportBatch, Membership, Project, Step, Trajectory, TrajectorySource
+from trajectories.selectors import membership_role, project_get_for_user
 from trajectories.services import ImportRejected, project_create, trajectory_import
 
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
@@ -171,6 +173,53 @@ def test_unknown_format_and_missing_project_are_command_errors() -> None:
         call_command("import_trajectories", "--project", "x", "--create", "--format", "nope", "f")
     with pytest.raises(CommandError, match="--create"):
         call_command("import_trajectories", "--project", "x", "--format", "stepscope", "f")
+
+
+def test_create_with_an_owner_makes_a_project_they_can_open(tmp_path: Path) -> None:
+    owner = UserFactory.create(username="lead")
+    summary, err = run_import(
+        "--project", "pb", "--create", "--owner", "lead", "--format", "processbench",
+        str(PROCESSBENCH),
+    )  # fmt: skip
+    project = Project.objects.get(slug="pb")
+    assert summary["created"] == 400 and "warning" not in summary and err == ""
+    assert summary["owner"] == "lead"
+    assert membership_role(owner, project) == Membership.Role.ADMIN
+    assert project_get_for_user(owner, "pb") == project
+
+    # On a project that exists, the owner joins it as an admin (or becomes one).
+    other = UserFactory.create(username="second")
+    MembershipFactory.create(user=other, project=project, role=Membership.Role.ANNOTATOR)
+    run_import(
+        "--project", "pb", "--owner", "second", "--format", "processbench", str(PROCESSBENCH)
+    )
+    assert membership_role(other, project) == Membership.Role.ADMIN
+
+
+def test_create_without_an_owner_says_nobody_can_open_the_project() -> None:
+    summary, err = run_import(
+        "--project", "pb", "--create", "--format", "processbench", str(PROCESSBENCH)
+    )
+    assert summary["created"] == 400
+    assert "nobody can open project 'pb'" in summary["warning"]
+    assert "--owner USERNAME" in summary["warning"]
+    assert summary["warning"] in err
+    # An inactive member cannot open it either.
+    ghost = UserFactory.create(username="ghost", is_active=False)
+    MembershipFactory.create(
+        user=ghost, project=Project.objects.get(slug="pb"), role=Membership.Role.ADMIN
+    )
+    again, _ = run_import("--project", "pb", "--format", "processbench", str(PROCESSBENCH))
+    assert "nobody can open project 'pb'" in again["warning"]
+
+
+def test_an_unknown_owner_is_refused_before_anything_is_made() -> None:
+    with pytest.raises(CommandError, match="no active user 'nobody'"):
+        run_import(
+            "--project", "pb", "--create", "--owner", "nobody", "--format", "processbench",
+            str(PROCESSBENCH),
+        )  # fmt: skip
+    assert not Project.objects.filter(slug="pb").exists()
 
 
 def test_prefix_hashes_are_shared_by_rollouts_with_a_common_prefix(tmp_path: Path) -> None:

@@ -9,7 +9,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trajectories import pgcopy
-from trajectories.formats.base import ParsedStep
+from trajectories.formats.base import ParsedStep, StepTraining
+
+NO_TRAINING = {
+    "policy_version": "",
+    "training_step": "\\N",
+    "logprob_sum": "\\N",
+    "logprob_mean": "\\N",
+    "logprob_min": "\\N",
+    "advantage": "\\N",
+    "returns": "\\N",
+    "token_logprobs": "\\N",
+}
 
 ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
@@ -37,6 +48,16 @@ def test_step_rows_follow_step_columns() -> None:
             tool_name="calc",
             tool_args={"x": "1\n2"},
             metadata={"k": 1},
+            training=StepTraining(
+                policy_version="v\t3",
+                training_step=12,
+                logprob_sum=-1.5,
+                logprob_mean=-0.75,
+                logprob_min=-1.0,
+                advantage=0.25,
+                returns=1.0,
+                token_logprobs=[-0.5, -1.0],
+            ),
         ),
     ]
     encoded = pgcopy.step_rows(steps, ["h0", "h1"]).encode()
@@ -54,6 +75,7 @@ def test_step_rows_follow_step_columns() -> None:
         "labelable": "t",
         "tool_args": "\\N",
         "metadata": "{}",
+        **NO_TRAINING,
         "content": "a\\tb\\\\n",
     }
     assert second == {
@@ -67,6 +89,14 @@ def test_step_rows_follow_step_columns() -> None:
         "labelable": "f",
         "tool_args": '{"x":"1\\\\n2"}',
         "metadata": '{"k":1}',
+        "policy_version": "v\\t3",
+        "training_step": "12",
+        "logprob_sum": "-1.5",
+        "logprob_mean": "-0.75",
+        "logprob_min": "-1.0",
+        "advantage": "0.25",
+        "returns": "1.0",
+        "token_logprobs": "[-0.5,-1.0]",
         "content": "",
     }
 

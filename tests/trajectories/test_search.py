@@ -25,13 +25,10 @@ from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHE
 from tests.trajectories.test_views import row_ids
 from trajectories.models import Membership, Project, Step, StepSearch, Trajectory
 from trajectories.search import search_probe_pays
-from trajectories.selectors import (
-    TrajectoryFilters,
-    trajectories_filtered,
-    trajectory_filters_definition,
-    trajectory_filters_from,
-    trajectory_list_page,
-)
+from trajectories.selection import TrajectoryFilters
+from trajectories.selection import selection_definition as trajectory_filters_definition
+from trajectories.selection import selection_parse as trajectory_filters_from
+from trajectories.selectors import trajectories_filtered, trajectory_list_page
 from trajectories.services import (
     trajectory_import,
     trajectory_records_import,
@@ -76,11 +73,11 @@ def test_search_finds_a_word_of_the_real_file_before_and_after_indexing(tau: Pro
     assert 0 < len(expected) < Trajectory.objects.filter(project=tau).count()
     # Not indexed yet: the worker has not run, so the search reads the text.
     assert not StepSearch.objects.exists()
-    assert ids(tau, TrajectoryFilters(search="Boston")) == expected
+    assert ids(tau, TrajectoryFilters(q="Boston")) == expected
     written = trajectory_search_index(project_id=tau.pk)
     assert written == Step.objects.filter(trajectory__project=tau).count()
-    assert ids(tau, TrajectoryFilters(search="Boston")) == expected
-    assert ids(tau, TrajectoryFilters(search="boston")) == expected
+    assert ids(tau, TrajectoryFilters(q="Boston")) == expected
+    assert ids(tau, TrajectoryFilters(q="boston")) == expected
     # Indexing again writes nothing.
     assert trajectory_search_index(project_id=tau.pk) == 0
 
@@ -90,11 +87,11 @@ def test_search_syntax_phrase_or_and_exclusion(tau: Project) -> None:
     # The words of a query meet in one step (or the task), not anywhere in a trajectory.
     both = with_word(tau, "boston", also="insurance")
     assert 0 < len(both) < len(with_word(tau, "boston"))
-    assert ids(tau, TrajectoryFilters(search="boston insurance")) == both
-    assert ids(tau, TrajectoryFilters(search="boston or wheelchair")) == with_word(
+    assert ids(tau, TrajectoryFilters(q="boston insurance")) == both
+    assert ids(tau, TrajectoryFilters(q="boston or wheelchair")) == with_word(
         tau, "boston"
     ) | with_word(tau, "wheelchair")
-    assert ids(tau, TrajectoryFilters(search="boston -insurance")) == with_word(
+    assert ids(tau, TrajectoryFilters(q="boston -insurance")) == with_word(
         tau, "boston", without="insurance"
     )
     phrase = {
@@ -104,8 +101,8 @@ def test_search_syntax_phrase_or_and_exclusion(tau: Project) -> None:
         )
         if re.search(r"\bflying to boston\b", content, re.IGNORECASE)
     }
-    assert ids(tau, TrajectoryFilters(search='"flying to boston"')) >= phrase
-    assert ids(tau, TrajectoryFilters(search="zzqx-not-a-word")) == set()
+    assert ids(tau, TrajectoryFilters(q='"flying to boston"')) >= phrase
+    assert ids(tau, TrajectoryFilters(q="zzqx-not-a-word")) == set()
 
 
 def test_search_mixes_indexed_and_unindexed_trajectories(project: Project) -> None:
@@ -113,7 +110,7 @@ def test_search_mixes_indexed_and_unindexed_trajectories(project: Project) -> No
     trajectory_search_index(project_id=project.pk)
     new = trajectory_with_steps(project, ["another quokka"], task="more animals")
     by_task = trajectory_with_steps(project, ["nothing here"], task="a quokka task")
-    assert ids(project, TrajectoryFilters(search="quokka")) == {old.pk, new.pk, by_task.pk}
+    assert ids(project, TrajectoryFilters(q="quokka")) == {old.pk, new.pk, by_task.pk}
 
 
 def tool_calls(run: dict[str, Any]) -> set[str]:
@@ -128,17 +125,17 @@ def test_tool_and_kind_filters_on_the_real_file(tau: Project) -> None:
     runs = json.loads(TAU_BENCH.read_text(encoding="utf-8"))
     booking = sum("book_reservation" in tool_calls(run) for run in runs)
     assert 0 < booking < len(runs)
-    assert len(ids(tau, TrajectoryFilters(tool_name="book_reservation"))) == booking
+    assert len(ids(tau, TrajectoryFilters(tool="book_reservation"))) == booking
     # Tool and kind hold for one step: tool results carry the tool's name too.
-    calls = ids(tau, TrajectoryFilters(tool_name="book_reservation", step_kind="tool_call"))
+    calls = ids(tau, TrajectoryFilters(tool="book_reservation", kind="tool_call"))
     assert len(calls) == booking
-    assert ids(tau, TrajectoryFilters(tool_name="book_reservation", step_kind="thought")) == set()
+    assert ids(tau, TrajectoryFilters(tool="book_reservation", kind="thought")) == set()
 
 
 def test_metadata_filters_on_the_real_file(tau: Project) -> None:
     runs = json.loads(TAU_BENCH.read_text(encoding="utf-8"))
     trial_zero = sum(run["trial"] == 0 for run in runs)
-    assert len(ids(tau, TrajectoryFilters(metadata="metadata.trial = 0"))) == trial_zero
+    assert len(ids(tau, TrajectoryFilters(meta="metadata.trial = 0"))) == trial_zero
     # Some runs have a null cost: never in a range.
     assert any(run["info"]["user_cost"] is None for run in runs)
 
@@ -147,13 +144,13 @@ def test_metadata_filters_on_the_real_file(tau: Project) -> None:
         return isinstance(cost, float) and cost >= 0.003
 
     assert 0 < sum(map(costly, runs)) < len(runs)
-    found = ids(tau, TrajectoryFilters(metadata="metadata.info.user_cost >= 0.003"))
+    found = ids(tau, TrajectoryFilters(meta="metadata.info.user_cost >= 0.003"))
     assert len(found) == sum(map(costly, runs))
-    both = ids(tau, TrajectoryFilters(metadata="metadata.info.user_cost >= 0.003, trial != 0"))
+    both = ids(tau, TrajectoryFilters(meta="metadata.info.user_cost >= 0.003, trial != 0"))
     assert len(both) == sum(costly(run) and run["trial"] != 0 for run in runs)
     # Text is never in a numeric range, and a missing key never matches.
-    assert ids(tau, TrajectoryFilters(metadata="metadata.info.source >= 0")) == set()
-    assert ids(tau, TrajectoryFilters(metadata="metadata.no_such_key != 1")) == set()
+    assert ids(tau, TrajectoryFilters(meta="metadata.info.source >= 0")) == set()
+    assert ids(tau, TrajectoryFilters(meta="metadata.no_such_key != 1")) == set()
 
 
 def test_agent_filter_on_who_and_when_through_the_mapped_importer(project: Project) -> None:
@@ -166,10 +163,8 @@ def test_agent_filter_on_who_and_when_through_the_mapped_importer(project: Proje
         )
     [ag2] = ids(project, TrajectoryFilters(agent="Excel_Expert"))
     assert Trajectory.objects.get(pk=ag2).metadata["mistake_agent"] == "Excel_Expert"
-    assert ids(project, TrajectoryFilters(metadata="metadata.mistake_agent = Excel_Expert")) == {
-        ag2
-    }
-    assert ids(project, TrajectoryFilters(agent="Computer_terminal", step_kind="message")) == {ag2}
+    assert ids(project, TrajectoryFilters(meta="metadata.mistake_agent = Excel_Expert")) == {ag2}
+    assert ids(project, TrajectoryFilters(agent="Computer_terminal", kind="message")) == {ag2}
     assert ids(project, TrajectoryFilters(agent="Nobody")) == set()
 
 
@@ -177,18 +172,18 @@ def test_error_step_filter(project: Project) -> None:
     failed = trajectory_with_steps(project, ["call", "boom"])
     Step.objects.filter(trajectory=failed, index=1).update(metadata={"error": "timeout"})
     fine = trajectory_with_steps(project, ["call", "ok"])
-    assert ids(project, TrajectoryFilters(error_step="yes")) == {failed.pk}
-    assert ids(project, TrajectoryFilters(error_step="no")) == {fine.pk}
+    assert ids(project, TrajectoryFilters(error_steps="yes")) == {failed.pk}
+    assert ids(project, TrajectoryFilters(error_steps="no")) == {fine.pk}
 
 
 FULL = TrajectoryFilters(
     outcome="failure",
-    search='"flying to boston" -insurance',
-    tool_name="book_reservation",
+    q='"flying to boston" -insurance',
+    tool="book_reservation",
     agent="Excel_Expert",
-    step_kind="tool_call",
-    error_step="yes",
-    metadata="metadata.level = 3, metadata.cost >= 0.5",
+    kind="tool_call",
+    error_steps="yes",
+    meta="metadata.level = 3, metadata.cost >= 0.5",
 )
 
 
@@ -201,8 +196,8 @@ def test_new_filters_round_trip_through_a_saved_selection(project: Project) -> N
 
 
 def test_a_queue_takes_the_trajectories_a_search_and_tool_filter_find(tau: Project) -> None:
-    filters = TrajectoryFilters(search="boston", tool_name="book_reservation")
-    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool_name="book_reservation"))
+    filters = TrajectoryFilters(q="boston", tool="book_reservation")
+    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool="book_reservation"))
     assert expected
     queue = queue_create(project=tau, name="boston bookings", created_by=None, filters=filters)
     assert set(queue.items.values_list("trajectory_id", flat=True)) == expected
@@ -236,7 +231,7 @@ def test_the_list_page_searches_and_filters(tau: Project, researcher: User) -> N
     url = reverse("trajectory-list", args=[tau.slug])
     response = client.get(url, {"q": "boston", "tool": "book_reservation"})
     assert response.status_code == 200
-    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool_name="book_reservation"))
+    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool="book_reservation"))
     assert set(row_ids(response.content.decode())) == expected
     # The saved-selection link carries the search.
     assert "q=boston" in response.content.decode()
@@ -262,7 +257,7 @@ def test_the_api_takes_the_filters(tau: Project, researcher: User) -> None:
     url = "/api/v1/trajectories/"
     response = client.get(url, {"project": tau.slug, "q": "boston", "tool": "book_reservation"})
     assert response.status_code == 200, response.content
-    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool_name="book_reservation"))
+    expected = with_word(tau, "boston") & ids(tau, TrajectoryFilters(tool="book_reservation"))
     assert {row["id"] for row in response.json()["results"]} == expected
     bad = client.get(url, {"project": tau.slug, "meta": "metadata.cost >= cheap"})
     assert bad.status_code == 400
@@ -405,7 +400,7 @@ def test_a_common_word_is_probed_per_trajectory_and_a_rare_one_hashed(project: P
     assert not search_probe_pays("quokka", 50)
 
     for word in ("falcon", "quokka"):
-        filters = TrajectoryFilters(search=word)
+        filters = TrajectoryFilters(q=word)
         hashed = trajectories_filtered(project, filters).order_by("-id")
         probed = trajectories_filtered(project, filters, search_probe=True).order_by("-id")
         assert "OFFSET 0" in str(probed.query) and "OFFSET 0" not in str(hashed.query)
@@ -416,7 +411,7 @@ def test_a_common_word_is_probed_per_trajectory_and_a_rare_one_hashed(project: P
         assert [row.pk for row in page] == expected
     # The probed step test is never hashed: PostgreSQL runs it trajectory by trajectory.
     plan = (
-        trajectories_filtered(project, TrajectoryFilters(search="falcon"), search_probe=True)
+        trajectories_filtered(project, TrajectoryFilters(q="falcon"), search_probe=True)
         .order_by("-id")[:50]
         .explain()
     )

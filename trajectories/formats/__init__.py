@@ -54,6 +54,7 @@ def _load() -> None:
     # Importing the modules fills PARSERS; kept lazy so importing the package stays cheap.
     from trajectories.formats import (  # noqa: F401
         agent_session,
+        art,
         chatdev,
         inspect_ai,
         langfuse,
@@ -66,10 +67,13 @@ def _load() -> None:
         otel,
         prm800k,
         processbench,
+        rllm,
         stepscope,
         swe_agent,
+        trl_completions,
         trl_stepwise,
         verifiers,
+        verl,
     )
 
 

@@ -24,6 +24,67 @@ STEP_KINDS = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class StepTraining:
+    """What an RL trainer knew about a step when it trained on it: the policy (weight)
+    version that wrote it, the training step, a summary of its token logprobs, its
+    advantage and its return. Every field may be unknown (None); ``token_logprobs`` is
+    kept only when an import asks for it (it is as long as the step's tokens)."""
+
+    policy_version: str | None = None
+    training_step: int | None = None
+    logprob_sum: float | None = None
+    logprob_mean: float | None = None
+    logprob_min: float | None = None
+    advantage: float | None = None
+    returns: float | None = None
+    token_logprobs: list[float] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The known fields, by name (the Stepscope format's ``training`` object)."""
+        values = {
+            "policy_version": self.policy_version,
+            "training_step": self.training_step,
+            "logprob_sum": self.logprob_sum,
+            "logprob_mean": self.logprob_mean,
+            "logprob_min": self.logprob_min,
+            "advantage": self.advantage,
+            "returns": self.returns,
+            "token_logprobs": self.token_logprobs,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+TRAINING_FIELDS = (
+    "policy_version",
+    "training_step",
+    "logprob_sum",
+    "logprob_mean",
+    "logprob_min",
+    "advantage",
+    "returns",
+    "token_logprobs",
+)
+
+
+def logprob_summary(logprobs: list[float] | None, *, keep_tokens: bool = False) -> dict[str, Any]:
+    """``logprob_sum``, ``logprob_mean`` and ``logprob_min`` of a step's token
+    logprobs (and the logprobs themselves with ``keep_tokens``), as keyword arguments
+    for :class:`StepTraining`; nothing for no logprobs."""
+    if not logprobs:
+        return {}
+    values = [float(value) for value in logprobs]
+    total = sum(values)
+    summary: dict[str, Any] = {
+        "logprob_sum": total,
+        "logprob_mean": total / len(values),
+        "logprob_min": min(values),
+    }
+    if keep_tokens:
+        summary["token_logprobs"] = values
+    return summary
+
+
 # Not frozen: steps are the most numerous objects an import makes, and a frozen
 # dataclass sets each field through object.__setattr__, which made building one three
 # times slower. Parsers build steps once and nothing changes them afterwards.
@@ -37,10 +98,24 @@ class ParsedStep:
     tool_name: str = ""
     tool_args: Any = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    # The trainer's facts about the step, for RL rollouts; None for everything else.
+    training: StepTraining | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
             raise ValueError(f"unknown step kind {self.kind!r}; expected one of {STEP_KINDS}")
+
+
+# Imported labels belong to non-login users named ``import:<name>``: a file's
+# ``alice`` and ``import:alice`` are the same annotator.
+IMPORTED_ANNOTATOR_PREFIX = "import:"
+
+
+def imported_annotator_name(name: str) -> str:
+    """The user an imported label's ``annotator`` stands for, prefix added where missing,
+    so that the two spellings of one annotator import, hash and deduplicate alike (an
+    export writes the name without the prefix)."""
+    return name if name.startswith(IMPORTED_ANNOTATOR_PREFIX) else IMPORTED_ANNOTATOR_PREFIX + name
 
 
 @dataclass(frozen=True)
@@ -90,6 +165,10 @@ class ParsedTrajectory:
     # alternative completions). The import service links the two.
     parent_external_id: str = ""
     branch_index: int | None = None
+    # The policy (weight) version that wrote the rollout and the trainer's step that
+    # used it, for RL rollouts.
+    policy_version: str | None = None
+    training_step: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,11 +208,22 @@ def require(record: Any, key: str, kind: type | tuple[type, ...], path: str = ""
     if key not in record:
         raise FieldError(name, "is missing")
     value = record[key]
+    problem = type_mismatch(value, kind)
+    if problem is not None:
+        raise FieldError(name, problem)
+    return value
+
+
+def type_mismatch(value: Any, kind: type | tuple[type, ...]) -> str | None:
+    """Why ``value`` is not of ``kind`` (``expected int, got str``), or None: the one type
+    rule of imported files, which the label API applies to its values too. Nothing is
+    converted: ``"1"`` and ``1.0`` are not ints, and ``bool`` does not pass for ``int``
+    or ``float``."""
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
         expected = " or ".join(k.__name__ for k in kinds)
-        raise FieldError(name, f"expected {expected}, got {type(value).__name__}")
-    return value
+        return f"expected {expected}, got {type(value).__name__}"
+    return None
 
 
 def tool_call_step(

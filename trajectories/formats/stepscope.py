@@ -8,6 +8,7 @@ nearly always typos (``"lables"``) whose data would otherwise vanish without a w
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,8 @@ from trajectories.formats.base import (
     ParsedTrajectory,
     ParseResult,
     RecordError,
+    StepTraining,
+    imported_annotator_name,
     require,
 )
 
@@ -40,6 +43,7 @@ TRAJECTORY_KEYS = (
     "first_error_index",
     "decisive",
     "metadata",
+    "training",
     "steps",
 )
 OUTCOME_KEYS = ("reward", "success")
@@ -52,7 +56,20 @@ STEP_KEYS = (
     "tool_name",
     "tool_args",
     "metadata",
+    "training",
     "labels",
+)
+# A trajectory's training facts, and a step's (formats/base.py, StepTraining).
+TRAJECTORY_TRAINING_KEYS = ("policy_version", "training_step")
+STEP_TRAINING_KEYS = (
+    "policy_version",
+    "training_step",
+    "logprob_sum",
+    "logprob_mean",
+    "logprob_min",
+    "advantage",
+    "returns",
+    "token_logprobs",
 )
 LABEL_KEYS = ("annotator", "value")
 DECISIVE_KEYS = ("agent", "step", "reason")
@@ -139,6 +156,7 @@ def to_record(trajectory: ParsedTrajectory) -> dict[str, Any]:
         "first_error_index": trajectory.first_error_index,
         "decisive": _decisive_record(trajectory.decisive),
         "metadata": trajectory.metadata,
+        "training": _trajectory_training_record(trajectory),
         "steps": [
             {
                 "kind": step.kind,
@@ -149,6 +167,7 @@ def to_record(trajectory: ParsedTrajectory) -> dict[str, Any]:
                 "tool_name": step.tool_name,
                 "tool_args": step.tool_args,
                 "metadata": step.metadata,
+                "training": None if step.training is None else step.training.as_dict(),
                 "labels": labels_by_step.get(index, []),
             }
             for index, step in enumerate(trajectory.steps)
@@ -186,6 +205,7 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
             f"from 0 to {len(steps) - 1}",
         )
     decisive = _decisive(record, steps)
+    policy_version, training_step = _trajectory_training(record)
     return ParsedTrajectory(
         external_id=external_id,
         task=task,
@@ -203,6 +223,73 @@ def _trajectory(record: Any, location: str) -> ParsedTrajectory:
         # second copy would double what an import writes.
         raw=None,
         location=location,
+        policy_version=policy_version,
+        training_step=training_step,
+    )
+
+
+def _trajectory_training_record(trajectory: ParsedTrajectory) -> dict[str, Any] | None:
+    if trajectory.policy_version is None and trajectory.training_step is None:
+        return None
+    record: dict[str, Any] = {}
+    if trajectory.policy_version is not None:
+        record["policy_version"] = trajectory.policy_version
+    if trajectory.training_step is not None:
+        record["training_step"] = trajectory.training_step
+    return record
+
+
+def _trajectory_training(record: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The trajectory's ``training`` object: null or absent for none."""
+    raw = _optional(record, "training", dict, None, nullable=True)
+    if raw is None:
+        return None, None
+    _reject_unknown_keys(raw, TRAJECTORY_TRAINING_KEYS, "training")
+    return (
+        _policy_version(raw, "training"),
+        _optional(raw, "training_step", int, None, "training", nullable=True),
+    )
+
+
+def _policy_version(raw: dict[str, Any], path: str) -> str | None:
+    version = _optional(raw, "policy_version", str, None, path, nullable=True)
+    if version is not None and not version.strip():
+        raise FieldError(f"{path}.policy_version", "is empty; write null for none")
+    return version
+
+
+def _step_training(raw: dict[str, Any], path: str) -> StepTraining | None:
+    """A step's ``training`` object (null or absent for none): numbers where numbers
+    go, finite ones, and ``token_logprobs`` a list of them."""
+    training = _optional(raw, "training", dict, None, path, nullable=True)
+    if training is None:
+        return None
+    path = f"{path}.training"
+    _reject_unknown_keys(training, STEP_TRAINING_KEYS, path)
+    numbers: dict[str, float | None] = {}
+    for name in ("logprob_sum", "logprob_mean", "logprob_min", "advantage", "returns"):
+        value = _optional(training, name, (int, float), None, path, nullable=True)
+        if value is not None and not math.isfinite(value):
+            raise FieldError(f"{path}.{name}", f"is {value}; expected a finite number")
+        numbers[name] = None if value is None else float(value)
+    tokens = _optional(training, "token_logprobs", list, None, path, nullable=True)
+    if tokens is not None:
+        for position, value in enumerate(tokens):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise FieldError(
+                    f"{path}.token_logprobs.{position}",
+                    f"expected a number, got {type(value).__name__}",
+                )
+        tokens = [float(value) for value in tokens]
+    return StepTraining(
+        policy_version=_policy_version(training, path),
+        training_step=_optional(training, "training_step", int, None, path, nullable=True),
+        logprob_sum=numbers["logprob_sum"],
+        logprob_mean=numbers["logprob_mean"],
+        logprob_min=numbers["logprob_min"],
+        advantage=numbers["advantage"],
+        returns=numbers["returns"],
+        token_logprobs=tokens,
     )
 
 
@@ -279,6 +366,8 @@ def _plain_step(raw: Any) -> ParsedStep | None:
         and type(metadata) is dict
         and type(labels) is list
         and not labels
+        # A step with training facts is read by _step, which checks them.
+        and get("training") is None
     ):
         return None
     return ParsedStep(kind, role, content, labelable, agent, tool_name, get("tool_args"), metadata)
@@ -307,6 +396,7 @@ def _step(raw: Any, index: int) -> tuple[ParsedStep, list[ParsedLabel]]:
         tool_name=_optional(raw, "tool_name", str, "", path),
         tool_args=raw.get("tool_args"),
         metadata=_optional(raw, "metadata", dict, {}, path),
+        training=_step_training(raw, path),
     )
 
     labels = []
@@ -314,12 +404,14 @@ def _step(raw: Any, index: int) -> tuple[ParsedStep, list[ParsedLabel]]:
     for number, raw_label in enumerate(_optional(raw, "labels", list, [], path)):
         label_path = f"{path}.labels.{number}"
         label = _label(raw_label, index, label_path)
-        if label.annotator in annotators:
+        # ``alice`` and ``import:alice`` are one annotator.
+        user = imported_annotator_name(label.annotator)
+        if user in annotators:
             raise FieldError(
                 f"{label_path}.annotator",
                 f"{label.annotator!r} already labels this step; one label per annotator",
             )
-        annotators.add(label.annotator)
+        annotators.add(user)
         labels.append(label)
     if labels and not labelable:
         raise FieldError(f"{path}.labels", "a step with labelable false cannot carry labels")

@@ -46,6 +46,8 @@ class _Step(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False):
     tool_name: str = ""
     tool_args: Any = None
     metadata: dict[str, Any] = {}
+    # Training facts go to the ordinary parser, which checks them; null is none.
+    training: None = None
     labels: _NoLabels = []
 
 
@@ -65,6 +67,7 @@ class _Record(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, gc=False
     first_error_index: None = None
     decisive: None = None
     metadata: dict[str, Any] = {}
+    training: None = None
     steps: Annotated[list[_Step], msgspec.Meta(min_length=1)]
 
 

@@ -38,6 +38,7 @@ from trajectories.services.projects import (
     membership_set,
     project_create,
     project_creation_allowed,
+    project_owner_set,
     project_slug_check,
     project_update,
 )
@@ -70,6 +71,7 @@ __all__ = [
     "project_creation_allowed",
     "project_delete_start",
     "project_deletion_run",
+    "project_owner_set",
     "project_slug_check",
     "project_update",
     "search_index_enqueue",

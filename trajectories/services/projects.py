@@ -8,10 +8,11 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 
+# The prefix is the formats' (Django-free) own; named here too for the services' users.
+from trajectories.formats.base import IMPORTED_ANNOTATOR_PREFIX as IMPORTED_ANNOTATOR_PREFIX
+from trajectories.formats.base import imported_annotator_name
 from trajectories.models import Membership, MembershipEvent, Project
-from trajectories.services.members import MemberError
-
-IMPORTED_ANNOTATOR_PREFIX = "import:"
+from trajectories.services.members import MemberError, member_add, member_role_set
 
 # What higher apps add to a new project inside project_create's transaction (labeling:
 # the default label schema), registered from their AppConfig.ready() by name, run in the
@@ -88,6 +89,17 @@ def project_create(
     return project
 
 
+def project_owner_set(*, project: Project, user: User) -> Membership:
+    """Make ``user`` an admin of ``project``: added as one, or a member's role raised
+    (the operator's ``import_trajectories --owner``, with no admin to act in the UI)."""
+    membership = Membership.objects.filter(project=project, user=user).first()
+    if membership is None:
+        return member_add(
+            project=project, actor=user, username=user.get_username(), role=Membership.Role.ADMIN
+        )
+    return member_role_set(membership=membership, actor=user, role=Membership.Role.ADMIN)
+
+
 def project_update(
     *, project: Project, name: str | None = None, guidelines: str | None = None
 ) -> Project:
@@ -119,8 +131,7 @@ def imported_annotator(name: str) -> User:
     Names without the ``import:`` prefix get it, so an imported file can never attribute
     labels to a real account.
     """
-    if not name.startswith(IMPORTED_ANNOTATOR_PREFIX):
-        name = IMPORTED_ANNOTATOR_PREFIX + name
+    name = imported_annotator_name(name)
     user, created = User.objects.get_or_create(username=name[:150], defaults={"is_active": False})
     if created:
         user.set_unusable_password()

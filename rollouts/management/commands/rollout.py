@@ -60,7 +60,7 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from trajectories.selectors import TrajectoryFilters
+        from trajectories.selection import TrajectoryFilters
 
         project = project_or_error(options["project"])
         policy = selectors.policy_by_name(project, options["policy"])

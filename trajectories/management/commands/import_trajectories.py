@@ -1,10 +1,14 @@
-"""python manage.py import_trajectories --project SLUG [--create] --format FORMAT
-[--mapping FILE] [--skip-invalid] PATH...
+"""python manage.py import_trajectories --project SLUG [--create] [--owner USERNAME]
+--format FORMAT [--mapping FILE] [--skip-invalid] PATH...
 
 PATH is a file or a directory; a directory stands for what the format reads in it (by
 default every .json, .jsonl, .traj and .eval file below it, in sorted order; an OpenHands
 conversation folder once, a ChatDev folder's .log files). Each is its own all-or-nothing
-import."""
+import.
+
+A project is seen only by its members: ``--owner`` names the user who becomes its admin
+(on a project that exists, they join it as one or are made one). When no active member
+can open the project, the summary's ``warning`` says so."""
 
 from __future__ import annotations
 
@@ -12,11 +16,18 @@ import json
 from pathlib import Path
 from typing import Any
 
+from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from trajectories.formats import import_units
 from trajectories.models import Project
-from trajectories.services import ImportRejected, parser_get, project_create, trajectory_import
+from trajectories.services import (
+    ImportRejected,
+    parser_get,
+    project_create,
+    project_owner_set,
+    trajectory_import,
+)
 
 
 class Command(BaseCommand):
@@ -26,6 +37,12 @@ class Command(BaseCommand):
         parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--create", action="store_true", help="create the project if missing")
+        parser.add_argument(
+            "--owner",
+            metavar="USERNAME",
+            help="an existing user who becomes the project's admin (nobody else can open a"
+            " project this command creates)",
+        )
         parser.add_argument("--format", required=True, dest="source_format")
         parser.add_argument("--mapping", type=Path, help="JSON mapping for --format mapped")
         parser.add_argument(
@@ -50,9 +67,12 @@ class Command(BaseCommand):
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None and not options["create"]:
             raise CommandError(f"no project {options['project']!r}; pass --create to make it")
+        owner = _owner(options["owner"])
         paths = _expand(options["paths"], source_format)
         if project is None:
-            project = project_create(slug=options["project"], name=options["project"])
+            project = project_create(slug=options["project"], name=options["project"], owner=owner)
+        elif owner is not None:
+            project_owner_set(project=project, user=owner)
 
         summary: dict[str, Any] = {
             "created": 0,
@@ -89,9 +109,30 @@ class Command(BaseCommand):
             summary["steps"] += batch.step_count
             batches.append(batch.pk)
         summary["batch"] = batches[0] if len(batches) == 1 else batches
+        if owner is not None:
+            summary["owner"] = owner.get_username()
+        if not project.memberships.filter(user__is_active=True).exists():
+            summary["warning"] = (
+                f"nobody can open project {project.slug!r}: it has no active member. Run the"
+                " command again with --owner USERNAME (an existing user, who becomes its"
+                " admin) to see it in the browser and the API."
+            )
+            self.stderr.write(summary["warning"])
         self.stdout.write(json.dumps(summary))
         if failed:
             raise SystemExit(1)
+
+
+def _owner(username: str | None) -> User | None:
+    if username is None:
+        return None
+    user = User.objects.filter(username=username, is_active=True).first()
+    if user is None:
+        raise CommandError(
+            f"--owner: no active user {username!r}; create one first (manage.py"
+            " createsuperuser, or sign-up where it is open)"
+        )
+    return user
 
 
 def _expand(paths: list[Path], source_format: str) -> list[Path]:

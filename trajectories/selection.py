@@ -1,0 +1,376 @@
+"""The one selection language: the filters that pick a project's trajectories, by the
+names every consumer takes. The trajectory list's query string, ``GET
+/api/v1/trajectories/``, saved selections, labeling queues, scoring, judge, attribution
+and rollout runs (first-error search included) and exports all parse a selection here and
+apply it with ``trajectories.selectors.trajectories_filtered``, so a name means the same
+everywhere and a name nobody knows is refused, never dropped.
+
+A filter is one field of ``TrajectoryFilters`` declared with :func:`text`, :func:`choice`,
+:func:`integer` or :func:`number`: its name, type, bounds, the old names it still answers
+to, and (for a plain condition on one trajectory column) the column and lookup that apply
+it. Adding such a filter is that one declaration; a filter that needs a join of its own
+also registers a condition (``trajectories.selectors.trajectory_filter_register``) in the
+app that owns its tables. See CONTRIBUTING.md, "Add a trajectory filter".
+"""
+
+# Django-free: a selection is plain data parsed the same from a query string and from JSON.
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trajectories.metadata_query import MetadataSyntaxError, metadata_conditions_parse
+
+SEARCH_MAX_LENGTH = 500
+TEXT_MAX_LENGTH = 1000
+# The values of ``trajectories.models.Step.Kind`` (a test keeps the two equal).
+STEP_KINDS = ("message", "thought", "action", "tool_call", "tool_result", "observation", "answer")
+
+
+@dataclass(frozen=True)
+class FilterSpec:
+    """What one filter accepts. ``column`` / ``lookup``: a condition on the trajectory's
+    own column (``step_count__gte``) that ``trajectories_filtered`` applies without code
+    of its own; empty for a filter whose condition is written out."""
+
+    name: str
+    kind: type  # str, int or float
+    label: str
+    help: str
+    group: str  # trajectory, steps, labels or models: where the list's form shows it
+    choices: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    max_length: int = TEXT_MAX_LENGTH
+    column: str = ""
+    lookup: str = "exact"
+
+
+def _field(default: Any, spec: dict[str, Any]) -> Any:
+    return dataclasses.field(default=default, metadata={"spec": spec})
+
+
+def text(label: str, help: str, *, group: str, **spec: Any) -> Any:
+    """A text filter; empty filters nothing."""
+    return _field("", {"kind": str, "label": label, "help": help, "group": group, **spec})
+
+
+def choice(label: str, help: str, choices: Iterable[str], *, group: str, **spec: Any) -> Any:
+    """One of ``choices``; empty filters nothing."""
+    return _field(
+        "",
+        {
+            "kind": str,
+            "label": label,
+            "help": help,
+            "group": group,
+            "choices": tuple(choices),
+            **spec,
+        },
+    )
+
+
+def integer(label: str, help: str, *, group: str, **spec: Any) -> Any:
+    """A whole number; None filters nothing."""
+    return _field(None, {"kind": int, "label": label, "help": help, "group": group, **spec})
+
+
+def number(label: str, help: str, *, group: str, default: float | None = None, **spec: Any) -> Any:
+    """A number; its default (None unless given) filters nothing."""
+    return _field(default, {"kind": float, "label": label, "help": help, "group": group, **spec})
+
+
+@dataclass(frozen=True)
+class TrajectoryFilters:
+    """A selection of a project's trajectories: every filter set must pass. The default
+    value of a field filters nothing."""
+
+    q: str = text(
+        "Search",
+        'Full-text search over the task and step text: words, "a phrase", or, -word.',
+        group="trajectory",
+        aliases=("search",),
+        max_length=SEARCH_MAX_LENGTH,
+    )
+    outcome: str = choice(
+        "Outcome",
+        "success, failure or unknown.",
+        ("success", "failure", "unknown"),
+        group="trajectory",
+    )
+    model: str = text(
+        "Model",
+        "The model name.",
+        group="trajectory",
+        aliases=("model_name",),
+        column="model_name",
+    )
+    task: str = text(
+        "Task key", "The task key.", group="trajectory", aliases=("task_key",), column="task_key"
+    )
+    min_steps: int | None = integer(
+        "Min steps",
+        "At least this many steps.",
+        group="trajectory",
+        minimum=0,
+        column="step_count",
+        lookup="gte",
+    )
+    max_steps: int | None = integer(
+        "Max steps",
+        "At most this many steps.",
+        group="trajectory",
+        minimum=0,
+        column="step_count",
+        lookup="lte",
+    )
+    # Some one step matches all of tool, agent, kind and error_steps=yes that are set.
+    tool: str = text("Tool", "Some step calls this tool.", group="steps", aliases=("tool_name",))
+    agent: str = text(
+        "Agent", "Some step is by this agent (with tool and kind: the same step).", group="steps"
+    )
+    kind: str = choice(
+        "Step kind",
+        "Some step is of this kind.",
+        STEP_KINDS,
+        group="steps",
+        aliases=("step_kind",),
+    )
+    error_steps: str = choice(
+        "Error steps",
+        "yes: some step's metadata has an error; no: none has.",
+        ("yes", "no"),
+        group="steps",
+        aliases=("error_step",),
+    )
+    meta: str = text(
+        "Metadata",
+        "Conditions on the trajectory's metadata: metadata.level = 3, metadata.cost >= 0.5",
+        group="steps",
+        aliases=("metadata",),
+    )
+    # Submitted labels (anyone's) on the labelable steps.
+    label_status: str = choice(
+        "Label status",
+        "unlabelled (no step), partial (some) or complete (every labelable step).",
+        ("unlabelled", "partial", "complete"),
+        group="labels",
+    )
+    # Among steps two or more human annotators labelled, the share where all gave the
+    # same value; trajectories with no such step are out.
+    min_agreement: float | None = number(
+        "Agreement at least",
+        "Share (0..1) of the steps labelled by two or more people where all agree.",
+        group="labels",
+        minimum=0.0,
+        maximum=1.0,
+    )
+    first_error: str = choice(
+        "Has a first error",
+        "yes: some step has a submitted label of -1 (a person's or an import's); no: none has.",
+        ("yes", "no"),
+        group="labels",
+    )
+    # The human majority against model_scorer's scores thresholded at model_threshold, on
+    # steps where both have a non-neutral value.
+    human_model: str = choice(
+        "Human and model",
+        "agree (all compared steps agree) or disagree (one differs); needs model_scorer.",
+        ("agree", "disagree"),
+        group="models",
+    )
+    model_scorer: str = text(
+        "Scorer", "The scorer human_model compares with (a name).", group="models"
+    )
+    model_threshold: float = number(
+        "Score threshold",
+        "A score at or above it is a good step (0..1; default 0.5).",
+        group="models",
+        default=0.5,
+        minimum=0.0,
+        maximum=1.0,
+    )
+    credit_run: int | None = integer(
+        "Attribution run",
+        "An attribution run's id, for credit_above / credit_below.",
+        group="models",
+        minimum=1,
+    )
+    credit_above: float | None = number(
+        "A step's credit above", "Some step's credit in credit_run is above this.", group="models"
+    )
+    credit_below: float | None = number(
+        "A step's credit below", "Some step's credit in credit_run is below this.", group="models"
+    )
+
+    def is_empty(self) -> bool:
+        return self == TrajectoryFilters()
+
+
+FILTERS: dict[str, FilterSpec] = {
+    field.name: FilterSpec(name=field.name, **field.metadata["spec"])
+    for field in dataclasses.fields(TrajectoryFilters)
+}
+# Old names that stored selections and scripts still use, each answering to its filter.
+ALIASES: dict[str, str] = {alias: spec.name for spec in FILTERS.values() for alias in spec.aliases}
+
+
+class SelectionError(ValueError):
+    """A selection that does not parse. ``errors`` maps each bad name (as given) to what
+    is wrong with it; ``unknown`` lists the names no filter answers to."""
+
+    def __init__(self, errors: Mapping[str, str], unknown: Iterable[str] = ()) -> None:
+        self.errors = dict(errors)
+        self.unknown = sorted(unknown)
+        super().__init__("; ".join(f"{name}: {message}" for name, message in self.errors.items()))
+
+    def by_name(self) -> dict[str, list[str]]:
+        """The messages as a 400's body carries them: a list per name."""
+        return {name: [message] for name, message in self.errors.items()}
+
+
+UNKNOWN_MESSAGE = f"unknown filter; the filters are {', '.join(FILTERS)}"
+
+
+def selection_parse(data: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> TrajectoryFilters:
+    """A selection from a query string (every value a string) or a JSON object (numbers
+    as numbers, or as strings). Empty values and None filter nothing. Names in ``ignore``
+    (a list's paging and ordering parameters) are passed over; any other name that is
+    neither a filter nor one of its old names is refused. Raises SelectionError naming
+    every bad name."""
+    ignored = set(ignore)
+    errors: dict[str, str] = {}
+    unknown: list[str] = []
+    values: dict[str, Any] = {}
+    for given, raw in data.items():
+        if given in ignored:
+            continue
+        name = ALIASES.get(given, given)
+        spec = FILTERS.get(name)
+        if spec is None:
+            unknown.append(given)
+            continue
+        if name in values:
+            errors[given] = f"given twice (as {name} and an old name of it)"
+            continue
+        try:
+            value = _value(spec, raw)
+        except ValueError as error:
+            errors[given] = str(error)
+            continue
+        if value is not None:
+            values[name] = value
+    if unknown:
+        errors = dict.fromkeys(unknown, UNKNOWN_MESSAGE) | errors
+    if not errors:
+        errors = _checks_across(values)
+    if errors:
+        raise SelectionError(errors, unknown)
+    return TrajectoryFilters(**values)
+
+
+def _value(spec: FilterSpec, raw: Any) -> Any:
+    """The filter's value from what was given, or None when it filters nothing."""
+    if isinstance(raw, (list, tuple)):
+        if len(raw) != 1:
+            raise ValueError("give one value")
+        raw = raw[0]
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return None
+    if isinstance(raw, bool):
+        raise ValueError(f"expected {_expected(spec)}, not {raw!r}")
+    if spec.kind is str:
+        if not isinstance(raw, str):
+            raise ValueError(f"expected text, not {raw!r}")
+        value = raw.strip()
+        if len(value) > spec.max_length:
+            raise ValueError(f"longer than {spec.max_length} characters")
+        if spec.choices and value not in spec.choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(spec.choices)}")
+        if spec.name == "meta":
+            try:
+                metadata_conditions_parse(value)
+            except MetadataSyntaxError as error:
+                raise ValueError(str(error)) from None
+        return value
+    number_value: int | float
+    try:
+        if spec.kind is int:
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError
+            number_value = int(raw.strip() if isinstance(raw, str) else raw)
+        else:
+            number_value = float(raw)
+    except (TypeError, ValueError):
+        raise ValueError(f"expected {_expected(spec)}, not {raw!r}") from None
+    if isinstance(number_value, float) and not math.isfinite(number_value):
+        raise ValueError(f"expected a finite number, not {raw!r}")
+    if spec.minimum is not None and number_value < spec.minimum:
+        raise ValueError(f"{number_value} is below {spec.minimum:g}")
+    if spec.maximum is not None and number_value > spec.maximum:
+        raise ValueError(f"{number_value} is above {spec.maximum:g}")
+    return number_value
+
+
+def _expected(spec: FilterSpec) -> str:
+    return "a whole number" if spec.kind is int else "a number"
+
+
+def _checks_across(values: Mapping[str, Any]) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    if values.get("human_model") and not values.get("model_scorer"):
+        errors["human_model"] = "needs model_scorer (the scorer to compare with)"
+    for bound in ("credit_above", "credit_below"):
+        if bound in values and "credit_run" not in values:
+            errors[bound] = "needs credit_run (an attribution run's id)"
+    low, high = values.get("min_steps"), values.get("max_steps")
+    if low is not None and high is not None and low > high:
+        errors["max_steps"] = f"{high} is below min_steps {low}"
+    return errors
+
+
+# A filter that only refines another: dropping the other drops it too.
+_DEPENDS_ON = {
+    "human_model": "model_scorer",
+    "credit_above": "credit_run",
+    "credit_below": "credit_run",
+}
+
+
+def selection_without(filters: TrajectoryFilters, names: Iterable[str]) -> TrajectoryFilters:
+    """``filters`` with the named filters (and those that need them) back at their
+    defaults: what a page still applies when some of its filters are refused."""
+    dropped = set(names)
+    dropped |= {name for name, needs in _DEPENDS_ON.items() if needs in dropped}
+    default = TrajectoryFilters()
+    return dataclasses.replace(
+        filters, **{name: getattr(default, name) for name in dropped if name in FILTERS}
+    )
+
+
+def selection_definition(filters: TrajectoryFilters) -> dict[str, Any]:
+    """The filters that filter something, by their names, as JSON stores them (a saved
+    selection, a job's selection, an export's manifest). ``selection_parse`` reads it back
+    to the same value."""
+    default = TrajectoryFilters()
+    return {
+        name: value
+        for name, value in dataclasses.asdict(filters).items()
+        if value != getattr(default, name)
+    }
+
+
+def selection_query(filters: TrajectoryFilters) -> dict[str, str]:
+    """The filters as the list's query string carries them (a saved selection opened as
+    the list)."""
+    return {name: _query_text(value) for name, value in selection_definition(filters).items()}
+
+
+def _query_text(value: Any) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value)) if abs(value) < 1e15 else repr(value)
+    return str(value)
