@@ -139,6 +139,12 @@ FILTER_PARAMETERS = {
     "task": "The task key.",
     "min_steps": "At least this many steps.",
     "max_steps": "At most this many steps.",
+    "policy": "The rollout's policy version (7), or a range of the number it ends with (3..7).",
+    "min_train_step": "The trainer's step is at least this.",
+    "max_train_step": "The trainer's step is at most this.",
+    "min_advantage": "Some step's advantage is at least this.",
+    "max_advantage": "Some step's advantage is at most this.",
+    "advantage_label": "disagrees: some step's advantage has the other sign than its human label.",
 }
 
 

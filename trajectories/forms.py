@@ -108,7 +108,32 @@ class TrajectoryFilterForm(forms.Form):
         label="Metadata",
         help_text="e.g. metadata.level = 3, metadata.cost >= 0.5",
     )
+    policy = forms.CharField(
+        required=False,
+        max_length=200,
+        label="Policy version",
+        help_text="A version (7, global_step_12) or a range of the number it ends with: 3..7",
+    )
+    min_train_step = forms.IntegerField(required=False, label="Min training step")
+    max_train_step = forms.IntegerField(required=False, label="Max training step")
+    min_advantage = forms.FloatField(required=False, label="Min advantage")
+    max_advantage = forms.FloatField(required=False, label="Max advantage")
+    advantage_label = forms.ChoiceField(
+        required=False,
+        label="Advantage vs label",
+        choices=[("", "any"), ("disagrees", "some step's advantage disagrees with its label")],
+    )
     after = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean_policy(self) -> str:
+        from trajectories.training_filters import policy_version_parse
+
+        text: str = self.cleaned_data["policy"].strip()
+        try:
+            policy_version_parse(text)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None
+        return text
 
     def clean_meta(self) -> str:
         text: str = self.cleaned_data["meta"].strip()
@@ -135,6 +160,12 @@ class TrajectoryFilterForm(forms.Form):
             step_kind=data.get("kind") or "",
             error_step=data.get("error_steps") or "",
             metadata=data.get("meta") or "",
+            policy_version=data.get("policy") or "",
+            min_training_step=data.get("min_train_step"),
+            max_training_step=data.get("max_train_step"),
+            min_advantage=data.get("min_advantage"),
+            max_advantage=data.get("max_advantage"),
+            advantage_disagrees="yes" if data.get("advantage_label") == "disagrees" else "",
         )
 
     def cursor(self) -> int | None:

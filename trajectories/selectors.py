@@ -235,6 +235,16 @@ class TrajectoryFilters:
     # Conditions on the trajectory's metadata, ``trajectories.metadata_query``'s syntax:
     # "metadata.level = 3, metadata.cost >= 0.5".
     metadata: str = ""
+    # RL training facts (trajectories/training_filters.py, labeling/filters.py): the
+    # rollout's policy version ("7", or a range "3..7" on the number it ends with), its
+    # training step, some step's advantage, and "yes": some step's advantage has the
+    # other sign than its human majority label.
+    policy_version: str = ""
+    min_training_step: int | None = None
+    max_training_step: int | None = None
+    min_advantage: float | None = None
+    max_advantage: float | None = None
+    advantage_disagrees: str = ""
 
 
 FILTER_CHOICES: dict[str, tuple[str, ...]] = {
@@ -244,6 +254,7 @@ FILTER_CHOICES: dict[str, tuple[str, ...]] = {
     "first_error": ("yes", "no"),
     "step_kind": tuple(Step.Kind.values),
     "error_step": ("yes", "no"),
+    "advantage_disagrees": ("yes",),
 }
 _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "outcome": (str,),
@@ -266,6 +277,12 @@ _FILTER_TYPES: dict[str, tuple[type, ...]] = {
     "step_kind": (str,),
     "error_step": (str,),
     "metadata": (str,),
+    "policy_version": (str,),
+    "min_training_step": (int,),
+    "max_training_step": (int,),
+    "min_advantage": (int, float),
+    "max_advantage": (int, float),
+    "advantage_disagrees": (str,),
 }
 
 
@@ -301,6 +318,13 @@ def trajectory_filters_from(definition: Mapping[str, Any]) -> TrajectoryFilters:
         metadata_conditions_parse(filters.metadata)
     except MetadataSyntaxError as error:
         raise ValueError(f"selection filter metadata: {error}") from None
+    # The module registers its conditions on this one, so it is imported late.
+    from trajectories.training_filters import policy_version_parse
+
+    try:
+        policy_version_parse(filters.policy_version)
+    except ValueError as error:
+        raise ValueError(f"selection filter policy_version: {error}") from None
     return filters
 
 

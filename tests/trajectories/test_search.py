@@ -302,12 +302,16 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     cells = {row.pk: {c.name: text for c, text in row.list_cells} for row in rows}  # type: ignore[attr-defined]
     assert cells[trajectory.pk] == {
         "cost": "0.25",
+        "policy": "—",
+        "advantage": "—",
         "label_progress": "3/4",
         "first_error": "step 1",
         "latest_score": "0.400",
     }
     assert cells[summed.pk] == {
         "cost": "0.75",
+        "policy": "—",
+        "advantage": "—",
         "label_progress": "0/2",
         "first_error": "—",
         "latest_score": "—",
@@ -342,11 +346,12 @@ def test_blind_and_hidden_score_projects_hide_those_columns_from_annotators(
         html = client.get(url).content.decode()
         return re.findall(r'<td class="[^"]*" data-column="([a-z_]+)"', html)
 
-    assert headers(annotator) == ["cost", "label_progress", "first_error", "latest_score"]
+    everything = ["cost", "policy", "advantage", "label_progress", "first_error", "latest_score"]
+    assert headers(annotator) == everything
     project.settings = {"blind_labeling": True, "hide_model_scores": True}
     project.save()
-    assert headers(annotator) == ["cost"]
-    assert headers(researcher) == ["cost", "label_progress", "first_error", "latest_score"]
+    assert headers(annotator) == ["cost", "policy", "advantage"]
+    assert headers(researcher) == everything
 
 
 def test_the_list_page_query_count_does_not_grow_with_labelled_scored_rows(
