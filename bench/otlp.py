@@ -70,6 +70,7 @@ def exporter_main(
 
     acked: list[tuple[str, str, float]] = []
     first_export: list[float] = []
+    exports: list[tuple[int, float]] = []  # (spans, seconds) of each export call
 
     class Recording(OTLPSpanExporter):
         """The SDK's exporter, noting which spans the receiver acknowledged."""
@@ -77,7 +78,9 @@ def exporter_main(
         def export(self, spans: Any) -> Any:
             if not first_export:
                 first_export.append(time.time())
+            began = time.perf_counter()
             result = super().export(spans)
+            exports.append((len(spans), time.perf_counter() - began))
             if result == SpanExportResult.SUCCESS:
                 now = time.time()
                 acked.extend(
@@ -162,6 +165,7 @@ def exporter_main(
                 "made": made,
                 "first_export": first_export[:1],
                 "cpu_s": time.process_time(),
+                "exports": exports,
             }
         )
     )
@@ -443,6 +447,19 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             f" through the API: {api_steps} steps; CPU seconds {result['cpu_seconds']}",
             flush=True,
         )
+        calls = sorted(seconds for report in reports for _, seconds in report["exports"])
+        sizes = sorted(size for report in reports for size, _ in report["exports"])
+        if calls:
+            result["exports"] = len(calls)
+            result["export_spans_median"] = sizes[len(sizes) // 2]
+            result["export_seconds_p50"] = round(calls[len(calls) // 2], 3)
+            result["export_seconds_p95"] = round(calls[int(len(calls) * 0.95) - 1], 3)
+            print(
+                f"exports: {len(calls)} requests, median {result['export_spans_median']} spans,"
+                f" answered in p50 {result['export_seconds_p50']} s,"
+                f" p95 {result['export_seconds_p95']} s",
+                flush=True,
+            )
         result.update(check_each_span_once(project.pk, acked))
         result.update(file_import_speed(project.pk, data_dir))
         return result
@@ -586,8 +603,11 @@ def inject_faults(
     opts = (pgdata / "postmaster.opts").read_text().split()
     pg_ctl = str(Path(opts[0].strip("'\"")).with_name("pg_ctl"))
     started = time.time()
+    # The embedded server runs as the user pgserver makes when started by root.
+    as_owner = ["runuser", "-u", "pgserver", "--"] if os.geteuid() == 0 else []
+    restart = ["restart", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "restart.log")]
     subprocess.run(
-        [pg_ctl, "restart", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(data_dir / "pg.log")],
+        [*as_owner, pg_ctl, *restart],
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -165,10 +165,10 @@ def assembly_request() -> bool:
     these spans too). Whether a task was queued."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO trajectories_liveassembly (id, queued_at) VALUES (1, now())"
-            " ON CONFLICT (id) DO UPDATE SET queued_at = now()"
+            "INSERT INTO trajectories_liveassembly (id, queued_at) VALUES (1, clock_timestamp())"
+            " ON CONFLICT (id) DO UPDATE SET queued_at = clock_timestamp()"
             " WHERE trajectories_liveassembly.queued_at IS NULL"
-            f" OR trajectories_liveassembly.queued_at < now() - interval"
+            f" OR trajectories_liveassembly.queued_at < clock_timestamp() - interval"
             f" '{LiveAssembly.STALE_SECONDS} seconds'"
             " RETURNING 1"
         )
@@ -369,7 +369,7 @@ def _assemble(traces: list[_Trace]) -> None:
         _steps_write(cursor, built, grown)
         cursor.execute(
             "UPDATE trajectories_livetrace l SET assembled_count = u.n, trajectory_id = u.tid,"
-            " assembled_at = now(), errors = u.errors::jsonb"
+            " assembled_at = clock_timestamp(), errors = u.errors::jsonb"
             " FROM unnest(%s::bigint[], %s::int[], %s::bigint[], %s::text[])"
             " AS u(id, n, tid, errors)"
             " WHERE l.id = u.id",
