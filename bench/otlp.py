@@ -28,6 +28,7 @@ Prints the command, the figures and a JSON line last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -181,6 +182,7 @@ def main() -> None:
     parser.add_argument("--faults", action="store_true")
     parser.add_argument("--phoenix", default="", help="the phoenix command, to compare with")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    parser.add_argument("--out", default="/tmp/bench-otlp.json", help="the figures as JSON")
     parser.add_argument(
         "--trace-memory",
         action="store_true",
@@ -221,7 +223,8 @@ def main() -> None:
         embedded.stop_all(data_dir)
         if not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
-        print(json.dumps(results))
+        print(json.dumps(results), flush=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
 
 
 def trace_memory() -> dict[str, Any]:
@@ -349,7 +352,7 @@ def push(
 
 def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     from django.contrib.auth.models import User
-    from django.db import connection
+    from django.db import OperationalError, connection
 
     from accounts.services import api_token_create
     from trajectories.models import LiveTrace, Step
@@ -373,17 +376,19 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         stderr=subprocess.STDOUT,
     )
     worker_log = data_dir / "worker.log"
-    worker = start_worker(args, worker_log)
+    workers = [start_worker(args, worker_log)]
     wait_http(f"{url}/healthz", web, "gunicorn")
+    warm(url, token, args.web_workers)
     faults: list[str] = []
     stop_faults = threading.Event()
     if args.faults:
         threading.Thread(
             target=inject_faults,
-            args=(args, data_dir, worker_log, faults, stop_faults, [worker]),
+            args=(args, data_dir, worker_log, faults, stop_faults, workers),
             daemon=True,
         ).start()
-    web_cpu, worker_cpu, pg_cpu = tree_cpu(web.pid), tree_cpu(worker.pid), postgres_cpu(data_dir)
+    web_cpu, worker_cpu = tree_cpu(web.pid), tree_cpu(workers[0].pid)
+    pg_cpu = postgres_cpu(data_dir)
     try:
         reports, push_seconds = push(args, url, token, project.slug, data_dir)
         acked = {(t, s): at for report in reports for t, s, at in report["acked"]}
@@ -398,14 +403,19 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         # Until every acknowledged span is in its trace's trajectory.
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*), coalesce(sum(assembled_count), 0),"
-                    " coalesce(sum(span_count - assembled_count), 0)"
-                    " FROM trajectories_livetrace WHERE project_id = %s",
-                    [project.pk],
-                )
-                live, assembled, pending = cursor.fetchone()
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*), coalesce(sum(assembled_count), 0),"
+                        " coalesce(sum(span_count - assembled_count), 0)"
+                        " FROM trajectories_livetrace WHERE project_id = %s",
+                        [project.pk],
+                    )
+                    live, assembled, pending = cursor.fetchone()
+            except OperationalError:  # this process's connection, cut by the restart
+                connection.close()
+                time.sleep(0.5)
+                continue
             if assembled >= len(acked) and pending == 0 and live >= len(traces):
                 break
             time.sleep(0.1)
@@ -414,7 +424,7 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         elapsed = visible_at - first
         cpu = {
             "web": tree_cpu(web.pid) - web_cpu,
-            "worker": tree_cpu(worker.pid) - worker_cpu,
+            "worker": tree_cpu(workers[0].pid) - worker_cpu,
             "postgres": postgres_cpu(data_dir) - pg_cpu,
             "exporters": sum(report["cpu_s"] for report in reports),
         }
@@ -466,7 +476,8 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     finally:
         stop_faults.set()
         web.terminate()
-        os.killpg(worker.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(workers[0].pid, signal.SIGTERM)
         web.wait(timeout=30)
 
 
@@ -498,6 +509,28 @@ def postgres_cpu(data_dir: Path) -> float:
     except (OSError, ValueError, IndexError):
         return 0.0
     return tree_cpu(pid)
+
+
+def warm(url: str, token: str, web_workers: int) -> None:
+    """Each gunicorn worker imports the receiver's modules on its first request: send a
+    few small traces to a project of their own before the clock starts."""
+    from django.contrib.auth.models import User
+
+    from tests.trajectories import otlp_bodies
+    from trajectories.services import project_create
+
+    project_create(
+        slug="bench-warm", name="bench warm", owner=User.objects.get(username="bench-otlp")
+    )
+    for n in range(web_workers * 4):
+        body = otlp_bodies.protobuf_body(otlp_bodies.agent_spans(n), project="bench-warm")
+        request = urllib.request.Request(
+            f"{url}/v1/traces",
+            data=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-protobuf"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
 
 
 def api_step_total(url: str, token: str, slug: str) -> int:
