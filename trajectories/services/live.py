@@ -50,6 +50,8 @@ ASSEMBLE_BATCHES = 25
 # Added to a trajectory's step indexes while its steps are put in their new order, so no
 # two steps ever hold one index (the unique index is checked row by row).
 INDEX_SHIFT = 1_000_000_000
+# Step rows per statement, so a large trace's rows never make one huge query.
+WRITE_ROWS = 5000
 
 
 @dataclass
@@ -207,7 +209,28 @@ class _Trace:
     project_id: int
     trace_id: str
     trajectory_id: int | None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    # The staged spans, mapped as they are read (the records are not kept: a trace of
+    # 100,000 spans would hold them all), the ones the mapping refused, and how many.
+    spans: list[Span] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        try:
+            _, span = otel.span_record(record, "")
+        except FieldError as error:
+            field_name, message = error.field, error.message
+            self.errors.append(
+                {"span_id": str(record.get("spanId")), "field": field_name, "message": message}
+            )
+        else:
+            span.order = self.count
+            span.raw = None
+            self.spans.append(span)
+            if not self.resource and isinstance(record.get("resource"), dict):
+                self.resource = record["resource"]
+        self.count += 1
 
 
 def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE_BATCHES) -> int:
@@ -283,8 +306,9 @@ def _pending_take(batch: int, skipped: list[int]) -> list[_Trace] | None:
             " ON s.project_id = k.p AND s.trace_id = k.t ORDER BY s.id",
             [[key[0] for key in keys], [key[1] for key in keys]],
         )
-        for project_id, trace_id, text in cursor.fetchall():
-            traces[(project_id, trace_id)].records.append(orjson.loads(text))
+        while rows := cursor.fetchmany(2000):
+            for project_id, trace_id, text in rows:
+                traces[(project_id, trace_id)].add(orjson.loads(text))
     return list(traces.values())
 
 
@@ -301,26 +325,8 @@ class _Built:
 
 def _build(trace: _Trace) -> _Built:
     """The trace's trajectory through the ``otel`` importer's mapping."""
-    spans: list[Span] = []
-    errors: list[dict[str, str]] = []
-    resource: dict[str, Any] = {}
-    for order, record in enumerate(trace.records):
-        try:
-            _, span = otel.span_record(record, "")
-        except FieldError as error:
-            errors.append(
-                {
-                    "span_id": str(record.get("spanId")),
-                    "field": error.field,
-                    "message": error.message,
-                }
-            )
-            continue
-        span.order = order
-        spans.append(span)
-        if not resource and isinstance(record.get("resource"), dict):
-            resource = record["resource"]
-    parsed = otel.trace_trajectory(trace.trace_id, spans, "otlp", resource)
+    parsed = otel.trace_trajectory(trace.trace_id, trace.spans, "otlp", trace.resource)
+    trace.spans = []
     return _Built(
         trace=trace,
         task=parsed.task,
@@ -328,7 +334,7 @@ def _build(trace: _Trace) -> _Built:
         metadata=parsed.metadata,
         steps=parsed.steps,
         hashes=prefix_hashes(parsed.task, parsed.steps),
-        errors=errors,
+        errors=trace.errors,
     )
 
 
@@ -379,7 +385,7 @@ def _assemble(traces: list[_Trace]) -> None:
             " WHERE l.id = u.id",
             [
                 [item.trace.live_id for item in built],
-                [len(item.trace.records) for item in built],
+                [item.trace.count for item in built],
                 [item.trace.trajectory_id for item in built],
                 [orjson.dumps(item.errors[:100]).decode() for item in built],
             ],
@@ -445,7 +451,8 @@ def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
         "(u->>0)::bigint, (u->>1)::int, u->>2, u->>3, u->>4, u->>5, u->>6,"
         " (u->>7)::bool, (u->8)::jsonb, (u->9)::jsonb, u->>10"
     )
-    if updates:
+    for start in range(0, len(updates), WRITE_ROWS):
+        piece = updates[start : start + WRITE_ROWS]
         cursor.execute(
             "UPDATE trajectories_step s SET index = v.index, prefix_hash = v.prefix_hash,"
             " kind = v.kind, role = v.role, agent = v.agent, tool_name = v.tool_name,"
@@ -454,13 +461,13 @@ def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
             f" FROM (SELECT {columns} FROM json_array_elements(%s::json) AS u)"
             " AS v(id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
             " tool_args, metadata, content) WHERE s.id = v.id",
-            [orjson.dumps([[step_id, *row[1:]] for step_id, row in updates]).decode()],
+            [orjson.dumps([[step_id, *row[1:]] for step_id, row in piece]).decode()],
         )
-    if inserts:
+    for start in range(0, len(inserts), WRITE_ROWS):
         cursor.execute(
             f"INSERT INTO trajectories_step ({pgcopy.STEP_COLUMNS})"
             f" SELECT {columns} FROM json_array_elements(%s::json) AS u",
-            [orjson.dumps(inserts).decode()],
+            [orjson.dumps(inserts[start : start + WRITE_ROWS]).decode()],
         )
     if grown:
         # Their search documents describe the steps as they were: the index builds
