@@ -162,9 +162,7 @@ def protobuf_body(
             pb.status.CopyFrom(Status(code=Status.STATUS_CODE_ERROR, message=span["error"]))
         pb_spans.append(pb)
     request = ExportTraceServiceRequest(
-        resource_spans=[
-            ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=pb_spans)])
-        ]
+        resource_spans=[ResourceSpans(resource=resource, scope_spans=[ScopeSpans(spans=pb_spans)])]
     )
     return request.SerializeToString()
 
