@@ -32,10 +32,13 @@ from trajectories.models import (
     Project,
     StagedSpan,
     Step,
+    StepSearch,
     Trajectory,
+    TrajectorySearch,
 )
 from trajectories.selectors import live_trace_state
 from trajectories.services.live import assembly_request, live_sweep, live_traces_assemble
+from trajectories.services.search import trajectory_search_index
 
 pytestmark = pytest.mark.django_db
 
@@ -401,3 +404,18 @@ def test_one_assembly_task_is_queued_per_burst_and_a_lost_one_replaced(
     assert live_traces_assemble() == 1
     assert LiveAssembly.objects.get(pk=1).queued_at is None
     assert live_sweep() is False  # nothing pending
+
+
+def test_a_grown_trajectory_is_indexed_again_for_search(project: Project, token: str) -> None:
+    spans = bodies.agent_spans(0)
+    post(bodies.json_body(spans[:3]), token, project=project.slug)
+    live_traces_assemble()
+    trajectory = Trajectory.objects.get(project=project)
+    trajectory_search_index(project_id=project.pk)
+    assert StepSearch.objects.filter(trajectory=trajectory).count() == 3
+    post(bodies.json_body(spans[3:]), token, project=project.slug)
+    live_traces_assemble()
+    # The old documents describe three steps; they go, and the index is built anew.
+    assert not TrajectorySearch.objects.filter(trajectory=trajectory).exists()
+    trajectory_search_index(project_id=project.pk)
+    assert StepSearch.objects.filter(trajectory=trajectory).count() == 6

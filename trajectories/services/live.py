@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from stepscope.locks import LockClass
-from stepscope.queueing import send_if_up
+from stepscope.queueing import QueueUnavailable, send_if_up
 from trajectories import pgcopy
 from trajectories.formats import otel
 from trajectories.formats.base import FieldError, ParsedStep
@@ -38,7 +39,6 @@ from trajectories.formats.otlp import WireSpan
 from trajectories.formats.spans import Span
 from trajectories.hashing import prefix_hashes
 from trajectories.models import LiveAssembly, LiveTrace, Trajectory
-from trajectories.services.search import search_index_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,8 @@ ASSEMBLE_BATCHES = 25
 # Added to a trajectory's step indexes while its steps are put in their new order, so no
 # two steps ever hold one index (the unique index is checked row by row).
 INDEX_SHIFT = 1_000_000_000
+# Seconds between the search-index tasks the assembler queues for one project.
+SEARCH_EVERY = 5.0
 # Step rows per statement, so a large trace's rows never make one huge query.
 WRITE_ROWS = 5000
 
@@ -253,8 +255,31 @@ def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE
     else:
         send_if_up(_task(), what="live trace assembly (more pending)")
     for project_id in sorted(projects):
-        search_index_enqueue(project_id)
+        _search_index_later(project_id)
     return assembled
+
+
+# When this process's next search-index task of each project is due (monotonic clock).
+_SEARCH_DUE: dict[int, float] = {}
+
+
+def _search_index_later(project_id: int) -> None:
+    """Index the project's new and grown trajectories ``SEARCH_EVERY`` seconds from now,
+    unless a task queued by this process is still to come (it will take these too).
+    Each index task looks over the project for trajectories without documents; one per
+    assembly made that scan, many times a second, most of PostgreSQL's work under a
+    steady stream of spans. Until indexed, trajectories are searched by their text."""
+    now = time.monotonic()
+    if _SEARCH_DUE.get(project_id, 0.0) > now:
+        return
+    from trajectories.tasks import search_index
+
+    try:
+        search_index.apply_async((project_id,), countdown=SEARCH_EVERY)
+    except QueueUnavailable as error:
+        logger.warning("search index of project %s not queued: %s", project_id, error)
+        return
+    _SEARCH_DUE[project_id] = now + SEARCH_EVERY
 
 
 def _task() -> Any:
