@@ -28,6 +28,7 @@ Prints the command, the figures and a JSON line last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import multiprocessing
 import os
@@ -70,6 +71,7 @@ def exporter_main(
 
     acked: list[tuple[str, str, float]] = []
     first_export: list[float] = []
+    exports: list[tuple[int, float]] = []  # (spans, seconds) of each export call
 
     class Recording(OTLPSpanExporter):
         """The SDK's exporter, noting which spans the receiver acknowledged."""
@@ -77,7 +79,9 @@ def exporter_main(
         def export(self, spans: Any) -> Any:
             if not first_export:
                 first_export.append(time.time())
+            began = time.perf_counter()
             result = super().export(spans)
+            exports.append((len(spans), time.perf_counter() - began))
             if result == SpanExportResult.SUCCESS:
                 now = time.time()
                 acked.extend(
@@ -162,6 +166,7 @@ def exporter_main(
                 "made": made,
                 "first_export": first_export[:1],
                 "cpu_s": time.process_time(),
+                "exports": exports,
             }
         )
     )
@@ -177,6 +182,7 @@ def main() -> None:
     parser.add_argument("--faults", action="store_true")
     parser.add_argument("--phoenix", default="", help="the phoenix command, to compare with")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    parser.add_argument("--out", default="/tmp/bench-otlp.json", help="the figures as JSON")
     parser.add_argument(
         "--trace-memory",
         action="store_true",
@@ -217,7 +223,8 @@ def main() -> None:
         embedded.stop_all(data_dir)
         if not args.keep:
             shutil.rmtree(data_dir, ignore_errors=True)
-        print(json.dumps(results))
+        print(json.dumps(results), flush=True)
+        Path(args.out).write_text(json.dumps(results, indent=1))
 
 
 def trace_memory() -> dict[str, Any]:
@@ -345,7 +352,7 @@ def push(
 
 def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     from django.contrib.auth.models import User
-    from django.db import connection
+    from django.db import OperationalError, connection
 
     from accounts.services import api_token_create
     from trajectories.models import LiveTrace, Step
@@ -369,17 +376,19 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         stderr=subprocess.STDOUT,
     )
     worker_log = data_dir / "worker.log"
-    worker = start_worker(args, worker_log)
+    workers = [start_worker(args, worker_log)]
     wait_http(f"{url}/healthz", web, "gunicorn")
+    warm(url, token, args.web_workers)
     faults: list[str] = []
     stop_faults = threading.Event()
     if args.faults:
         threading.Thread(
             target=inject_faults,
-            args=(args, data_dir, worker_log, faults, stop_faults, [worker]),
+            args=(args, data_dir, worker_log, faults, stop_faults, workers),
             daemon=True,
         ).start()
-    web_cpu, worker_cpu, pg_cpu = tree_cpu(web.pid), tree_cpu(worker.pid), postgres_cpu(data_dir)
+    web_cpu, worker_cpu = tree_cpu(web.pid), tree_cpu(workers[0].pid)
+    pg_cpu = postgres_cpu(data_dir)
     try:
         reports, push_seconds = push(args, url, token, project.slug, data_dir)
         acked = {(t, s): at for report in reports for t, s, at in report["acked"]}
@@ -394,14 +403,19 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         # Until every acknowledged span is in its trace's trajectory.
         deadline = time.monotonic() + 900
         while time.monotonic() < deadline:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT count(*), coalesce(sum(assembled_count), 0),"
-                    " coalesce(sum(span_count - assembled_count), 0)"
-                    " FROM trajectories_livetrace WHERE project_id = %s",
-                    [project.pk],
-                )
-                live, assembled, pending = cursor.fetchone()
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT count(*), coalesce(sum(assembled_count), 0),"
+                        " coalesce(sum(span_count - assembled_count), 0)"
+                        " FROM trajectories_livetrace WHERE project_id = %s",
+                        [project.pk],
+                    )
+                    live, assembled, pending = cursor.fetchone()
+            except OperationalError:  # this process's connection, cut by the restart
+                connection.close()
+                time.sleep(0.5)
+                continue
             if assembled >= len(acked) and pending == 0 and live >= len(traces):
                 break
             time.sleep(0.1)
@@ -410,7 +424,7 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         elapsed = visible_at - first
         cpu = {
             "web": tree_cpu(web.pid) - web_cpu,
-            "worker": tree_cpu(worker.pid) - worker_cpu,
+            "worker": tree_cpu(workers[0].pid) - worker_cpu,
             "postgres": postgres_cpu(data_dir) - pg_cpu,
             "exporters": sum(report["cpu_s"] for report in reports),
         }
@@ -443,13 +457,27 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             f" through the API: {api_steps} steps; CPU seconds {result['cpu_seconds']}",
             flush=True,
         )
+        calls = sorted(seconds for report in reports for _, seconds in report["exports"])
+        sizes = sorted(size for report in reports for size, _ in report["exports"])
+        if calls:
+            result["exports"] = len(calls)
+            result["export_spans_median"] = sizes[len(sizes) // 2]
+            result["export_seconds_p50"] = round(calls[len(calls) // 2], 3)
+            result["export_seconds_p95"] = round(calls[int(len(calls) * 0.95) - 1], 3)
+            print(
+                f"exports: {len(calls)} requests, median {result['export_spans_median']} spans,"
+                f" answered in p50 {result['export_seconds_p50']} s,"
+                f" p95 {result['export_seconds_p95']} s",
+                flush=True,
+            )
         result.update(check_each_span_once(project.pk, acked))
         result.update(file_import_speed(project.pk, data_dir))
         return result
     finally:
         stop_faults.set()
         web.terminate()
-        os.killpg(worker.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(workers[0].pid, signal.SIGTERM)
         web.wait(timeout=30)
 
 
@@ -481,6 +509,28 @@ def postgres_cpu(data_dir: Path) -> float:
     except (OSError, ValueError, IndexError):
         return 0.0
     return tree_cpu(pid)
+
+
+def warm(url: str, token: str, web_workers: int) -> None:
+    """Each gunicorn worker imports the receiver's modules on its first request: send a
+    few small traces to a project of their own before the clock starts."""
+    from django.contrib.auth.models import User
+
+    from tests.trajectories import otlp_bodies
+    from trajectories.services import project_create
+
+    project_create(
+        slug="bench-warm", name="bench warm", owner=User.objects.get(username="bench-otlp")
+    )
+    for n in range(web_workers * 4):
+        body = otlp_bodies.protobuf_body(otlp_bodies.agent_spans(n), project="bench-warm")
+        request = urllib.request.Request(
+            f"{url}/v1/traces",
+            data=body,
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/x-protobuf"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
 
 
 def api_step_total(url: str, token: str, slug: str) -> int:
@@ -586,8 +636,11 @@ def inject_faults(
     opts = (pgdata / "postmaster.opts").read_text().split()
     pg_ctl = str(Path(opts[0].strip("'\"")).with_name("pg_ctl"))
     started = time.time()
+    # The embedded server runs as the user pgserver makes when started by root.
+    as_owner = ["runuser", "-u", "pgserver", "--"] if os.geteuid() == 0 else []
+    restart = ["restart", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(pgdata / "restart.log")]
     subprocess.run(
-        [pg_ctl, "restart", "-D", str(pgdata), "-m", "fast", "-w", "-l", str(data_dir / "pg.log")],
+        [*as_owner, pg_ctl, *restart],
         check=True,
         stdout=subprocess.DEVNULL,
     )

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import gzip
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import OperationalError
 from django.test import Client
+from django.utils import timezone
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from accounts.services import api_token_create, api_token_revoke
@@ -22,9 +25,20 @@ from tests.factories import MembershipFactory, UserFactory
 from tests.trajectories import otlp_bodies as bodies
 from trajectories import receiver
 from trajectories.formats import otel, otlp
-from trajectories.models import LiveTrace, Membership, Project, StagedSpan, Step, Trajectory
+from trajectories.models import (
+    LiveAssembly,
+    LiveTrace,
+    Membership,
+    Project,
+    StagedSpan,
+    Step,
+    StepSearch,
+    Trajectory,
+    TrajectorySearch,
+)
 from trajectories.selectors import live_trace_state
-from trajectories.services.live import live_traces_assemble
+from trajectories.services.live import assembly_request, live_sweep, live_traces_assemble
+from trajectories.services.search import trajectory_search_index
 
 pytestmark = pytest.mark.django_db
 
@@ -358,3 +372,50 @@ def test_past_the_backlog_exporters_are_asked_to_retry(
 def test_get_is_405(token: str) -> None:
     response = Client().get("/v1/traces", HTTP_AUTHORIZATION=f"Bearer {token}")
     assert response.status_code == 405
+
+
+def test_a_database_outage_is_503_with_retry_after(
+    project: Project, token: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def down(**_: Any) -> None:
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(receiver, "live_spans_accept", down)
+    response = post(bodies.json_body(bodies.agent_spans(0)), token, project=project.slug)
+    assert response.status_code == 503
+    assert response["Retry-After"] == "2"
+    assert "database is unavailable" in message(response)
+
+
+def test_one_assembly_task_is_queued_per_burst_and_a_lost_one_replaced(
+    project: Project, token: str
+) -> None:
+    assert assembly_request() is True
+    assert assembly_request() is False  # queued, not started: it will take these spans too
+    # A task that never started (its message lost) is replaced once the flag is stale.
+    LiveAssembly.objects.filter(pk=1).update(
+        queued_at=timezone.now() - timedelta(seconds=LiveAssembly.STALE_SECONDS + 1)
+    )
+    assert assembly_request() is True
+    # The task clears the flag when it starts; the sweep queues one for pending traces.
+    post(bodies.json_body(bodies.agent_spans(0)), token, project=project.slug)
+    LiveAssembly.objects.filter(pk=1).update(queued_at=None)
+    assert live_sweep() is True
+    assert live_traces_assemble() == 1
+    assert LiveAssembly.objects.get(pk=1).queued_at is None
+    assert live_sweep() is False  # nothing pending
+
+
+def test_a_grown_trajectory_is_indexed_again_for_search(project: Project, token: str) -> None:
+    spans = bodies.agent_spans(0)
+    post(bodies.json_body(spans[:3]), token, project=project.slug)
+    live_traces_assemble()
+    trajectory = Trajectory.objects.get(project=project)
+    trajectory_search_index(project_id=project.pk)
+    assert StepSearch.objects.filter(trajectory=trajectory).count() == 3
+    post(bodies.json_body(spans[3:]), token, project=project.slug)
+    live_traces_assemble()
+    # The old documents describe three steps; they go, and the index is built anew.
+    assert not TrajectorySearch.objects.filter(trajectory=trajectory).exists()
+    trajectory_search_index(project_id=project.pk)
+    assert StepSearch.objects.filter(trajectory=trajectory).count() == 6

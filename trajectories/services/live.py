@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,7 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from stepscope.locks import LockClass
-from stepscope.queueing import send_if_up
+from stepscope.queueing import QueueUnavailable, send_if_up
 from trajectories import pgcopy
 from trajectories.formats import otel
 from trajectories.formats.base import FieldError, ParsedStep
@@ -38,7 +39,6 @@ from trajectories.formats.otlp import WireSpan
 from trajectories.formats.spans import Span
 from trajectories.hashing import prefix_hashes
 from trajectories.models import LiveAssembly, LiveTrace, Trajectory
-from trajectories.services.search import search_index_enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ ASSEMBLE_BATCHES = 25
 # Added to a trajectory's step indexes while its steps are put in their new order, so no
 # two steps ever hold one index (the unique index is checked row by row).
 INDEX_SHIFT = 1_000_000_000
+# Seconds between the search-index tasks the assembler queues for one project.
+SEARCH_EVERY = 5.0
+# Step rows per statement, so a large trace's rows never make one huge query.
+WRITE_ROWS = 5000
 
 
 @dataclass
@@ -109,15 +113,19 @@ def live_spans_accept(*, project_id: int, spans: Sequence[WireSpan]) -> Accepted
             return accepted
         cursor.execute(
             "INSERT INTO trajectories_stagedspan (project_id, trace_id, span_id, record)"
-            " SELECT %s, t, s, r::jsonb FROM unnest(%s::text[], %s::text[], %s::text[])"
-            " AS u(t, s, r)"
+            " SELECT %s, u->>0, u->>1, (u->2)::jsonb FROM json_array_elements(%s::json) AS u"
             " ON CONFLICT (project_id, trace_id, span_id) DO NOTHING"
             " RETURNING trace_id, span_id",
+            # One JSON document, not arrays of text: psycopg escapes each element of a
+            # text array with a regular expression, one string it escapes in C.
             [
                 project_id,
-                [span.trace_id for span in kept],
-                [span.span_id for span in kept],
-                texts,
+                "["
+                + ",".join(
+                    f'["{span.trace_id}","{span.span_id}",{text}]'
+                    for span, text in zip(kept, texts, strict=True)
+                )
+                + "]",
             ],
         )
         stored = cursor.fetchall()
@@ -165,10 +173,10 @@ def assembly_request() -> bool:
     these spans too). Whether a task was queued."""
     with connection.cursor() as cursor:
         cursor.execute(
-            "INSERT INTO trajectories_liveassembly (id, queued_at) VALUES (1, now())"
-            " ON CONFLICT (id) DO UPDATE SET queued_at = now()"
+            "INSERT INTO trajectories_liveassembly (id, queued_at) VALUES (1, clock_timestamp())"
+            " ON CONFLICT (id) DO UPDATE SET queued_at = clock_timestamp()"
             " WHERE trajectories_liveassembly.queued_at IS NULL"
-            f" OR trajectories_liveassembly.queued_at < now() - interval"
+            f" OR trajectories_liveassembly.queued_at < clock_timestamp() - interval"
             f" '{LiveAssembly.STALE_SECONDS} seconds'"
             " RETURNING 1"
         )
@@ -203,7 +211,28 @@ class _Trace:
     project_id: int
     trace_id: str
     trajectory_id: int | None
-    records: list[dict[str, Any]] = field(default_factory=list)
+    # The staged spans, mapped as they are read (the records are not kept: a trace of
+    # 100,000 spans would hold them all), the ones the mapping refused, and how many.
+    spans: list[Span] = field(default_factory=list)
+    errors: list[dict[str, str]] = field(default_factory=list)
+    resource: dict[str, Any] = field(default_factory=dict)
+    count: int = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        try:
+            _, span = otel.span_record(record, "")
+        except FieldError as error:
+            field_name, message = error.field, error.message
+            self.errors.append(
+                {"span_id": str(record.get("spanId")), "field": field_name, "message": message}
+            )
+        else:
+            span.order = self.count
+            span.raw = None
+            self.spans.append(span)
+            if not self.resource and isinstance(record.get("resource"), dict):
+                self.resource = record["resource"]
+        self.count += 1
 
 
 def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE_BATCHES) -> int:
@@ -226,8 +255,31 @@ def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE
     else:
         send_if_up(_task(), what="live trace assembly (more pending)")
     for project_id in sorted(projects):
-        search_index_enqueue(project_id)
+        _search_index_later(project_id)
     return assembled
+
+
+# When this process's next search-index task of each project is due (monotonic clock).
+_SEARCH_DUE: dict[int, float] = {}
+
+
+def _search_index_later(project_id: int) -> None:
+    """Index the project's new and grown trajectories ``SEARCH_EVERY`` seconds from now,
+    unless a task queued by this process is still to come (it will take these too).
+    Each index task looks over the project for trajectories without documents; one per
+    assembly made that scan, many times a second, most of PostgreSQL's work under a
+    steady stream of spans. Until indexed, trajectories are searched by their text."""
+    now = time.monotonic()
+    if _SEARCH_DUE.get(project_id, 0.0) > now:
+        return
+    from trajectories.tasks import search_index
+
+    try:
+        search_index.apply_async((project_id,), countdown=SEARCH_EVERY)
+    except QueueUnavailable as error:
+        logger.warning("search index of project %s not queued: %s", project_id, error)
+        return
+    _SEARCH_DUE[project_id] = now + SEARCH_EVERY
 
 
 def _task() -> Any:
@@ -279,8 +331,9 @@ def _pending_take(batch: int, skipped: list[int]) -> list[_Trace] | None:
             " ON s.project_id = k.p AND s.trace_id = k.t ORDER BY s.id",
             [[key[0] for key in keys], [key[1] for key in keys]],
         )
-        for project_id, trace_id, text in cursor.fetchall():
-            traces[(project_id, trace_id)].records.append(orjson.loads(text))
+        while rows := cursor.fetchmany(2000):
+            for project_id, trace_id, text in rows:
+                traces[(project_id, trace_id)].add(orjson.loads(text))
     return list(traces.values())
 
 
@@ -297,26 +350,8 @@ class _Built:
 
 def _build(trace: _Trace) -> _Built:
     """The trace's trajectory through the ``otel`` importer's mapping."""
-    spans: list[Span] = []
-    errors: list[dict[str, str]] = []
-    resource: dict[str, Any] = {}
-    for order, record in enumerate(trace.records):
-        try:
-            _, span = otel.span_record(record, "")
-        except FieldError as error:
-            errors.append(
-                {
-                    "span_id": str(record.get("spanId")),
-                    "field": error.field,
-                    "message": error.message,
-                }
-            )
-            continue
-        span.order = order
-        spans.append(span)
-        if not resource and isinstance(record.get("resource"), dict):
-            resource = record["resource"]
-    parsed = otel.trace_trajectory(trace.trace_id, spans, "otlp", resource)
+    parsed = otel.trace_trajectory(trace.trace_id, trace.spans, "otlp", trace.resource)
+    trace.spans = []
     return _Built(
         trace=trace,
         task=parsed.task,
@@ -324,7 +359,7 @@ def _build(trace: _Trace) -> _Built:
         metadata=parsed.metadata,
         steps=parsed.steps,
         hashes=prefix_hashes(parsed.task, parsed.steps),
-        errors=errors,
+        errors=trace.errors,
     )
 
 
@@ -369,13 +404,13 @@ def _assemble(traces: list[_Trace]) -> None:
         _steps_write(cursor, built, grown)
         cursor.execute(
             "UPDATE trajectories_livetrace l SET assembled_count = u.n, trajectory_id = u.tid,"
-            " assembled_at = now(), errors = u.errors::jsonb"
+            " assembled_at = clock_timestamp(), errors = u.errors::jsonb"
             " FROM unnest(%s::bigint[], %s::int[], %s::bigint[], %s::text[])"
             " AS u(id, n, tid, errors)"
             " WHERE l.id = u.id",
             [
                 [item.trace.live_id for item in built],
-                [len(item.trace.records) for item in built],
+                [item.trace.count for item in built],
                 [item.trace.trajectory_id for item in built],
                 [orjson.dumps(item.errors[:100]).decode() for item in built],
             ],
@@ -383,7 +418,7 @@ def _assemble(traces: list[_Trace]) -> None:
 
 
 # One step's columns as the assembler writes them (the step id aside).
-_StepRow = tuple[int, int, str, str, str, str, str, bool, str | None, str, str]
+_StepRow = tuple[int, int, str, str, str, str, str, bool, Any, dict[str, Any], str]
 
 
 def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
@@ -435,28 +470,29 @@ def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
             "UPDATE trajectories_step SET index = index + %s WHERE trajectory_id = ANY(%s)",
             [INDEX_SHIFT, moved],
         )
-    if updates:
-        columns = list(zip(*[row for _, row in updates], strict=True))
+    # The rows go as one JSON document each (see live_spans_accept): a quarter of the
+    # assembler's time went to escaping text arrays element by element.
+    columns = (
+        "(u->>0)::bigint, (u->>1)::int, u->>2, u->>3, u->>4, u->>5, u->>6,"
+        " (u->>7)::bool, (u->8)::jsonb, (u->9)::jsonb, u->>10"
+    )
+    for start in range(0, len(updates), WRITE_ROWS):
+        piece = updates[start : start + WRITE_ROWS]
         cursor.execute(
-            "UPDATE trajectories_step s SET index = u.index, prefix_hash = u.prefix_hash,"
-            " kind = u.kind, role = u.role, agent = u.agent, tool_name = u.tool_name,"
-            " labelable = u.labelable, tool_args = u.tool_args::jsonb,"
-            " metadata = u.metadata::jsonb, content = u.content"
-            " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], %s::text[])"
-            " AS u(id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
-            " tool_args, metadata, content) WHERE s.id = u.id",
-            [[step_id for step_id, _ in updates], *[list(column) for column in columns[1:]]],
+            "UPDATE trajectories_step s SET index = v.index, prefix_hash = v.prefix_hash,"
+            " kind = v.kind, role = v.role, agent = v.agent, tool_name = v.tool_name,"
+            " labelable = v.labelable, tool_args = v.tool_args, metadata = v.metadata,"
+            " content = v.content"
+            f" FROM (SELECT {columns} FROM json_array_elements(%s::json) AS u)"
+            " AS v(id, index, prefix_hash, kind, role, agent, tool_name, labelable,"
+            " tool_args, metadata, content) WHERE s.id = v.id",
+            [orjson.dumps([[step_id, *row[1:]] for step_id, row in piece]).decode()],
         )
-    if inserts:
-        columns = list(zip(*inserts, strict=True))
+    for start in range(0, len(inserts), WRITE_ROWS):
         cursor.execute(
             f"INSERT INTO trajectories_step ({pgcopy.STEP_COLUMNS})"
-            " SELECT t, i, h, k, r, a, n, l, ta::jsonb, m::jsonb, c"
-            " FROM unnest(%s::bigint[], %s::int[], %s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::bool[], %s::text[], %s::text[], %s::text[])"
-            " AS u(t, i, h, k, r, a, n, l, ta, m, c)",
-            [list(column) for column in columns],
+            f" SELECT {columns} FROM json_array_elements(%s::json) AS u",
+            [orjson.dumps(inserts[start : start + WRITE_ROWS]).decode()],
         )
     if grown:
         # Their search documents describe the steps as they were: the index builds
@@ -479,8 +515,8 @@ def _row_of(item: _Built, index: int, step: ParsedStep, prefix_hash: str) -> _St
         step.agent[:100],
         step.tool_name[:200],
         step.labelable,
-        None if step.tool_args is None else orjson.dumps(step.tool_args).decode(),
-        orjson.dumps(step.metadata).decode(),
+        step.tool_args,
+        step.metadata,
         step.content,
     )
 
