@@ -343,8 +343,9 @@ def test_the_export_list_takes_its_project(tmp_path: Path) -> None:
     assert listed("?project=demo") == [world.export_job.pk]
     assert listed("?project=elsewhere") == [other.pk]
     assert listed("") == sorted([world.export_job.pk, other.pk])
-    # A project the user is not a member of lists nothing, as if it did not exist.
-    assert visitors.request(route, "outsider", "GET", query="?project=demo").json()["results"] == []
+    # A project the user is not a member of is a 404, as if it did not exist.
+    assert visitors.request(route, "outsider", "GET", query="?project=demo").status_code == 404
+    assert visitors.request(route, "researcher", "GET", query="?project=nope").status_code == 404
 
 
 # The only API writes besides POST: a project's admins change it (an empty PATCH changes
