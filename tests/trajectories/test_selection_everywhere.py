@@ -11,10 +11,12 @@ job's trajectories (nothing is queued: nothing commits)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 
@@ -25,7 +27,7 @@ from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
 from rollouts.services import jobs as rollout_jobs
 from scoring import services as scoring
-from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.services import attribution as attribution_services
 from scoring.services import scores as score_services
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -320,3 +322,30 @@ def test_every_job_api_refuses_a_bad_filter_naming_it(
     response = client.post(url, body, content_type="application/json")
     assert response.status_code == 400, response.content
     assert message in response.json()["filters"][name][0]
+
+
+# --- The commands take the same filters: --filter NAME=VALUE ------------------------------
+
+
+COMMANDS = {
+    "score": (["--scorer", "tiny-prm"], ScoringRun),
+    "attribute": (["--method", "group-relative"], AttributionRun),
+    "rollout": (["--policy", "tiny", "--k", "1"], RolloutJob),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_the_filters_and_names_a_bad_one(
+    world: dict[str, Any], command: str
+) -> None:
+    arguments, model = COMMANDS[command]
+    project = ["--project", world["project"].slug]
+    filters = ["--filter", "task_key=t1", "--filter", "q=quokka"]
+    call_command(command, *project, *arguments, *filters, stdout=StringIO())
+    job = model.objects.filter(project=world["project"]).latest("pk")
+    assert job.selection["filters"] == {"q": "quokka", "task": "t1"}
+    with pytest.raises(CommandError, match="bogus: unknown filter"):
+        call_command(command, *project, *arguments, "--filter", "bogus=1", stdout=StringIO())
+    with pytest.raises(CommandError, match="NAME=VALUE"):
+        call_command(command, *project, *arguments, "--filter", "task", stdout=StringIO())
