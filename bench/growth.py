@@ -15,7 +15,9 @@ each request with Django's test client (``--repeat`` times, alternating, after o
 the trajectory page at 20, 1,000 and the big step count and its lazy parts, a label write
 (the page's HTMX post and the API), the next queue item, the list with each filter, each
 sort and the text search, the saved selection's count, compare, failures, the prefix tree
-of one task, the export preview and the scoring section. The child reports its peak RSS
+of one task, the export preview and the scoring section (compare and failures read their
+kept summaries, made once first; the making's time is reported apart, as
+``summary_make_ms``). The child reports its peak RSS
 (the web process's memory: flat from size to size when no request loads a project's rows).
 
 Prints, per size, one JSON line (import time, medians and ranges in ms, peak RSS); then the
@@ -57,6 +59,8 @@ from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
 from bench.cleanup import project_drop  # noqa: E402
+from evaluation.kept import summary_refresh  # noqa: E402
+from evaluation.models import KeptSummary  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Membership, Project, Step, Trajectory  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
@@ -323,7 +327,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
     from labeling.models import Queue
 
     queue = Queue.objects.get(project=project, name=queue_name)
-    response = client.post(f"/p/{slug}/selections/", {"name": "failed", "success": "false"})
+    response = client.post(f"/p/{slug}/selections/", {"name": "failed", "outcome": "failure"})
     assert response.status_code == 302, response.content.decode()[-3000:]
 
     values = iter(lambda: random.choice((-1, 0, 1)), None)
@@ -355,7 +359,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         "list q": f"/p/{slug}/trajectories/?q=remainder",
         "list model": f"/p/{slug}/trajectories/?model=policy-b",
         "list task": f"/p/{slug}/trajectories/?task={task_key}",
-        "list success": f"/p/{slug}/trajectories/?success=false",
+        "list outcome": f"/p/{slug}/trajectories/?outcome=failure",
         "list api": f"/api/v1/trajectories/?project={slug}",
         "selections": f"/p/{slug}/selections/",
         "compare": f"/p/{slug}/compare/?scorer={scorers[0]}",
@@ -373,6 +377,23 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
     return timed
 
 
+def summaries_made(project: Project, timed: dict[str, Any]) -> dict[str, float]:
+    """The compare and failure summaries, made once as the page or its worker makes them
+    (kept in the request below STEPSCOPE_SUMMARY_INLINE_STEPS, by a worker above: the
+    bench runs the worker's task here); returns how long each making took. The timed
+    requests then read them kept, and made again in the request or queued whenever a
+    label write of the rounds moved what they read."""
+    for name in ("compare", "failures"):
+        timed[name]()
+    made = {}
+    for row in KeptSummary.objects.filter(project=project):
+        if row.value is None:
+            summary_refresh(project_id=project.pk, page=row.page, params=row.params)
+            row.refresh_from_db()
+        made[row.page] = round((row.seconds or 0) * 1000, 1)
+    return made
+
+
 def measure(slug: str, repeat: int, scorers: list[str]) -> dict[str, Any]:
     """Runs in a child process of its own, so that its peak RSS is this size's."""
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
@@ -380,6 +401,7 @@ def measure(slug: str, repeat: int, scorers: list[str]) -> dict[str, Any]:
     client = Client()
     client.force_login(User.objects.get(username=slug))
     timed = requests_for(project, client, scorers)
+    made = summaries_made(project, timed)
     times: dict[str, list[float]] = {name: [] for name in timed}
     statuses: dict[str, int] = {}
     for round_number in range(repeat + 1):
@@ -398,6 +420,7 @@ def measure(slug: str, repeat: int, scorers: list[str]) -> dict[str, Any]:
             for name, v in times.items()
         },
         "status": {name: code for name, code in statuses.items() if code >= 400},
+        "summary_make_ms": made,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 

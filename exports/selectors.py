@@ -9,16 +9,17 @@ from urllib.parse import urlencode
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, Max, OuterRef, Q, Sum
+from django.db.models import Count, Exists, OuterRef, Q
 from django.http import Http404
 
 from exports.models import ExportJob, Selection
-from labeling.models import FinalLabelEvent, StepLabel, StepLabelEvent
+from labeling.models import StepLabel
 from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
-from rollouts.models import Policy, RolloutJob, StepMC
-from scoring.models import AttributionRun, ScoringRun, StepScore
+from rollouts.changes import changed_since, project_marks
+from rollouts.models import Policy, StepMC
+from scoring.models import AttributionRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
-from trajectories.models import Project, Step
+from trajectories.models import Project
 from trajectories.selection import selection_parse, selection_query
 from trajectories.selectors import (
     AnyUser,
@@ -138,43 +139,25 @@ class ChoiceCounts:
 # The counts of a project, in Django's cache (each process's memory unless CACHES says
 # otherwise) under this prefix, the project's id and its creation time.
 COUNTS_CACHE_PREFIX = "exports:choice-counts:"
-# Past this many label events since the counts, they are counted again without looking
-# at which project the events are in.
-EVENTS_LOOKED_AT = 10_000
 
 
 def choice_counts(project: Project) -> ChoiceCounts:
     """The export page's choices and counts. Finding which members and imports label the
     project and counting each source, scorer and run is a pass over the project's labels,
     scores or credits (seconds on a million labelled steps), so the result is kept in the
-    cache and made again only when something it reads may have changed:
-
-    - a label or final label of the project written or deleted after it: the label
-      history (``StepLabelEvent``, ``FinalLabelEvent``, written by triggers on every
-      insert, change and delete, ``COPY`` included) is read from the result's high-water
-      marks on, the new events only (a label written in another project is seen to be
-      elsewhere and leaves the result as it is);
-    - the project's scoring runs, rollout jobs or finished attribution runs (how many,
-      how far they got: the scores, Monte Carlo values and credits they write), its
-      members, or its number of trajectories (what deleting trajectories changes).
-
-    The marks are read before the counting, so a write during it is seen next time."""
+    cache and made again only when something it reads may have changed
+    (:mod:`rollouts.changes`)."""
     # The creation time too: a database rebuilt or restored may give another project the id.
     key = f"{COUNTS_CACHE_PREFIX}{project.pk}:{project.created_at.timestamp()}"
-    marks = _event_marks()
-    inputs = _count_inputs(project)
+    marks = project_marks(project)
     kept: dict[str, Any] | None = cache.get(key)
-    if (
-        kept is not None
-        and kept["inputs"] == inputs
-        and not _labels_changed(project, kept["marks"], marks)
-    ):
+    if kept is not None and not changed_since(project, kept["marks"], marks):
         if kept["marks"] != marks:
             cache.set(key, {**kept, "marks": marks}, timeout=None)
         counts: ChoiceCounts = kept["counts"]
         return counts
     counts = _choice_counts(project)
-    cache.set(key, {"marks": marks, "inputs": inputs, "counts": counts}, timeout=None)
+    cache.set(key, {"marks": marks, "counts": counts}, timeout=None)
     return counts
 
 
@@ -197,62 +180,6 @@ def _choice_counts(project: Project) -> ChoiceCounts:
         scored=scored,
         credited=credited,
         trajectories=project.trajectories.count(),
-    )
-
-
-def _event_marks() -> tuple[int, int]:
-    """The newest label and final-label history events, anywhere (two index lookups)."""
-    return (
-        StepLabelEvent.objects.aggregate(mark=Max("pgh_id"))["mark"] or 0,
-        FinalLabelEvent.objects.aggregate(mark=Max("pgh_id"))["mark"] or 0,
-    )
-
-
-def _labels_changed(project: Project, kept: tuple[int, int], now: tuple[int, int]) -> bool:
-    """Whether a label or final label of the project changed between the marks ``kept``
-    and ``now``: the steps of the events between them (an index range on the events),
-    looked up in the project; past ``EVENTS_LOOKED_AT`` events, changed."""
-    for model, since, until in zip((StepLabelEvent, FinalLabelEvent), kept, now, strict=True):
-        if until == since:
-            continue
-        if until < since:
-            return True  # events removed: history rewritten, count again
-        steps = list(
-            model.objects.filter(pgh_id__gt=since, pgh_id__lte=until)
-            .order_by()
-            .values_list("step_id", flat=True)[: EVENTS_LOOKED_AT + 1]
-        )
-        if len(steps) > EVENTS_LOOKED_AT:
-            return True
-        # A deleted step's events name a step that is gone: its labels are counted no more.
-        present = Step.objects.filter(pk__in=set(steps))
-        if present.filter(trajectory__project=project).exists() or present.count() < len(
-            set(steps)
-        ):
-            return True
-    return False
-
-
-def _count_inputs(project: Project) -> tuple[Any, ...]:
-    """How many of the project's scoring runs, rollout jobs and finished attribution runs
-    there are and how far they got, its members and its trajectories: small tables or an
-    index, one query each."""
-    scoring = ScoringRun.objects.filter(project=project).aggregate(
-        runs=Count("pk"), newest=Max("pk"), done=Sum("done"), chunks=Sum("chunks_done")
-    )
-    rollouts = RolloutJob.objects.filter(project=project).aggregate(
-        jobs=Count("pk"), newest=Max("pk"), done=Sum("done"), chunks=Sum("chunks_done")
-    )
-    credits = AttributionRun.objects.filter(
-        project=project, status=AttributionRun.Status.DONE
-    ).aggregate(runs=Count("pk"), newest=Max("pk"))
-    members = project.memberships.aggregate(members=Count("pk"), newest=Max("pk"))
-    return (
-        tuple(scoring.values()),
-        tuple(rollouts.values()),
-        tuple(credits.values()),
-        tuple(members.values()),
-        project.trajectories.count(),
     )
 
 

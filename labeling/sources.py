@@ -158,6 +158,45 @@ def label_source_sql(
     )
 
 
+def label_source_annotators_sql(
+    project: Project, source: LabelSource
+) -> tuple[str, list[Any]] | None:
+    """SQL selecting ``(step_id, username)``: whose labels ``source`` resolved on each
+    step of ``project`` it labels (the one annotator or import; every human who voted
+    on a step with a majority, the humans of ``consensus`` too; the reviewer of an
+    adjudicated label). None for the sources no person labels (``model``, ``mc``)."""
+    if source.kind in ("model", "mc"):
+        return None
+    if source.kind == "human" and source.name == "adjudicated":
+        return (
+            "SELECT f.step_id, u.username FROM labeling_finallabel f"
+            " JOIN auth_user u ON u.id = f.adjudicator_id"
+            " JOIN trajectories_step s ON s.id = f.step_id"
+            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+            " WHERE t.project_id = %s",
+            [project.pk],
+        )
+    one = label_source_annotator(source)
+    if one is not None:
+        return (
+            "SELECT l.step_id, u.username FROM labeling_steplabel l"
+            " JOIN auth_user u ON u.id = l.annotator_id"
+            " JOIN trajectories_step s ON s.id = l.step_id"
+            " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+            " WHERE t.project_id = %s AND u.username = %s AND l.status = 'submitted'",
+            [project.pk, one],
+        )
+    # The votes StepMajority counts (migration 0003): people's submitted labels.
+    return (
+        "SELECT l.step_id, u.username FROM labeling_stepmajority m"
+        " JOIN labeling_steplabel l ON l.step_id = m.step_id"
+        " JOIN auth_user u ON u.id = l.annotator_id"
+        " WHERE m.project_id = %s AND m.value IS NOT NULL AND l.status = 'submitted'"
+        " AND u.username NOT LIKE %s",
+        [project.pk, IMPORTED_PREFIX + "%"],
+    )
+
+
 def _majority_sql(project: Project) -> tuple[str, list[Any]]:
     # Kept per step by triggers on the step labels (labeling.models.StepMajority): the
     # value with the strictly highest count among human annotators' submitted labels,

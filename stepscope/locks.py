@@ -24,6 +24,8 @@ class LockClass(IntEnum):
     DEMO_TRAINING = 7303
     # One queue taker per annotator at a time (two tabs pressing n at once).
     QUEUE_TAKE = 7304
+    # One assembler builds a live trace's trajectory at a time (keyed by LiveTrace id).
+    LIVE_TRACE = 7311
 
 
 def xact_lock(lock_class: LockClass, key: int) -> None:

@@ -140,6 +140,12 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
+# Where a worker runs with --beat (or a `celery beat` runs): the sweep that queues the
+# OTLP assembler for pending traces whose task was lost (the receiver sweeps too, while
+# spans arrive).
+CELERY_BEAT_SCHEDULE = {
+    "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": 10.0},
+}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Web requests that start a job give up on a dead broker within seconds
 # (stepscope.queueing); workers keep retrying their own connection as usual.
@@ -202,6 +208,25 @@ STEPSCOPE_ALLOW_REMOTE_CODE = env_bool("STEPSCOPE_ALLOW_REMOTE_CODE", default=Fa
 # 413 before reading a larger one; bigger files go through `import_trajectories`).
 STEPSCOPE_UPLOAD_MAX_BYTES = env_int("STEPSCOPE_UPLOAD_MAX_BYTES", 50 * 1024 * 1024)
 DATA_UPLOAD_MAX_MEMORY_SIZE = STEPSCOPE_UPLOAD_MAX_BYTES
+
+# Summaries of a whole project (compare, failures) of a project past this many steps are
+# made by a worker and kept; the page shows the kept one with its age meanwhile
+# (evaluation/kept.py). Below it they are made in the request when what they read changed.
+STEPSCOPE_SUMMARY_INLINE_STEPS = env_int("STEPSCOPE_SUMMARY_INLINE_STEPS", 300_000)
+
+# The OTLP/HTTP receiver (POST /v1/traces, docs/api.md). A body (after gzip) larger than
+# MAX_BODY bytes is refused with 413; attribute text longer than MAX_ATTRIBUTE characters is
+# cut with a marker; spans past MAX_SPANS_PER_TRACE in one trace are rejected (named in the
+# answer's partialSuccess); past MAX_BACKLOG spans waiting for the assembler, exporters are
+# asked to retry later (429). A trace is finished once its root span came and QUIET_SECONDS
+# passed without a new one. The assembler starts ASSEMBLE_DELAY_MS after a span arrives, so
+# spans that come together are assembled together.
+STEPSCOPE_OTLP_MAX_BODY = env_int("STEPSCOPE_OTLP_MAX_BODY", 64 * 1024 * 1024)
+STEPSCOPE_OTLP_MAX_ATTRIBUTE = env_int("STEPSCOPE_OTLP_MAX_ATTRIBUTE", 100_000)
+STEPSCOPE_OTLP_MAX_SPANS_PER_TRACE = env_int("STEPSCOPE_OTLP_MAX_SPANS_PER_TRACE", 100_000)
+STEPSCOPE_OTLP_MAX_BACKLOG = env_int("STEPSCOPE_OTLP_MAX_BACKLOG", 200_000)
+STEPSCOPE_OTLP_QUIET_SECONDS = env_int("STEPSCOPE_OTLP_QUIET_SECONDS", 30)
+STEPSCOPE_OTLP_ASSEMBLE_DELAY_MS = env_int("STEPSCOPE_OTLP_ASSEMBLE_DELAY_MS", 300)
 
 # Who may create projects from the project list and the API: any signed-in user, or
 # Django staff only.

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from stepscope import health
+from trajectories import receiver
 
 urlpatterns = [
     # Answered by health.HealthMiddleware before the Host check; named here for reverse().
@@ -14,6 +15,8 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/v1/", include("stepscope.api_urls")),
+    # OTLP/HTTP, where OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:8000 sends spans.
+    path("v1/traces", receiver.traces_receive, name="otlp-traces"),
     path("", include("home.urls")),
     path("", include("accounts.urls")),
     path("", include("trajectories.urls")),

@@ -8,7 +8,8 @@ from django.conf import settings as django_settings
 from django.contrib.postgres.indexes import GinIndex
 from django.contrib.postgres.search import SearchVectorField
 from django.db import models
-from django.db.models.functions import MD5
+from django.db.models import JSONField, Value
+from django.db.models.functions import MD5, Now
 
 from stepscope.jobs.models import Job
 
@@ -384,10 +385,88 @@ class StepSearch(models.Model):
         return f"search document of step {self.step_id}"
 
 
+class LiveTrace(models.Model):
+    """A trace arriving over OTLP (``POST /v1/traces``): how many of its spans are staged,
+    how many the assembler has turned into its trajectory, and when the last one came.
+    A trace is pending while ``span_count > assembled_count``; it counts as finished once
+    its root span came and ``STEPSCOPE_OTLP_QUIET_SECONDS`` passed without a new span."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    trace_id = models.CharField(max_length=32)
+    trajectory = models.OneToOneField(
+        Trajectory, null=True, blank=True, on_delete=models.SET_NULL, related_name="live_trace"
+    )
+    # Spans staged, and spans the trajectory was last built from.
+    span_count = models.PositiveIntegerField(default=0, db_default=0)
+    assembled_count = models.PositiveIntegerField(default=0, db_default=0)
+    root_seen = models.BooleanField(default=False, db_default=False)
+    first_span_at = models.DateTimeField(db_default=Now())
+    last_span_at = models.DateTimeField(db_default=Now())
+    assembled_at = models.DateTimeField(null=True, blank=True)
+    # Staged spans the mapping could not read: [{"span_id", "field", "message"}].
+    errors = models.JSONField(default=list, db_default=Value([], JSONField()), blank=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["project", "trace_id"], name="livetrace_unique_trace")
+        ]
+        indexes: ClassVar = [
+            # The assembler's work list: only pending traces are in it.
+            models.Index(
+                fields=["last_span_at"],
+                name="livetrace_pending",
+                condition=models.Q(span_count__gt=models.F("assembled_count")),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"live trace {self.trace_id}"
+
+
+class StagedSpan(models.Model):
+    """One span as the OTLP receiver accepted it (OTLP JSON's shape, attributes flat),
+    kept until and after its trace is assembled: the receiver only inserts here, so
+    accepting is durable, and the unique key makes an exporter's retry change nothing."""
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    received_at = models.DateTimeField(db_default=Now())
+    record = models.JSONField()
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["project", "trace_id", "span_id"], name="stagedspan_unique_span"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"span {self.span_id} of trace {self.trace_id}"
+
+
+class LiveAssembly(models.Model):
+    """One row (id 1): when an assembly task was last queued and has not started yet.
+    Requests queue a task only when none is, so a burst of spans costs one task; a task
+    that never started (a lost message) is replaced after ``STALE_SECONDS``."""
+
+    STALE_SECONDS = 30
+
+    id = models.PositiveSmallIntegerField(primary_key=True)
+    queued_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"assembly queued at {self.queued_at}"
+
+
 __all__ = [
     "ImportBatch",
+    "LiveAssembly",
+    "LiveTrace",
     "Membership",
     "Project",
+    "StagedSpan",
     "Step",
     "StepSearch",
     "Trajectory",

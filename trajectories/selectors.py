@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
 from django.db.models import (
     Case,
@@ -34,6 +35,7 @@ from trajectories.metadata_query import metadata_conditions_parse
 from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
     ImportBatch,
+    LiveTrace,
     Membership,
     MembershipEvent,
     MembershipInvite,
@@ -542,3 +544,24 @@ def task_rollouts(project: Project, task_key: str) -> TaskRollouts:
         unknown_outcome=len(candidates[:TREE_MAX_ROLLOUTS]) - len(kept),
         truncated=truncated,
     )
+
+
+def live_trace_state(trajectory_id: int) -> str | None:
+    """``"receiving"`` while a live trace may still grow (no root span yet, or a span
+    within ``STEPSCOPE_OTLP_QUIET_SECONDS``), ``"finished"`` after, None for a trajectory
+    that did not arrive live."""
+    live = (
+        LiveTrace.objects.filter(trajectory_id=trajectory_id)
+        .only("root_seen", "last_span_at", "span_count", "assembled_count")
+        .first()
+    )
+    if live is None:
+        return None
+    quiet = timezone.now() - live.last_span_at
+    if (
+        not live.root_seen
+        or live.span_count > live.assembled_count
+        or quiet.total_seconds() < django_settings.STEPSCOPE_OTLP_QUIET_SECONDS
+    ):
+        return "receiving"
+    return "finished"

@@ -7,6 +7,7 @@ from celery import shared_task
 from stepscope.statistics import analyze
 from trajectories.services import import_batch_run
 from trajectories.services.deletion import project_deletion_run
+from trajectories.services.live import live_sweep, live_traces_assemble
 from trajectories.services.search import trajectory_search_index
 
 
@@ -30,3 +31,13 @@ def project_delete(deletion_id: int) -> int:
 @shared_task(name="trajectories.statistics_refresh")
 def statistics_refresh(tables: list[str]) -> list[str]:
     return analyze(tables)
+
+
+@shared_task(name="trajectories.live_assemble", acks_late=True, reject_on_worker_lost=True)
+def live_assemble() -> int:
+    return live_traces_assemble()
+
+
+@shared_task(name="trajectories.live_sweep")
+def live_sweep_task() -> bool:
+    return live_sweep()

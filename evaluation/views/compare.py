@@ -32,6 +32,7 @@ from evaluation.forms import (
     FirstErrorFilterForm,
     StepFilterForm,
 )
+from evaluation.kept import summary_kept, summary_params
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -59,9 +60,10 @@ def compare_page(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = CompareForm(request.GET, project=project, options=options)
     context = {**base_context(request, project), "form": form, "options": options}
     if options.scorers and form.is_valid():
-        query = form.query
-        result = compare.compare_run(query, by=form.cleaned_data.get("by") or "")
-        context.update(_result_context(project, query, result))
+        kept = summary_kept(project, "compare", summary_params("compare", request.GET))
+        context["kept"] = kept
+        if kept.value is not None:
+            context.update(_result_context(project, form.query, kept.value))
     return render(request, "evaluation/compare.html", context)
 
 

@@ -16,6 +16,7 @@ from evaluation import rollout_diff as rollout_diff_queries
 from evaluation.forms import (
     FailureForm,
 )
+from evaluation.kept import summary_kept, summary_params
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -48,7 +49,9 @@ def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if form.is_valid():
         source = form.cleaned_data["source"]
         piece = form.cleaned_data["piece"]
-        overview = failures.failure_overview(project, source, piece=piece)
+        kept = summary_kept(project, "failures", summary_params("failures", request.GET))
+        context["kept"] = kept
+        overview = kept.value
         params = {
             "labels": compare.source_param(source),
             "threshold": f"{source.threshold:g}" if source.kind == "model" else "",
@@ -72,7 +75,9 @@ def failure_overview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                     ],
                 )
                 for grouping, title in failures.GROUPINGS.items()
-            ],
+            ]
+            if overview is not None
+            else [],
             located_href=query_url("failure-list", project, params),
         )
     else:

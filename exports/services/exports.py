@@ -37,6 +37,7 @@ from exports.writers import (
     write_export,
     write_manifest,
 )
+from labeling.sources import label_source_annotators_sql
 from scoring.selectors import scorer_id_for
 from stepscope.jobs.lifecycle import job_cancel
 from stepscope.locks import LockClass, session_lock_try
@@ -76,7 +77,9 @@ def export_write(
                 splits=parse_split_spec(request.split) if request.split else None,
                 seed=request.seed,
             )
-    manifest = export_manifest(project, request, result)
+        # In the snapshot the files were read from: the manifest's annotators are those
+        # of the labels written.
+        manifest = export_manifest(project, request, result)
     write_manifest(out_dir, manifest)
     return manifest
 
@@ -93,7 +96,29 @@ def export_manifest(
         schema_revision=_schema_revision(project),
         scorer_revisions=_scorer_revisions(project, request),
         attribution_revisions=_attribution_revisions(project, request),
+        # The lossless format lists the annotators of the labels it wrote out, under
+        # the names it wrote them; the other formats, whose labels a source resolved.
+        annotators=None if result.annotators else _source_annotators(project, request),
     )
+
+
+def _source_annotators(project: Project, request: ExportRequest) -> list[str]:
+    """The people (or imports) whose labels the export's label source resolved on the
+    labelable steps of the selected trajectories."""
+    found = label_source_annotators_sql(project, request.labels)
+    if found is None:
+        return []
+    sql, params = found
+    chosen = selectors.trajectories_filtered(project, request_filters(request.selection))
+    chosen_sql, chosen_params = chosen.values("id").query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT a.username FROM ({sql}) a"
+            " JOIN trajectories_step s ON s.id = a.step_id"
+            f" WHERE s.labelable AND s.trajectory_id IN ({chosen_sql})",
+            [*params, *chosen_params],
+        )
+        return sorted(username for (username,) in cursor.fetchall())
 
 
 def _schema_revision(project: Project) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Subquery
 from django.db.models.expressions import RawSQL
 from django.http import Http404
 from django.utils import timezone
@@ -145,13 +145,20 @@ QUEUE_ITEMS_PAGE_SIZE = 100
 def queue_items_page(
     queue: Queue, *, after: int | None = None
 ) -> tuple[list[QueueItem], int | None]:
-    """Items in queue order with ``submitted`` and ``leased`` counts and the trajectory's
-    external id, keyset-paged by (position, id)."""
+    """Items in the order leases hand them out (position; or, in a "most uncertain first"
+    queue, the least certain first, then position) with ``submitted`` and ``leased``
+    counts and the trajectory's external id, keyset-paged after the item ``after``."""
+    uncertain = queue.order == Queue.Order.UNCERTAIN
     queryset = (
         QueueItem.objects.filter(queue=queue)
         .select_related("trajectory")
         .only(
-            "id", "position", "trajectory__id", "trajectory__external_id", "trajectory__step_count"
+            "id",
+            "position",
+            "uncertainty",
+            "trajectory__id",
+            "trajectory__external_id",
+            "trajectory__step_count",
         )
         .annotate(
             submitted=Count(
@@ -165,14 +172,31 @@ def queue_items_page(
                 ),
             ),
         )
-        .order_by("position", "id")
+        .order_by(*([F("uncertainty").asc(nulls_last=True)] if uncertain else []), "position", "id")
     )
     if after is not None:
-        queryset = queryset.filter(id__gt=after)
+        queryset = queryset.filter(_after_item(queue, after, uncertain=uncertain))
     items: list[QueueItem] = list(queryset[: QUEUE_ITEMS_PAGE_SIZE + 1])
     if len(items) > QUEUE_ITEMS_PAGE_SIZE:
         return items[:QUEUE_ITEMS_PAGE_SIZE], items[QUEUE_ITEMS_PAGE_SIZE - 1].pk
     return items, None
+
+
+def _after_item(queue: Queue, pk: int, *, uncertain: bool) -> Q:
+    """The items that come after item ``pk`` in the page's order."""
+    cursor = QueueItem.objects.filter(queue=queue, pk=pk).values("position", "uncertainty").first()
+    if cursor is None:
+        return Q(pk__in=[])
+    later = Q(position__gt=cursor["position"]) | Q(position=cursor["position"], id__gt=pk)
+    if not uncertain:
+        return later
+    if cursor["uncertainty"] is None:
+        return Q(uncertainty__isnull=True) & later
+    return (
+        Q(uncertainty__isnull=True)
+        | Q(uncertainty__gt=cursor["uncertainty"])
+        | (Q(uncertainty=cursor["uncertainty"]) & later)
+    )
 
 
 def queues_for_user(user: AnyUser) -> QuerySet[Queue]:

@@ -16,7 +16,7 @@ from labeling import selectors
 from labeling.selectors import LabelingState
 from labeling.services import LabelingError
 from stepscope.web import HtmxHttpRequest
-from trajectories.selectors import STEP_PREVIEW_CHARS
+from trajectories.selectors import STEP_PREVIEW_CHARS, live_trace_state
 
 
 def form_message(form: Form) -> str:
@@ -52,7 +52,12 @@ def surface_context(state: LabelingState, *, start: int = 0) -> dict[str, Any]:
 def labeling_surface(request: HttpRequest, pk: int) -> dict[str, Any]:
     """The context of the trajectory page; 404 outside the user's projects."""
     state = selectors.labeling_state_for_user(request.user, pk, queue_id=queue_param(request))
-    return surface_context(state)
+    context = surface_context(state)
+    # A trace still arriving over OTLP is marked on the page ("receiving"); only OTel
+    # trajectories can have arrived so, and only they cost the query.
+    if context["trajectory"].source_format == "otel":
+        context["live_state"] = live_trace_state(pk)
+    return context
 
 
 def refuse(

@@ -183,7 +183,10 @@ def _step_goto(request: HtmxHttpRequest, state: LabelingState, index: int) -> Ht
     context = {**surface_context(state, start=start), "jumped": True}
     response = render(request, "labeling/trajectory_detail.html#steps-page", context)
     response["HX-Reswap"] = f"innerHTML show:#{anchor}:top"
-    return response
+    if step_pk is None:
+        return response
+    # The step gone to becomes current, so the label keys act on it.
+    return trigger(response, "stepscope:goto", {"step": step_pk})
 
 
 @login_required

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from labeling import selectors, services
-from labeling.views.common import refuse
+from labeling.views.common import refuse, trigger
 from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.selectors import (
     STEP_PREVIEW_CHARS,
@@ -105,4 +105,6 @@ def final_label(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "row": row,
         "preview_chars": STEP_PREVIEW_CHARS,
     }
-    return render(request, "labeling/review_trajectory.html#review-row", context)
+    response = render(request, "labeling/review_trajectory.html#review-row", context)
+    # The keys move on to the next step, as while labelling.
+    return trigger(response, "stepscope:finalised", {"step": step.pk})

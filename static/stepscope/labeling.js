@@ -8,7 +8,7 @@
      j / k        next / previous step          t / r / c   tags / rationale / correction
      schema keys  label the current step        u           undo the last label
      f            mark the first error          h           the step's label history
-     s            finish (submit)               n           next item in the queue
+     s            submit the trajectory         n           next item in the queue
      d            the decisive failure: the current step and its agent (decisive.js)
      g            guidelines                    ?           shortcuts
      Esc          close what is open            Ctrl+Enter  save an open editor
@@ -110,6 +110,14 @@
     if (!submit) return;
     submit.scrollIntoView({ block: "center" });
     submit.focus();
+  }
+
+  // Key s: submit the trajectory, as the shortcuts say (a refusal shows beside the button).
+  function submitFinish() {
+    const submit = document.getElementById("finish-submit");
+    if (!submit) return;
+    focusFinish();
+    submit.form.requestSubmit(submit);
   }
 
   // --- First-error mode ----------------------------------------------------------------
@@ -247,7 +255,7 @@
     else if (key === "c") openEditor("correction");
     else if (key === "u") undo();
     else if (key === "h") toggleHistory();
-    else if (key === "s") focusFinish();
+    else if (key === "s") submitFinish();
     else if (key === "d") handled = decisive();
     else if (key === "n") nextItem();
     else handled = current() ? clickIn(current(), 'button[name="value"][data-key="' + CSS.escape(key) + '"]') : false;
@@ -332,6 +340,27 @@
     markAfterFirstError();
     if (event.detail.stop) focusFinish();
     else advance(row);
+  });
+
+  // "Go to step N": the step gone to is current (its digits label it), not the box.
+  document.body.addEventListener("stepscope:goto", function (event) {
+    const target = document.getElementById("step-" + event.detail.step);
+    if (!target) return;
+    const all = rows();
+    const row = target.hasAttribute("data-row") ? target
+      : all.find(function (r) { return Number(r.dataset.index) > Number(target.dataset.index); });
+    if (row) setCurrent(row, false);
+    if (document.activeElement instanceof HTMLElement && document.activeElement.closest("#step-goto")) {
+      document.activeElement.blur();
+    }
+  });
+
+  // Review: after a final label the next step is current, as after a label.
+  document.body.addEventListener("stepscope:finalised", function (event) {
+    const all = rows();
+    const row = document.getElementById("review-" + event.detail.step);
+    const next = row ? all[all.indexOf(row) + 1] : null;
+    if (next) setCurrent(next);
   });
 
   document.body.addEventListener("stepscope:undone", function (event) {

@@ -40,10 +40,23 @@
     return Array.from(timeline.querySelectorAll("li.step"));
   }
 
+  // Steps that name no agent (Claude Code's main thread beside its subagents) act in a
+  // lane of their own, "main", once a named agent acts: without it one subagent alone
+  // would never make two lanes.
+  const MAIN = "main";
+  let named = false;
+
+  function laneOf(row) {
+    const agent = row.dataset.agent;
+    if (agent !== undefined) return agent;
+    return named ? MAIN : undefined;
+  }
+
   function decorate() {
     const all = steps();
+    named = named || all.some(function (row) { return row.dataset.agent !== undefined; });
     all.forEach(function (row) {
-      const agent = row.dataset.agent;
+      const agent = laneOf(row);
       if (agent !== undefined && agents.indexOf(agent) < 0) addAgent(agent);
     });
     if (agents.length > 1) {
@@ -57,7 +70,7 @@
       const depth = Number(row.dataset.depth || 0);
       row.style.setProperty("--depth", String(Math.min(depth, 8)));
       if (row.dataset.parent !== undefined) tree = true;
-      const lane = agents.indexOf(row.dataset.agent || "");
+      const lane = agents.indexOf(laneOf(row));
       if (lane >= 0) row.style.setProperty("--lane", String(lane + 1));
       const head = row.querySelector(".step-head");
       if (head && parents.has(row.dataset.index) && !head.querySelector(".tree-toggle")) {
@@ -97,7 +110,7 @@
       const parent = row.dataset.parent;
       const folded = parent !== undefined && (collapsed.has(parent) || below.has(parent));
       if (folded) below.add(row.dataset.index);
-      const agent = row.dataset.agent;
+      const agent = laneOf(row);
       row.hidden = folded || (agent !== undefined && agents.length > 1 && !shown.has(agent));
       const toggle = row.querySelector(".tree-toggle");
       if (toggle) {

@@ -18,13 +18,14 @@ from django.db import transaction
 from django.test import Client
 from rest_framework.test import APIClient
 
-from exports.models import ExportJob
+from exports.models import ExportJob, Selection
 from exports.services import (
     ExportCancelled,
     export_job_run,
     export_request_build,
     export_write,
 )
+from labeling.models import FinalLabel, LabelSchema, StepLabel
 from rollouts.models import Policy, StepMC
 from scoring import services as scoring
 from scoring.models import AttributionRun, StepCredit
@@ -361,3 +362,50 @@ def test_a_dpo_export_without_sibling_pairs_says_so(
     job = export_job_run(job_id=response.json()["id"])
     assert job.row_count > 0
     assert job.manifest is not None and job.manifest["warnings"] == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("fmt", ["trl-stepwise", "dpo", "kto", "sft", "rl", "processbench"])
+def test_the_manifest_names_the_annotators_a_resolved_source_drew_on(
+    tmp_path: Path, fmt: str
+) -> None:
+    """``human:majority`` resolves many people's labels into one per step: the manifest
+    lists whose submitted labels went into the exported steps, not nobody."""
+    project = rollouts_project(tmp_path)
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    people = {name: UserFactory.create(username=name) for name in ("alice", "bob", "carol", "dan")}
+    first = project.trajectories.order_by("id")[0]
+    second = project.trajectories.exclude(task_key=first.task_key).order_by("id")[0]
+    for step in first.steps.filter(labelable=True):
+        for name in ("alice", "bob"):
+            StepLabel.objects.create(
+                step=step, annotator=people[name], schema=schema, value=1, status="submitted"
+            )
+    adjudicated = first.steps.filter(labelable=True).first()
+    assert adjudicated is not None
+    FinalLabel.objects.create(step=adjudicated, schema=schema, value=-1, adjudicator=people["dan"])
+    # A draft counts for nobody; a label outside the selection is not in the export.
+    StepLabel.objects.create(
+        step=second.steps.filter(labelable=True)[0],
+        annotator=people["carol"],
+        schema=schema,
+        value=1,
+        status="draft",
+    )
+    Selection.objects.create(project=project, name="first", definition={"task_key": first.task_key})
+
+    def annotators(labels: str, selection: str = "") -> list[str]:
+        out = tmp_path / f"{fmt}-{labels}-{selection}".replace(":", "-")
+        args = ["--project", "arith", "--format", fmt, "--labels", labels, "--neutral", "drop"]
+        export(*args, *(["--selection", selection] if selection else []), "--out", str(out))
+        manifest = json.loads((out / "manifest.json").read_text())
+        return list(manifest["annotators"])
+
+    assert annotators("human:majority") == ["alice", "bob"]
+    assert annotators("human:bob") == ["bob"]
+    assert annotators("human:adjudicated") == ["dan"]
+    assert annotators("import:synthetic-truth") == ["import:synthetic-truth"]
+    # carol's draft, now submitted, lies outside a selection of the first task.
+    StepLabel.objects.filter(annotator=people["carol"]).update(status="submitted")
+    assert annotators("human:majority") == ["alice", "bob", "carol"]
+    assert annotators("human:majority", "first") == ["alice", "bob"]

@@ -120,13 +120,9 @@ def test_annotator_labels_a_trajectory_with_the_keyboard_only(page: Any, live_se
     page.wait_for_selector("#shortcuts-dialog[open]")
     press("Escape")
     page.wait_for_selector("#shortcuts-dialog", state="hidden")
-    # "s" goes to the finish panel; Enter submits.
+    # "s" submits the trajectory, as the shortcuts say.
     wait_current(4)
     press("s")
-    page.wait_for_function(
-        "document.activeElement && document.activeElement.id === 'finish-submit'"
-    )
-    press("Enter")
     page.wait_for_selector("#finish-status")
 
     # Reload: every label is there, in the page and in the database.

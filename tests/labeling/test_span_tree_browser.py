@@ -174,3 +174,38 @@ def test_the_keys_work_with_the_lanes_switch_or_an_agent_filter_focused(
     assert page.evaluate("document.activeElement.matches('[data-agent-filter]')")
     page.keyboard.press("j")
     assert current_index(page) == after_switch
+
+
+@pytest.mark.parametrize("viewport", [(1440, 900), (390, 844)])
+def test_a_claude_code_subagent_gets_a_lane_beside_the_unnamed_main_thread(
+    page: Any, live_server: Any, viewport: tuple[int, int]
+) -> None:
+    project = project_create(slug="cc", name="Claude Code")
+    trajectory_import(
+        project=project,
+        source_format="agent-session",
+        path=REALDATA / "claude_code" / "subagent.jsonl",
+    )
+    trajectory = Trajectory.objects.get(project=project)
+    steps = list(Step.objects.filter(trajectory=trajectory).order_by("index"))
+    # The main thread's steps name no agent; the subagent's do.
+    assert steps[0].agent == "" and {s.agent for s in steps} == {"", "afb92ff"}
+    width, height = viewport
+    signed_in(page, live_server, project)
+    page.set_viewport_size({"width": width, "height": height})
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_selector(".agent-filters:not([hidden])")
+    filters = page.eval_on_selector_all("[data-agent-filter]", "boxes => boxes.map(b => b.value)")
+    assert filters == ["main", "afb92ff"]
+
+    # Hiding the main lane leaves the subagent's steps.
+    page.uncheck("[data-agent-filter][value='main']")
+    assert set(visible(page)) == {s.index for s in steps if s.agent == "afb92ff"}
+    page.check("[data-agent-filter][value='main']")
+    page.check("[data-lanes]")
+    main = steps[0]
+    sub = next(s for s in steps if s.agent)
+    assert margin(page, main) < margin(page, sub)
+    page.locator(f"#step-{sub.pk}").scroll_into_view_if_needed()
+    shot(page, f"lanes-claude-code-{width}")
+    assert page.evaluate("document.documentElement.scrollWidth") <= width

@@ -170,6 +170,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "rollout-job-cancel": _CANCEL,
     "step-rollouts": _GET_ONLY,
     "step-rollout-start": _START,
+    # The OTLP/HTTP receiver: 401 without a token; with one, a GET is 405 and the empty
+    # POST's missing content type a 415, before any project is named (the project's
+    # 404 / 403 are in tests/trajectories/test_otlp_receiver.py).
+    "otlp-traces": {"GET": "401 405 405 405 405", "POST": "401 415 415 415 415"},
     # The REST API.
     "api:api-root": _API_LIST,
     "api:api-schema": _PUBLIC,
@@ -343,9 +347,9 @@ def test_the_export_list_takes_its_project(tmp_path: Path) -> None:
     assert listed("?project=demo") == [world.export_job.pk]
     assert listed("?project=elsewhere") == [other.pk]
     assert listed("") == sorted([world.export_job.pk, other.pk])
-    # A project the user is not a member of is a 404, as if it did not exist.
+    # A project the user is not a member of is a 404, as one that does not exist.
     assert visitors.request(route, "outsider", "GET", query="?project=demo").status_code == 404
-    assert visitors.request(route, "researcher", "GET", query="?project=nope").status_code == 404
+    assert visitors.request(route, "researcher", "GET", query="?project=nowhere").status_code == 404
 
 
 # The only API writes besides POST: a project's admins change it (an empty PATCH changes

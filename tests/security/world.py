@@ -276,7 +276,7 @@ class Route:
 
     @property
     def is_api(self) -> bool:
-        return self.route.startswith("api/v1/")
+        return self.route.startswith(("api/v1/", "v1/traces"))
 
     def path(self, world: World) -> str:
         """The route with its parameters filled in from ``world``."""

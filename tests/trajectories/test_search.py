@@ -23,6 +23,7 @@ from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepS
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
 from tests.trajectories.test_views import row_ids
+from tests.waiting import wait_until
 from trajectories.models import Membership, Project, Step, StepSearch, Trajectory
 from trajectories.search import search_probe_pays
 from trajectories.selection import TrajectoryFilters
@@ -111,6 +112,33 @@ def test_search_mixes_indexed_and_unindexed_trajectories(project: Project) -> No
     new = trajectory_with_steps(project, ["another quokka"], task="more animals")
     by_task = trajectory_with_steps(project, ["nothing here"], task="a quokka task")
     assert ids(project, TrajectoryFilters(q="quokka")) == {old.pk, new.pk, by_task.pk}
+
+
+def analysed(table: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_stat_clear_snapshot()")
+        cursor.execute("SELECT analyze_count FROM pg_stat_user_tables WHERE relname = %s", [table])
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_large_indexing_analyses_the_search_tables(
+    project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Written a chunk of trajectories per transaction, the documents never trip the
+    analyse on commit; an indexing of many analyses them at its end, else the planner
+    reads the whole word index per trajectory until autovacuum comes round."""
+    from trajectories.services import search
+
+    before = analysed("trajectories_stepsearch")
+    trajectory_with_steps(project, ["one small step"], task="t")
+    trajectory_search_index(project_id=project.pk)
+    assert analysed("trajectories_stepsearch") == before
+
+    monkeypatch.setattr(search, "SEARCH_ANALYZE_AFTER", 2)
+    trajectory_with_steps(project, ["a step", "and another"], task="u")
+    trajectory_search_index(project_id=project.pk)
+    assert wait_until(lambda: analysed("trajectories_stepsearch") > before, timeout=10)
 
 
 def tool_calls(run: dict[str, Any]) -> set[str]:

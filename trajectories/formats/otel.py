@@ -88,7 +88,9 @@ def parse(path: Path) -> Iterator[ParseResult]:
             if resource:
                 resources.setdefault(trace_id, resource)
     for trace_id, trace_spans in traces.items():
-        yield _trajectory(trace_id, trace_spans, locations[trace_id], resources.get(trace_id, {}))
+        yield trace_trajectory(
+            trace_id, trace_spans, locations[trace_id], resources.get(trace_id, {})
+        )
 
 
 def _record_spans(record: Any, path: Path) -> Iterator[tuple[str, Span, dict[str, Any]]]:
@@ -115,10 +117,10 @@ def _record_spans(record: Any, path: Path) -> Iterator[tuple[str, Span, dict[str
                         scope_where, f"expected an object, got {type(scope_span).__name__}"
                     )
                 for n, span in enumerate(_list(scope_span, "spans", scope_where)):
-                    trace_id, parsed = _span(span, f"{scope_where}.spans.{n}")
+                    trace_id, parsed = span_record(span, f"{scope_where}.spans.{n}")
                     yield trace_id, parsed, resource_attributes
     elif any(key in record for key in SPAN_KEYS):
-        trace_id, parsed = _span(record, "")
+        trace_id, parsed = span_record(record, "")
         yield trace_id, parsed, {}
     else:
         # A bare attribute map: one span, its trace named after the file.
@@ -137,7 +139,10 @@ def _list(record: dict[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _span(record: Any, where: str) -> tuple[str, Span]:
+def span_record(record: Any, where: str) -> tuple[str, Span]:
+    """One span object (OTLP JSON, OpenTelemetry-JS or the console exporter's shape) as
+    its trace id and :class:`Span`; the OTLP receiver's staged spans come through here too."""
+
     def name_of(key: str) -> str:
         return f"{where}.{key}" if where else key
 
@@ -460,9 +465,10 @@ def _first_text(attrs: dict[str, Any], *keys: str) -> str:
     return ""
 
 
-def _trajectory(
+def trace_trajectory(
     trace_id: str, trace_spans: list[Span], location: str, resource: dict[str, Any]
 ) -> ParsedTrajectory:
+    """The trajectory of one trace's spans: the file importer's and the OTLP receiver's."""
     tree = spans.build(trace_spans)
     metadata: dict[str, Any] = {"trace_id": trace_id, **tree.totals}
     sessions = [span.extra["session_id"] for span in trace_spans if "session_id" in span.extra]

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("trajectories", "0015_projectdeletion_cancelled_jobs"),
+        ("trajectories", "0016_otlp_staging"),
     ]
 
     operations = [

@@ -7,9 +7,16 @@ from __future__ import annotations
 from django.db import connection, transaction
 
 from stepscope.queueing import send_if_up
+from stepscope.statistics import analyze
 from trajectories.search import SEARCH_CHARS
 
 SEARCH_INDEX_CHUNK = 1000
+# Past this many step documents written in one indexing, the search tables are analysed
+# at its end: written a chunk at a time, they never grow by much in one transaction, and
+# until autovacuum's next round the planner took a trajectory's documents for a
+# thousand times more than they are and read the whole word index per trajectory (2 s
+# for a page of ten thousand steps after a million-step import).
+SEARCH_ANALYZE_AFTER = 10_000
 
 # The trajectory row goes in first, and ON CONFLICT makes a second worker on the same
 # project skip the trajectories the first has taken; only the trajectories this statement
@@ -50,6 +57,8 @@ def trajectory_search_index(*, project_id: int, chunk: int = SEARCH_INDEX_CHUNK)
             more = cursor.fetchone()[0]
         written += max(steps, 0)
         if not more:
+            if written >= SEARCH_ANALYZE_AFTER:
+                analyze(["trajectories_stepsearch", "trajectories_trajectorysearch"])
             return written
 
 

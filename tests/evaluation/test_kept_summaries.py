@@ -1,0 +1,137 @@
+"""Kept summaries (evaluation/kept.py): the failure overview and the compare metrics are
+made once and shown again until a label, score run, member or trajectory of their project
+changes; a large project's are made by a worker while the page shows the kept one, or says
+it is being made."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+
+from evaluation import kept
+from evaluation.models import KeptSummary
+from labeling.models import StepLabel
+from tests.evaluation.test_compare import build
+from tests.waiting import wait_until
+from trajectories.models import Project
+from trajectories.services import project_create
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def compared(project: Project) -> Project:
+    build(project, [1, 1, -1, 0], [0.9, 0.6, 0.3, 0.2], external_id="A", success=False)
+    build(project, [1, -1, 1], [0.8, 0.7, 0.4], external_id="B", success=False)
+    build(project, [1, 1], [0.9, 0.55], external_id="C", success=True)
+    return project
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The summaries made (the real making, counted), by page."""
+    calls: list[str] = []
+    for page, (make, names) in list(kept.SUMMARIES.items()):
+
+        def counted(project: Project, params: Any, make: Any = make, page: str = page) -> Any:
+            calls.append(page)
+            return make(project, params)
+
+        monkeypatch.setitem(kept.SUMMARIES, page, (counted, names))
+    return calls
+
+
+def stats(html: str) -> dict[str, int]:
+    return {
+        label: int(value)
+        for value, label in re.findall(
+            r'stat-value">(\d+)</span><span class="stat-label">([^<]+)<', html
+        )
+    }
+
+
+def failures_page(client: Client) -> str:
+    response = client.get(reverse("failure-overview", args=["demo"]))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_the_failure_summary_is_made_once_until_a_label_of_its_project_changes(
+    compared: Project, owner: User, client: Client, made: list[str]
+) -> None:
+    client.force_login(owner)
+    assert stats(failures_page(client))["first error located"] == 2
+    assert stats(failures_page(client))["first error located"] == 2
+    assert made == ["failures"]
+
+    # A label in another project leaves it as it is.
+    other = project_create(slug="other", name="Other")
+    build(other, [-1], [0.5], annotator="elsewhere", success=False)
+    failures_page(client)
+    assert made == ["failures"]
+
+    # B's error relabelled good: made again, and the page says so.
+    StepLabel.objects.filter(step__trajectory__external_id="B", value=-1).update(value=1)
+    assert stats(failures_page(client))["first error located"] == 1
+    assert made == ["failures", "failures"]
+
+
+def test_compare_is_kept_per_parameters(
+    compared: Project, owner: User, client: Client, made: list[str]
+) -> None:
+    client.force_login(owner)
+    url = reverse("compare", args=["demo"])
+    at_half = client.get(url, {"scorer": "prm", "threshold": "0.5"}).content.decode()
+    at_high = client.get(url, {"scorer": "prm", "threshold": "0.95"}).content.decode()
+    again = client.get(url, {"scorer": "prm", "threshold": "0.5"}).content.decode()
+    assert made == ["compare", "compare"]
+    assert KeptSummary.objects.filter(project=compared, page="compare").count() == 2
+    matrix = re.compile(r'data-cell="([^"]+)"[^>]*>(\d+)<')
+    assert matrix.findall(at_half) == matrix.findall(again) != matrix.findall(at_high)
+
+
+def test_a_large_projects_summary_waits_for_a_worker_and_says_so(
+    compared: Project, owner: User, client: Client, made: list[str], settings: Any
+) -> None:
+    """Past STEPSCOPE_SUMMARY_INLINE_STEPS the request makes nothing: it queues the making
+    (once, however many readers) and the page says the summary is on its way, polling for
+    it. The worker's task (run here as the worker runs it) keeps it for the next reader."""
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    client.force_login(owner)
+    html = failures_page(client)
+    assert "a worker is counting this summary" in html
+    assert 'hx-trigger="every 3s"' in html
+    assert "failure-stats" not in html
+    failures_page(client)
+    assert made == []
+    row = KeptSummary.objects.get(project=compared, page="failures")
+    assert row.refreshing_since is not None
+
+    assert kept.summary_refresh(project_id=compared.pk, page="failures", params=row.params)
+    html = failures_page(client)
+    assert stats(html)["first error located"] == 2
+    assert "every 3s" not in html
+
+    # Out of date: the kept figures stay on the page, with their age, while it is remade.
+    StepLabel.objects.filter(step__trajectory__external_id="B", value=-1).update(value=1)
+    html = failures_page(client)
+    assert stats(html)["first error located"] == 2
+    assert "a worker is counting them again" in html
+    assert made == ["failures"]
+
+
+@pytest.mark.celery
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_makes_the_large_projects_summary(
+    compared: Project, owner: User, client: Client, celery_worker: object, settings: Any
+) -> None:
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    client.force_login(owner)
+    assert "a worker is counting this summary" in failures_page(client)
+    assert wait_until(lambda: "failure-stats" in failures_page(client), timeout=60)
+    assert stats(failures_page(client))["first error located"] == 2
