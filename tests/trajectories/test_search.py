@@ -321,11 +321,11 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     for method, credits in (
         ("returns", (-0.9, 0.0)),
         ("gae", (0.3, -0.2)),
-        ("token-saliency", (-5, 0)),
+        ("token-saliency", (-5.0, 0.0)),
     ):
         run = AttributionRun.objects.create(project=project, method=method, key=method)
-        for step, value in zip(steps, credits, strict=False):
-            StepCredit.objects.create(step=step, run=run, value=value)
+        for step, credit in zip(steps, credits, strict=False):
+            StepCredit.objects.create(step=step, run=run, value=credit)
     summed = trajectory_with_steps(project, ["x", "y"], task="u")
     for step, cost in zip(summed.steps.order_by("index"), (0.5, 0.25), strict=True):
         Step.objects.filter(pk=step.pk).update(metadata={"cost": cost})

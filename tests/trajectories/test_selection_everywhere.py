@@ -137,14 +137,14 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
                 project=project, name="prm", kind=Scorer.Kind.EXTERNAL, queue="default"
             )
             for name, values in {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}.items():
-                for step, value in zip(steps[name], values, strict=True):
-                    StepScore.objects.create(step=step, scorer=prm, value=value)
+                for step, score in zip(steps[name], values, strict=True):
+                    StepScore.objects.create(step=step, scorer=prm, value=score)
             run = AttributionRun.objects.create(
                 project=project, method="group-relative", key="everywhere", status="done"
             )
             for name, values in {"agreed": [0.5, 0.1, -0.7], "split": [0.2, -0.6, 0.0]}.items():
-                for step, value in zip(steps[name], values, strict=True):
-                    StepCredit.objects.create(step=step, run=run, value=value)
+                for step, credit in zip(steps[name], values, strict=True):
+                    StepCredit.objects.create(step=step, run=run, value=credit)
             model = Scorer.objects.create(
                 project=project,
                 name="tiny-prm",
@@ -296,7 +296,7 @@ def test_the_list_api_refuses_a_name_that_is_no_filter(world: dict[str, Any]) ->
     assert paging.status_code == 200
 
 
-JOB_POSTS = {
+JOB_POSTS: dict[str, dict[str, Any]] = {
     "/api/v1/scoring-runs/": {"scorer": "tiny-prm"},
     "/api/v1/attribution-runs/": {"method": "group-relative"},
     "/api/v1/rollouts/": {"policy": "tiny", "k": 1, "steps": "all"},
@@ -327,7 +327,7 @@ def test_every_job_api_refuses_a_bad_filter_naming_it(
 # --- The commands take the same filters: --filter NAME=VALUE ------------------------------
 
 
-COMMANDS = {
+COMMANDS: dict[str, tuple[list[str], Any]] = {
     "score": (["--scorer", "tiny-prm"], ScoringRun),
     "attribute": (["--method", "group-relative"], AttributionRun),
     "rollout": (["--policy", "tiny", "--k", "1"], RolloutJob),
