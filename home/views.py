@@ -77,6 +77,7 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
         "stats": selectors.project_stats(project),
         "labelled_steps": labelled_step_count(project),
         "import_batches": selectors.import_batches_recent(project),
+        "follow_sources": selectors.follow_sources_for_project(project),
     }
     return render(request, "home/project_home.html", context)
 

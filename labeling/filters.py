@@ -82,3 +82,19 @@ def first_error_condition(project: Project, filters: TrajectoryFilters) -> Q | N
         step__trajectory=OuterRef("pk"), status=StepLabel.Status.SUBMITTED, value=-1
     )
     return Q(Exists(errors)) if filters.first_error == "yes" else ~Q(Exists(errors))
+
+
+@trajectory_filter_register("advantage_disagrees")
+def advantage_disagrees_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
+    """Some step's trainer advantage has the other sign than its human majority label: a
+    positive advantage on a step labelled wrong, or a negative one on a step labelled
+    right (the credit the trainer gave against what people said)."""
+    if filters.advantage_disagrees != "yes":
+        return None
+    human, params = label_source_sql(project, LabelSource("human", "majority"))
+    disagreeing = RawSQL(
+        f"SELECT s.trajectory_id FROM ({human}) h JOIN trajectories_step s ON s.id = h.step_id"
+        " WHERE (s.advantage > 0 AND h.value < 0) OR (s.advantage < 0 AND h.value > 0)",
+        params,
+    )
+    return Q(pk__in=disagreeing)

@@ -218,11 +218,12 @@ class ScoringRunViewSet(
                 filters=data.get("filters"),
                 queue=_queue_by_name_or_id(project, data["queue"]) if "queue" in data else None,
                 prompt_version=data.get("prompt_version"),
+                on_too_long=data.get("on_too_long"),
             )
         except SelectionError as error:
             raise ValidationError({"filters": error.by_name()}) from None
         except services.ScoringError as error:
-            raise ValidationError({"scorer": str(error)}) from None
+            raise ValidationError({error.field or "scorer": str(error)}) from None
         return Response(ScoringRunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     def may_cancel(self, user: Any, job: ScoringRun) -> bool:

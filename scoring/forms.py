@@ -22,6 +22,13 @@ class ScoringRunForm(forms.Form):
         label="Steps of",
     )
     only_unscored = forms.BooleanField(required=False, label="Only unscored steps")
+    # A judge's prompt longer than its context (the service's ON_TOO_LONG).
+    on_too_long = forms.ChoiceField(
+        choices=[("skip", "skip that step"), ("fail", "fail the run")],
+        initial="skip",
+        required=False,
+        label="Judge prompt too long",
+    )
 
     def __init__(
         self, *args: Any, scorers: list[Scorer], project: Project | None = None, **kwargs: Any

@@ -122,6 +122,13 @@ class ScoringRunCreateSerializer(serializers.Serializer[Any]):
     prompt_version = serializers.IntegerField(
         required=False, min_value=1, help_text="an llm-judge's prompt version (default: newest)"
     )
+    on_too_long = serializers.ChoiceField(
+        ["skip", "fail"],
+        required=False,
+        help_text="an llm-judge's prompt longer than its context: skip (default: that step"
+        " gets no verdict; the run's metrics list it under skipped, with the reason) or"
+        " fail (the run fails, naming it)",
+    )
 
 
 class ScorerTrainSerializer(serializers.Serializer[Any]):

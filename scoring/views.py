@@ -88,13 +88,16 @@ def scoring_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = _managed_project(request, slug)
     form = ScoringRunForm(request.POST, scorers=selectors.scorer_choices(project), project=project)
     if form.is_valid():
+        scorer = form.cleaned_data["scorer"]
+        judged = scorer.kind == Scorer.Kind.LLM_JUDGE
         try:
             services.scoring_run_start(
                 project=project,
-                scorer=form.cleaned_data["scorer"],
+                scorer=scorer,
                 user=current_user(request),
                 only_unscored=form.cleaned_data["only_unscored"],
                 queue=form.cleaned_data["queue"],
+                on_too_long=(form.cleaned_data["on_too_long"] or "skip") if judged else None,
             )
         except services.ScoringError as error:
             form.add_error("scorer", str(error))

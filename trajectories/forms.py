@@ -158,17 +158,27 @@ class TrajectoryFilterForm(forms.Form):
         """The bound fields of some groups of filters (``FilterSpec.group``), in order."""
         return [self[name] for name, spec in FILTERS.items() if spec.group in groups]
 
+    def training_fields(self) -> list[forms.BoundField]:
+        """The filters on RL training facts (policy version, training step, advantage)."""
+        return self.fields_of("training")
+
+    def training_filtering(self) -> bool:
+        return self._filtering("training")
+
     def label_and_model_fields(self) -> list[forms.BoundField]:
         """The filters on labels, scores and credits (the list's third group)."""
         return self.fields_of("labels", "models")
 
     def label_and_model_filtering(self) -> bool:
         """Whether one of those filters is given (the group then starts open)."""
+        return self._filtering("labels", "models")
+
+    def _filtering(self, *groups: str) -> bool:
         default = TrajectoryFilters()
         return any(
             getattr(self._filters, name) != getattr(default, name)
             for name, spec in FILTERS.items()
-            if spec.group in ("labels", "models")
+            if spec.group in groups
         )
 
 

@@ -341,6 +341,65 @@ class Step(models.Model):
         )
 
 
+class FollowSource(models.Model):
+    """A folder that ``import_trajectories --follow`` watches for a trainer's files: each
+    pass imports every file of the format that is new or grew since (``FollowedFile``)."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="follow_sources")
+    # The folder's absolute path on the machine that runs the command.
+    path = models.CharField(max_length=1000)
+    source_format = models.CharField(max_length=40)
+    skip_invalid = models.BooleanField(default=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    # When a pass last looked at the folder, and what the latest pass found.
+    last_pass_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["path"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["project", "path", "source_format"], name="follow_source_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.source_format}) into {self.project}"
+
+
+class FollowedFile(models.Model):
+    """How far a followed folder's file is imported: the bytes ``imported_bytes`` of it
+    (whole lines, for JSON Lines a trainer appends to), whose SHA-256 is
+    ``imported_sha256``, as the file was at ``mtime``. It is written in the transaction
+    that imports them, so a restart never imports a part twice. ``seen_*`` is the file
+    as the last pass found it, so a file that failed is retried only once it changes."""
+
+    source = models.ForeignKey(FollowSource, on_delete=models.CASCADE, related_name="files")
+    # Relative to the source's folder.
+    path = models.CharField(max_length=1000)
+    imported_bytes = models.PositiveBigIntegerField(default=0)
+    imported_sha256 = models.CharField(max_length=64, blank=True)
+    imported_lines = models.PositiveBigIntegerField(default=0)
+    mtime = models.FloatField(null=True, blank=True)
+    seen_size = models.PositiveBigIntegerField(default=0)
+    seen_mtime = models.FloatField(null=True, blank=True)
+    trajectories = models.PositiveIntegerField(default=0)
+    last_batch = models.ForeignKey(
+        ImportBatch, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    error = models.TextField(blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering: ClassVar = ["source_id", "path"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["source", "path"], name="followed_file_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.path} of {self.source_id}"
+
+
 class TrajectorySearch(models.Model):
     """The search document of a trajectory's task text, and the mark that its steps have
     their ``StepSearch`` rows: the search index is built after an import commits, by a
@@ -461,6 +520,8 @@ class LiveAssembly(models.Model):
 
 
 __all__ = [
+    "FollowSource",
+    "FollowedFile",
     "ImportBatch",
     "LiveAssembly",
     "LiveTrace",

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -210,8 +211,78 @@ class TrajectoryFilters:
         "A step's credit below", "Some step's credit in credit_run is below this.", group="models"
     )
 
+    # RL training facts (trajectories/training_filters.py, labeling/filters.py).
+    policy_version: str = text(
+        "Policy version",
+        "The rollout's policy version (7, global_step_12), or a range of the number it"
+        " ends with: 3..7, 3.., ..7.",
+        group="training",
+        aliases=("policy",),
+        max_length=200,
+    )
+    min_training_step: int | None = integer(
+        "Min training step",
+        "The trainer's step that used the rollout is at least this.",
+        group="training",
+        aliases=("min_train_step",),
+        column="training_step",
+        lookup="gte",
+    )
+    max_training_step: int | None = integer(
+        "Max training step",
+        "The trainer's step that used the rollout is at most this.",
+        group="training",
+        aliases=("max_train_step",),
+        column="training_step",
+        lookup="lte",
+    )
+    min_advantage: float | None = number(
+        "Min advantage",
+        "Some step's advantage is at least this (with max_advantage: the same step).",
+        group="training",
+    )
+    max_advantage: float | None = number(
+        "Max advantage",
+        "Some step's advantage is at most this (with min_advantage: the same step).",
+        group="training",
+    )
+    advantage_disagrees: str = choice(
+        "Advantage against label",
+        "yes: some step's advantage has the other sign than its human majority label.",
+        ("yes",),
+        group="training",
+    )
+
     def is_empty(self) -> bool:
         return self == TrajectoryFilters()
+
+
+@dataclass(frozen=True)
+class VersionRange:
+    """A range of the number a policy version ends with; either end may be open."""
+
+    low: int | None
+    high: int | None
+
+
+_RANGE = re.compile(r"^\s*(-?\d+)?\s*\.\.\s*(-?\d+)?\s*$")
+
+
+def policy_version_parse(text: str) -> str | VersionRange | None:
+    """An exact version, a range (``A..B``, either end left out), or None for no filter.
+    ValueError for ``..`` alone or a range whose low end is above its high end."""
+    text = text.strip()
+    if not text:
+        return None
+    match = _RANGE.match(text)
+    if match is None:
+        return text
+    low, high = (None if end is None else int(end) for end in match.groups())
+    if low is None and high is None:
+        raise ValueError(f"policy version {text!r} has neither end; write A..B, A.. or ..B")
+    if low is not None and high is not None and low > high:
+        raise ValueError(f"policy version range {text!r} runs backwards ({low} > {high})")
+    return VersionRange(low, high)
 
 
 FILTERS: dict[str, FilterSpec] = {
@@ -318,6 +389,8 @@ def _value(spec: FilterSpec, raw: Any) -> Any:
                 metadata_conditions_parse(value)
             except MetadataSyntaxError as error:
                 raise ValueError(str(error)) from None
+        if spec.name == "policy_version":
+            policy_version_parse(value)
         return value
     number_value: int | float
     try:
@@ -349,9 +422,14 @@ def _checks_across(values: Mapping[str, Any]) -> dict[str, str]:
     for bound in ("credit_above", "credit_below"):
         if bound in values and "credit_run" not in values:
             errors[bound] = "needs credit_run (an attribution run's id)"
-    low, high = values.get("min_steps"), values.get("max_steps")
-    if low is not None and high is not None and low > high:
-        errors["max_steps"] = f"{high} is below min_steps {low}"
+    for low_name, high_name in (
+        ("min_steps", "max_steps"),
+        ("min_training_step", "max_training_step"),
+        ("min_advantage", "max_advantage"),
+    ):
+        low, high = values.get(low_name), values.get(high_name)
+        if low is not None and high is not None and low > high:
+            errors[high_name] = f"{high} is below {low_name} {low}"
     return errors
 
 

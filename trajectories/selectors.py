@@ -23,6 +23,7 @@ from django.db.models import (
     Q,
     QuerySet,
     Subquery,
+    Sum,
     Value,
     When,
 )
@@ -34,6 +35,8 @@ from trajectories.columns import ListColumn, list_columns_all
 from trajectories.metadata_query import metadata_conditions_parse
 from trajectories.metadata_sql import metadata_condition_q
 from trajectories.models import (
+    FollowedFile,
+    FollowSource,
     ImportBatch,
     LiveTrace,
     Membership,
@@ -416,6 +419,32 @@ def trajectory_list_page(
     if len(rows) <= size:
         return rows, None
     return rows[:size], (rows[size - 1].pk if by_id else start + size)
+
+
+# Files shown per followed folder on the project page, the latest changed first.
+FOLLOWED_FILES_SHOWN = 10
+
+
+def follow_sources_for_project(project: Project) -> list[FollowSource]:
+    """The folders followed into the project, each with ``file_count``, ``trajectories``
+    (imported from them), ``failed_count`` and ``recent_files`` (the latest changed
+    first), in two queries."""
+    sources: list[FollowSource] = list(
+        FollowSource.objects.filter(project=project).annotate(
+            file_count=Count("files"),
+            imported_trajectories=Sum("files__trajectories"),
+            failed_count=Count("files", filter=~Q(files__error="")),
+        )
+    )
+    if not sources:
+        return sources
+    recent: dict[int, list[FollowedFile]] = {source.pk: [] for source in sources}
+    for row in FollowedFile.objects.filter(source__in=sources).order_by("-updated_at", "-id"):
+        if len(recent[row.source_id]) < FOLLOWED_FILES_SHOWN:
+            recent[row.source_id].append(row)
+    for source in sources:
+        source.recent_files = recent[source.pk]  # type: ignore[attr-defined]
+    return sources
 
 
 def model_names_for_project(project: Project, limit: int = 100) -> list[str]:

@@ -263,6 +263,20 @@ class Client:
             offset += len(chunk)
         return result
 
+    def start_scoring(
+        self, project: str, scorer: str, *, on_too_long: str | None = None, **options: Any
+    ) -> Job:
+        """Queue a scoring run of ``scorer`` (a name or id) over the project's steps.
+        For an LLM judge, ``on_too_long`` says what a prompt longer than its context does:
+        ``"skip"`` (the server's default: that step gets no verdict, and the run's
+        ``metrics["skipped"]`` names it and why) or ``"fail"`` (the run fails). Further
+        fields (``only_unscored``, ``trajectories``, ``filters``, ``queue``,
+        ``prompt_version``) pass as given."""
+        body: dict[str, Any] = {"project": project, "scorer": scorer, **options}
+        if on_too_long is not None:
+            body["on_too_long"] = on_too_long
+        return Job("scoring-runs", self._request("POST", "scoring-runs/", json=body))
+
     # Exports
 
     def start_export(

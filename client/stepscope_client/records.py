@@ -42,6 +42,7 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
         "first_error_index": trajectory.first_error_index,
         "decisive": _decisive_record(getattr(trajectory, "decisive", None)),
         "metadata": trajectory.metadata,
+        "training": _trajectory_training(trajectory),
         "steps": [
             {
                 "kind": step.kind,
@@ -52,11 +53,28 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
                 "tool_name": step.tool_name,
                 "tool_args": step.tool_args,
                 "metadata": step.metadata,
+                "training": _step_training(step),
                 "labels": labels_by_step.get(index, []),
             }
             for index, step in enumerate(steps)
         ],
     }
+
+
+def _trajectory_training(trajectory: Any) -> dict[str, Any] | None:
+    """The RL trainer's facts about the rollout (policy version, training step), or None."""
+    facts = {
+        name: value
+        for name in ("policy_version", "training_step")
+        if (value := getattr(trajectory, name, None)) is not None
+    }
+    return facts or None
+
+
+def _step_training(step: Any) -> dict[str, Any] | None:
+    """The trainer's facts about a step (logprob summary, advantage, return), or None."""
+    training = getattr(step, "training", None)
+    return None if training is None else dict(training.as_dict())
 
 
 def _decisive_record(decisive: Any) -> dict[str, Any] | None:

@@ -1,10 +1,13 @@
-"""What every judge backend offers: ``judge(requests, on_reply)`` calls ``on_reply`` with
-each request and its :class:`Reply` as soon as the reply is there (so the caller can store
-it before the next one), and raises :class:`JudgeError` for what no retry will mend;
-``check(requests)`` raises :class:`JudgeError` naming the first request whose prompt is
-longer than the context allows, asking nothing, and ``check_finish()``, called once every
-request of a run went through ``check``, does what needs them all (a remote judge without a
-``tokenizer`` asks the endpoint to count the run's longest prompt)."""
+"""What every judge backend offers: ``judge(requests, on_reply, on_too_long)`` calls
+``on_reply`` with each request and its :class:`Reply` as soon as the reply is there (so
+the caller can store it before the next one), and raises :class:`JudgeError` for what no
+retry will mend; a prompt found too long only when asked (the endpoint's refusal) goes to
+``on_too_long`` where one is given, and the other requests go on, else it is raised
+(:class:`PromptTooLong`). ``check(requests)`` returns the requests whose prompts are longer
+than the context allows, each with the reason (:class:`TooLong`), asking nothing, and
+``check_finish()``, called once every request of a run went through ``check``, returns
+those found by what needs them all (a remote judge without a ``tokenizer`` asks the
+endpoint to count the run's longest prompts)."""
 
 from __future__ import annotations
 
@@ -32,12 +35,26 @@ class Reply:
 OnReply = Callable[[JudgeRequest, Reply], None]
 
 
+@dataclass(frozen=True)
+class TooLong:
+    """A request whose prompt does not fit the judge's context, and why (the tokens it
+    counts, the context)."""
+
+    request: JudgeRequest
+    reason: str
+
+
+OnTooLong = Callable[[TooLong], None]
+
+
 class Judge(Protocol):
-    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None: ...
+    def judge(
+        self, requests: list[JudgeRequest], on_reply: OnReply, on_too_long: OnTooLong | None = None
+    ) -> None: ...
 
-    def check(self, requests: list[JudgeRequest]) -> None: ...
+    def check(self, requests: list[JudgeRequest]) -> list[TooLong]: ...
 
-    def check_finish(self) -> None: ...
+    def check_finish(self) -> list[TooLong]: ...
 
 
 @dataclass(frozen=True)

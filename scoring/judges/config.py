@@ -115,6 +115,15 @@ class JudgeError(Exception):
     that refuses (unreachable, wrong key, unknown model), a prompt too long."""
 
 
+class PromptTooLong(JudgeError):
+    """One request's prompt leaves no room for the reply in the judge's context: the
+    request is named (``request``), so a run that skips such prompts can skip it alone."""
+
+    def __init__(self, request: Any, message: str) -> None:
+        super().__init__(message)
+        self.request = request
+
+
 @dataclass(frozen=True)
 class JudgeParams:
     """Everything about a judge besides its model (a local directory or hub id, or the

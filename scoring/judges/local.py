@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from scoring.judges.backend import JudgeSpec, OnReply, Reply
-from scoring.judges.config import JudgeError
+from scoring.judges.backend import JudgeSpec, OnReply, OnTooLong, Reply, TooLong
+from scoring.judges.config import JudgeError, PromptTooLong
 from scoring.judges.modes import JudgeRequest, describe
 from scoring.judges.verdicts import TokenLogprob
 from scoring.prm.adapters import (
@@ -90,11 +90,14 @@ class LocalJudge:
 
     # --- The parts ------------------------------------------------------------------------
 
-    def encode(self, requests: list[JudgeRequest]) -> list[tuple[JudgeRequest, list[int]]]:
+    def encode(
+        self, requests: list[JudgeRequest], on_too_long: OnTooLong | None = None
+    ) -> list[tuple[JudgeRequest, list[int]]]:
         """Each request's prompt tokens (those :meth:`check` counted, where it kept
         them). A prompt that leaves no room for ``max_tokens`` in the model's context is
-        an error naming the request, raised before any generation, so no reply of the
-        chunk is stored."""
+        :class:`PromptTooLong` naming the request, raised before any generation, so no
+        reply of the chunk is stored; with ``on_too_long`` it is handed there instead and
+        left out."""
         out = []
         for request in requests:
             key = _messages_key(request.messages)
@@ -104,21 +107,30 @@ class LocalJudge:
                 ids = kept.tolist()
             else:
                 ids = self.prompt_ids(request.messages)
-            self._fits(request, ids)
+            reason = self._too_long(request, ids)
+            if reason is not None:
+                if on_too_long is None:
+                    raise PromptTooLong(request, reason)
+                on_too_long(TooLong(request, reason))
+                continue
             out.append((request, ids))
         return out
 
-    def check(self, requests: list[JudgeRequest]) -> None:
+    def check(self, requests: list[JudgeRequest]) -> list[TooLong]:
         """Count every prompt against the context (the run's check before anything is
         asked), keeping up to ``COUNTED_TOKENS`` of their tokens (the newest) for
         :meth:`encode`, so a worker that checks its run and then asks it tokenizes each
-        prompt once."""
+        prompt once. Returns the prompts that do not fit."""
+        too_long = []
         for request in requests:
             key = _messages_key(request.messages)
             if key in self._counted:
                 continue
             ids = self.prompt_ids(request.messages)
-            self._fits(request, ids)
+            reason = self._too_long(request, ids)
+            if reason is not None:
+                too_long.append(TooLong(request, reason))
+                continue
             if len(ids) > COUNTED_TOKENS:
                 continue
             while self._counted and self._counted_tokens + len(ids) > COUNTED_TOKENS:
@@ -127,17 +139,20 @@ class LocalJudge:
                 self._counted_tokens -= len(self._counted.pop(oldest))
             self._counted[key] = array("i", ids)
             self._counted_tokens += len(ids)
+        return too_long
 
-    def check_finish(self) -> None:
+    def check_finish(self) -> list[TooLong]:
         """Every prompt was counted in :meth:`check`."""
+        return []
 
-    def _fits(self, request: JudgeRequest, ids: list[int]) -> None:
-        if len(ids) + self.params.max_tokens > self.max_length:
-            raise JudgeError(
-                f"the prompt for {describe(request)} is {len(ids)} tokens; with"
-                f" max_tokens {self.params.max_tokens} it passes the model's context of"
-                f" {self.max_length} tokens"
-            )
+    def _too_long(self, request: JudgeRequest, ids: list[int]) -> str | None:
+        if len(ids) + self.params.max_tokens <= self.max_length:
+            return None
+        return (
+            f"the prompt for {describe(request)} is {len(ids)} tokens; with"
+            f" max_tokens {self.params.max_tokens} it passes the model's context of"
+            f" {self.max_length} tokens"
+        )
 
     def prompt_ids(self, messages: tuple[dict[str, str], ...]) -> list[int]:
         """The chat template's tokens for ``messages``, ready for the reply."""
@@ -263,8 +278,10 @@ class LocalJudge:
 
     # --- The whole path -------------------------------------------------------------------
 
-    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None:
-        for batch in self.prepare(self.encode(requests)):
+    def judge(
+        self, requests: list[JudgeRequest], on_reply: OnReply, on_too_long: OnTooLong | None = None
+    ) -> None:
+        for batch in self.prepare(self.encode(requests, on_too_long)):
             started = time.perf_counter()
             output = self.generate(batch)
             replies = self.decode(batch, output, time.perf_counter() - started)

@@ -5,14 +5,18 @@ Requests run ``concurrency`` at a time. 429 and 5xx answers (and timeouts, and a
 connection once the endpoint has answered) are retried with doubling backoff, honouring
 ``Retry-After``; what no retry mends is a :class:`JudgeError` saying which: the endpoint
 cannot be reached, refuses the key (401/403), has no such model (404), or refuses the
-request (400, e.g. a prompt longer than its context).
+request (400). A 400 that says the prompt passes the model's context is
+:class:`PromptTooLong`, which a run that skips over-long prompts skips alone.
 """
 
 from __future__ import annotations
 
 import email.utils
+import heapq
+import itertools
 import json
 import os
+import re
 import threading
 import time
 import urllib.error
@@ -20,12 +24,23 @@ import urllib.request
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from scoring.judges.backend import JudgeSpec, OnReply, Reply
-from scoring.judges.config import JudgeError
+from scoring.judges.backend import JudgeSpec, OnReply, OnTooLong, Reply, TooLong
+from scoring.judges.config import JudgeError, PromptTooLong
 from scoring.judges.modes import JudgeRequest, describe
 from scoring.judges.verdicts import TokenLogprob
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+# How servers word a prompt past the context in a 400: vLLM ("maximum context length"),
+# OpenAI ("context_length_exceeded"), SGLang and llama.cpp ("exceeds the context",
+# "too long").
+_TOO_LONG = re.compile(
+    r"context.length|maximum context|context window|exceeds? the (?:model's )?context"
+    r"|too long|max_model_len|prompt is longer",
+    re.IGNORECASE,
+)
+# Without a tokenizer: how many of the run's longest prompts (in characters) the endpoint
+# is asked to count, longest first, until one fits.
+LONGEST_KEPT = 32
 
 
 class RemoteJudge:
@@ -49,8 +64,10 @@ class RemoteJudge:
         # Attempts beyond the first, for the run's cost.
         self.retries = 0
         self._lock = threading.Lock()
-        # Without a tokenizer: the longest prompt checked so far, and its size in characters.
-        self._longest: tuple[int, JudgeRequest] | None = None
+        # Without a tokenizer: the longest prompts checked so far, by their size in
+        # characters (a heap of at most LONGEST_KEPT, the shortest on top).
+        self._longest: list[tuple[int, int, JudgeRequest]] = []
+        self._order = itertools.count()
 
     def body(self, request: JudgeRequest) -> dict[str, Any]:
         params = self.params
@@ -83,6 +100,12 @@ class RemoteJudge:
             except urllib.error.HTTPError as error:
                 self._reached.set()
                 detail = _error_text(error)
+                if error.code == 400 and _TOO_LONG.search(detail):
+                    raise PromptTooLong(
+                        request,
+                        f"the judge endpoint {self.params.base_url} refused the prompt for"
+                        f" {describe(request)} as too long (HTTP 400: {detail})",
+                    ) from None
                 if error.code not in RETRIED_STATUSES:
                     raise self._refused(error.code, detail, request) from None
                 wait_s = _retry_after(error.headers.get("Retry-After"))
@@ -108,19 +131,23 @@ class RemoteJudge:
             with self._lock:
                 self.retries += 1
 
-    def check(self, requests: list[JudgeRequest]) -> None:
+    def check(self, requests: list[JudgeRequest]) -> list[TooLong]:
         """Count each prompt with the ``tokenizer`` parameter's chat template against the
         endpoint's context (its ``/models`` entry's ``max_model_len``, as vLLM gives it,
-        else the ``max_length`` parameter). Without a tokenizer there is nothing to count
-        with here: the longest prompt (in characters) is kept for :meth:`check_finish`."""
+        else the ``max_length`` parameter) and return those that do not fit. Without a
+        tokenizer there is nothing to count with here: the longest prompts (in
+        characters) are kept for :meth:`check_finish`."""
         if not self.params.tokenizer:
             for request in requests:
                 size = sum(len(str(m.get("content") or "")) for m in request.messages)
-                if self._longest is None or size > self._longest[0]:
-                    self._longest = (size, request)
-            return
+                item = (size, next(self._order), request)
+                if len(self._longest) < LONGEST_KEPT:
+                    heapq.heappush(self._longest, item)
+                elif size > self._longest[0][0]:
+                    heapq.heapreplace(self._longest, item)
+            return []
         if not requests:
-            return
+            return []
         from scoring.prm.adapters import load_tokenizer
         from scoring.prm.base import ScorerError
         from scoring.prm.cache import LOADED
@@ -137,6 +164,7 @@ class RemoteJudge:
                 f"parameter 'tokenizer': {self.params.tokenizer!r} has no chat template"
             )
         context = self.context_length()
+        too_long = []
         for request in requests:
             ids = tokenizer.apply_chat_template(
                 list(request.messages), add_generation_prompt=True, tokenize=True
@@ -144,22 +172,47 @@ class RemoteJudge:
             if not isinstance(ids, list):  # a BatchEncoding in newer transformers
                 ids = ids["input_ids"]
             if len(ids) + self.params.max_tokens > context:
-                raise JudgeError(
-                    f"the prompt for {describe(request)} is {len(ids)} tokens; with"
-                    f" max_tokens {self.params.max_tokens} it passes the endpoint's context"
-                    f" of {context} tokens"
+                too_long.append(
+                    TooLong(
+                        request,
+                        f"the prompt for {describe(request)} is {len(ids)} tokens; with"
+                        f" max_tokens {self.params.max_tokens} it passes the endpoint's"
+                        f" context of {context} tokens",
+                    )
                 )
+        return too_long
 
-    def check_finish(self) -> None:
-        """Without a tokenizer, count the longest prompt :meth:`check` was given (in
-        characters) with the endpoint's own ``POST /tokenize`` (vLLM's route, beside
-        ``/v1``) against its context, so a prompt past it fails the run before any chunk
-        asks. Characters only approximate tokens, so a shorter prompt of denser text can
-        still be refused when it is sent; an endpoint without the route checks nothing here
-        (its refusal, HTTP 400, says it then). A ``tokenizer`` makes the check exact."""
-        if self._longest is None:
-            return
-        request, self._longest = self._longest[1], None
+    def check_finish(self) -> list[TooLong]:
+        """Without a tokenizer, count the longest prompts :meth:`check` was given (in
+        characters), longest first, with the endpoint's own ``POST /tokenize`` (vLLM's
+        route, beside ``/v1``) against its context, until one fits, so the prompts past it
+        are known before any chunk asks. Characters only approximate tokens, so a shorter
+        prompt of denser text can still be refused when it is sent (the endpoint's 400
+        says so then: :class:`PromptTooLong`); an endpoint without the route counts
+        nothing here. A ``tokenizer`` makes the check exact."""
+        kept = sorted(self._longest, reverse=True)
+        self._longest = []
+        too_long: list[TooLong] = []
+        for _, _, request in kept:
+            counted = self._tokenized(request)
+            if counted is None:
+                break
+            count, context = counted
+            if count + self.params.max_tokens <= context:
+                break
+            too_long.append(
+                TooLong(
+                    request,
+                    f"the prompt for {describe(request)} is {count} tokens (as the endpoint"
+                    f" counts them); with max_tokens {self.params.max_tokens} it passes the"
+                    f" endpoint's context of {context} tokens",
+                )
+            )
+        return too_long
+
+    def _tokenized(self, request: JudgeRequest) -> tuple[int, int] | None:
+        """The prompt's tokens as the endpoint counts them, and its context; None where
+        the endpoint has no ``/tokenize`` or answers it oddly."""
         root = self.params.base_url.rstrip("/").removesuffix("/v1")
         body: dict[str, Any] = {
             "model": self.spec.model_ref,
@@ -176,22 +229,17 @@ class RemoteJudge:
         except urllib.error.HTTPError as error:
             if error.code in (401, 403):
                 raise self._refused(error.code, _error_text(error), request) from None
-            return
+            return None
         except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
             reason = getattr(error, "reason", error)
             raise JudgeError(
                 f"cannot reach the judge endpoint {self.params.base_url}: {reason}"
             ) from None
         except (ValueError, KeyError, TypeError, AttributeError):
-            return
+            return None
         if not isinstance(context, int) or context <= 0:
             context = self.context_length()
-        if count + self.params.max_tokens > context:
-            raise JudgeError(
-                f"the prompt for {describe(request)} is {count} tokens (as the endpoint"
-                f" counts them); with max_tokens {self.params.max_tokens} it passes the"
-                f" endpoint's context of {context} tokens"
-            )
+        return count, context
 
     def context_length(self) -> int:
         """The served model's context from ``GET /models`` (``max_model_len``), else the
@@ -235,9 +283,12 @@ class RemoteJudge:
             f"the judge endpoint {base} refused the request for {what} (HTTP {code}: {detail})"
         )
 
-    def judge(self, requests: list[JudgeRequest], on_reply: OnReply) -> None:
+    def judge(
+        self, requests: list[JudgeRequest], on_reply: OnReply, on_too_long: OnTooLong | None = None
+    ) -> None:
         """Replies in the order they come; the first unmendable error cancels the
-        requests not yet sent and is raised."""
+        requests not yet sent and is raised, except a prompt refused as too long, which
+        goes to ``on_too_long`` where one is given."""
         if not requests:
             return
         pending = iter(requests)
@@ -252,8 +303,14 @@ class RemoteJudge:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     request = running.pop(future)
-                    reply = future.result()  # raises the request's JudgeError
-                    on_reply(request, reply)
+                    try:
+                        reply = future.result()  # raises the request's JudgeError
+                    except PromptTooLong as error:
+                        if on_too_long is None:
+                            raise
+                        on_too_long(TooLong(request, str(error)))
+                    else:
+                        on_reply(request, reply)
                     following = next(pending, None)
                     if following is not None:
                         running[executor.submit(self.ask, following)] = following

@@ -8,8 +8,13 @@ that have no reply. The step scores (or, in a failure-attribution mode, the
 the chunk's finishing transaction (``scores._chunk_finish``), as for every scorer.
 
 Before a run's first chunk asks anything, :func:`judge_run_check` counts every prompt
-the run could send (all its chunks') against the judge's context, so a prompt too long
-fails the run naming its step or trajectory with nothing written.
+the run could send (all its chunks') against the judge's context. What a prompt too long
+does is the run's ``on_too_long``: ``skip`` (the default) leaves its step (or trajectory)
+without a verdict and the run lists it with the reason (``metrics["skipped"]``, shown on
+the run's row and in the API), the rest of the run goes on; ``fail`` fails the run naming
+it, with nothing written. A prompt the endpoint refuses as too long only when asked (a
+remote judge without a tokenizer counts the run's longest prompts, not all) is treated
+the same way.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ from django.db import transaction
 from django.db.models import Max, Sum
 
 from scoring import prm
-from scoring.judges.backend import JudgeSpec, Reply, judge_load
+from scoring.judges.backend import Judge, JudgeSpec, Reply, TooLong, judge_load
 from scoring.judges.config import (
     DEFAULT_SYSTEM,
     DEFAULT_TEMPLATES,
     JudgeError,
     JudgeParams,
+    PromptTooLong,
     judge_params,
     template_check,
 )
@@ -55,6 +61,18 @@ if TYPE_CHECKING:
 
 class JudgeStopped(Exception):
     """The run ended (cancelled or failed elsewhere) while this chunk was asking."""
+
+
+# What a judge run does with a prompt longer than the judge's context.
+ON_TOO_LONG = ("skip", "fail")
+# The over-long prompts a run lists with their reasons (its count says how many in all),
+# and those the run's check found that chunks are told of.
+SKIPPED_LISTED = 200
+TOO_LONG_KEPT = 500
+
+
+def judge_on_too_long(run: ScoringRun) -> str:
+    return str((run.parameters or {}).get("on_too_long", "skip"))
 
 
 def judge_params_for(scorer: Scorer) -> JudgeParams:
@@ -169,13 +187,18 @@ class ChunkOutcome:
     results: list[prm.StepResult]
     cost: dict[str, int]
     verdicts: list[VerdictInput] = dataclasses.field(default_factory=list)
+    # The requests left without a verdict because their prompts are too long, for the
+    # run's list: {"trajectory", "step" (None for a whole trajectory), "reason"}.
+    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
 
 def judge_run_check(run: ScoringRun) -> None:
     """Count every prompt of the run against the judge's context before anything is
     asked, once per run (the first chunk to start does it, holding the run's row; the
-    others wait for it and then skip it). Raises :class:`JudgeError` naming the first
-    step or trajectory whose prompt is too long; nothing is stored then."""
+    others wait for it and then skip it). A run that fails on a prompt too long raises
+    :class:`JudgeError` naming the first such step or trajectory; nothing is stored then.
+    A run that skips them keeps what it found (``metrics["too_long"]``, key to reason) for
+    its chunks, which leave them out."""
     from scoring.services.scores import _trajectory_inputs
 
     assert run.scorer is not None and run.prompt is not None
@@ -187,6 +210,7 @@ def judge_run_check(run: ScoringRun) -> None:
         prompt = Prompt(run.prompt.system, run.prompt.template)
         judge = judge_load(spec)
         checked = 0
+        too_long: list[TooLong] = []
         for chunk in run.chunks.order_by("number").iterator(chunk_size=50):
             if spec.params.attribution:
                 requests = [
@@ -194,11 +218,54 @@ def judge_run_check(run: ScoringRun) -> None:
                 ]
             else:
                 requests = requests_build(spec.params, prompt, _trajectory_inputs(chunk))
-            judge.check(requests)
+            too_long += judge.check(requests)
             checked += len(requests)
-        judge.check_finish()
-        locked.metrics = {**(locked.metrics or {}), "prompts_checked": checked}
+        too_long += judge.check_finish()
+        if too_long and judge_on_too_long(locked) == "fail":
+            raise PromptTooLong(too_long[0].request, too_long[0].reason)
+        metrics = {**(locked.metrics or {}), "prompts_checked": checked}
+        if too_long:
+            metrics["too_long"] = {t.request.key: t.reason for t in too_long[:TOO_LONG_KEPT]}
+        locked.metrics = metrics
         locked.save(update_fields=["metrics"])
+
+
+class _Skipping:
+    """The over-long prompts of one chunk: those the run's check found, those the judge
+    finds counting the chunk's own (exactly, where it has a tokenizer), and those the
+    endpoint refuses when asked. ``on_too_long`` is the judge's callback: None where the
+    run fails on them instead."""
+
+    def __init__(self, run: ScoringRun) -> None:
+        metrics = ScoringRun.objects.filter(pk=run.pk).values_list("metrics", flat=True).first()
+        self.known: dict[str, str] = dict((metrics or {}).get("too_long") or {})
+        self.skips = judge_on_too_long(run) == "skip"
+        self.found: dict[str, TooLong] = {}
+
+    def left(self, judge: Judge, requests: list[JudgeRequest]) -> list[JudgeRequest]:
+        """``requests`` without those too long (each noted)."""
+        if not self.skips:
+            return requests
+        for request in requests:
+            if request.key in self.known:
+                self.note(TooLong(request, self.known[request.key]))
+        fresh = [r for r in requests if r.key not in self.found]
+        for too_long in judge.check(fresh):
+            self.note(too_long)
+        return [r for r in fresh if r.key not in self.found]
+
+    def note(self, too_long: TooLong) -> None:
+        self.found.setdefault(too_long.request.key, too_long)
+
+    @property
+    def on_too_long(self) -> Any:
+        return self.note if self.skips else None
+
+    def listed(self) -> list[dict[str, Any]]:
+        return [
+            {"trajectory": t.request.trajectory, "step": t.request.step, "reason": t.reason}
+            for t in self.found.values()
+        ]
 
 
 def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
@@ -221,9 +288,11 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     )
     todo = [r for r in requests if r.key not in answered]
     retries = 0
+    skipping = _Skipping(run)
     if todo:
         judge = judge_load(spec)
-        judge.judge(todo, _storing(run, spec.params))
+        todo = skipping.left(judge, todo)
+        judge.judge(todo, _storing(run, spec.params), skipping.on_too_long)
         retries = int(getattr(judge, "retries", 0))
     replies = JudgeReply.objects.filter(run=run, key__in=list(by_key))
     results: list[prm.StepResult] = []
@@ -236,7 +305,7 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
             results.append(
                 prm.StepResult(step, value, {"verdict": reply.verdict, "reply": reply.pk})
             )
-    return ChunkOutcome(results, _cost(replies, retries))
+    return ChunkOutcome(results, _cost(replies, retries), skipped=skipping.listed())
 
 
 def _storing(
@@ -315,6 +384,7 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
     judge = None
     retries = 0
     outcomes: dict[int, Attribution | None] = {}
+    skipping = _Skipping(run)
     while True:
         needed: list[JudgeRequest] = []
         for log in logs:
@@ -329,7 +399,13 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
             break
         if judge is None:
             judge = judge_load(spec)
-        judge.judge(needed, _storing(run, params, answers))
+        asked = skipping.left(judge, needed)
+        judge.judge(asked, _storing(run, params, answers), skipping.on_too_long)
+        # A log whose next prompt is too long gets no verdict (its request has no
+        # answer, so asking again would ask the same).
+        for request in needed:
+            if request.key in skipping.found:
+                outcomes[request.trajectory] = None
     if judge is not None:
         retries = int(getattr(judge, "retries", 0))
     verdicts = [
@@ -339,7 +415,7 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
     ]
     cost = _cost(stored, retries)
     cost["verdicts"] = len(verdicts)
-    return ChunkOutcome([], cost, verdicts)
+    return ChunkOutcome([], cost, verdicts, skipped=skipping.listed())
 
 
 def _reply_store(

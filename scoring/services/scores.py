@@ -27,6 +27,8 @@ from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, Ste
 from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
 from scoring.selectors import latest_trained_head
 from scoring.services.judges import (
+    ON_TOO_LONG,
+    SKIPPED_LISTED,
     JudgeStopped,
     judge_chunk_score,
     judge_params_check,
@@ -172,11 +174,14 @@ def scoring_run_start(
     filters: TrajectoryFilters | None = None,
     queue: Queue | None = None,
     prompt_version: int | None = None,
+    on_too_long: str | None = None,
 ) -> ScoringRun:
     """A run over the project's labelable steps (all, a filter, given trajectories, the
     trajectories of a labeling queue, or where these are combined, the steps all of them
     select), planned into chunks by a task on the default queue. A judge asks with
-    ``prompt_version`` (its newest where None), which the run records."""
+    ``prompt_version`` (its newest where None), which the run records, and does what
+    ``on_too_long`` says with a prompt longer than its context: ``skip`` (the default:
+    that step gets no verdict, the run lists it) or ``fail`` (the run fails)."""
     if scorer.project_id not in (None, project.pk):
         raise ScoringError("that scorer belongs to another project")
     if queue is not None and queue.project_id != project.pk:
@@ -189,11 +194,25 @@ def scoring_run_start(
         raise ScoringError(f"{scorer.name} has no trained head yet")
     prompt = None
     metrics: dict[str, Any] = {}
+    parameters: dict[str, Any] = {}
     if scorer.kind == Scorer.Kind.LLM_JUDGE:
         prompt = judge_prompt_for_run(scorer, prompt_version)
         metrics = {"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version}
+        on_too_long = on_too_long or "skip"
+        if on_too_long not in ON_TOO_LONG:
+            raise ScoringError(
+                f"on_too_long is {on_too_long!r}; use {' or '.join(ON_TOO_LONG)}",
+                field="on_too_long",
+            )
+        parameters["on_too_long"] = on_too_long
     elif prompt_version is not None:
         raise ScoringError(f"{scorer.name} is not an llm-judge; it has no prompt versions")
+    elif on_too_long is not None:
+        raise ScoringError(
+            f"{scorer.name} is not an llm-judge; on_too_long is for judges (a model scorer"
+            " truncates and counts what it truncates)",
+            field="on_too_long",
+        )
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
@@ -213,6 +232,7 @@ def scoring_run_start(
             created_by=user,
             prompt=prompt,
             metrics=metrics,
+            parameters=parameters,
         )
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
@@ -326,11 +346,13 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         return
     cost: dict[str, int] = {}
     verdicts: list[Any] = []
+    skipped: list[dict[str, Any]] = []
     try:
         if run.scorer.kind == Scorer.Kind.LLM_JUDGE:
             judge_run_check(run)  # every prompt of the run, before this chunk asks any
             outcome = judge_chunk_score(run, chunk)
             results, cost, verdicts = outcome.results, outcome.cost, outcome.verdicts
+            skipped = outcome.skipped
         else:
             results = _score(run.scorer, chunk)
     except TRANSIENT_ERRORS:
@@ -344,7 +366,7 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
     except Exception as error:
         scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
         raise
-    _chunk_finish(chunk, results, cost, verdicts)
+    _chunk_finish(chunk, results, cost, verdicts, skipped)
 
 
 def scorer_chunk_steps(scorer: Scorer) -> int:
@@ -394,10 +416,13 @@ def _chunk_finish(
     results: list[prm.StepResult],
     cost: dict[str, int] | None = None,
     verdicts: list[Any] | None = None,
+    skipped: list[dict[str, Any]] | None = None,
 ) -> None:
     """Store the chunk's scores (and a failure-attribution judge's ``verdicts``) and count
     it done; ``cost`` (a judge's calls, tokens, parse failures) is added to the run's
-    metrics in the same transaction."""
+    metrics in the same transaction, and so are the judge's ``skipped`` prompts (too
+    long: ``skipped_count`` counts them all, ``skipped`` lists the first
+    ``SKIPPED_LISTED``)."""
     now = timezone.now()
     with transaction.atomic():
         locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -418,10 +443,14 @@ def _chunk_finish(
         run.chunks_done += 1
         run.truncated += sum(1 for r in results if r.truncated)
         fields = ["done", "chunks_done", "truncated"]
-        if cost:
+        if cost or skipped:
             metrics = dict(run.metrics or {})
-            for name, amount in cost.items():
+            for name, amount in (cost or {}).items():
                 metrics[name] = int(metrics.get(name, 0)) + amount
+            if skipped:
+                listed = list(metrics.get("skipped") or [])
+                metrics["skipped"] = (listed + skipped)[:SKIPPED_LISTED]
+                metrics["skipped_count"] = int(metrics.get("skipped_count", 0)) + len(skipped)
             run.metrics = metrics
             fields.append("metrics")
         if run.chunks_done >= run.chunks_total:

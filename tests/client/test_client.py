@@ -16,7 +16,8 @@ from stepscope_client import Client, Job, ProgressBar, StepscopeError
 from stepscope_client.records import trajectory_record
 
 from labeling.models import StepLabel
-from scoring.models import StepScore
+from scoring.models import ScoringRun, StepScore
+from scoring.services import judges
 from tests.conftest import REALDATA
 from trajectories.formats import parser_for
 from trajectories.formats.base import ParsedDecisive, ParsedTrajectory
@@ -257,3 +258,20 @@ def test_a_queued_import_is_cancelled_and_wait_reports_how_it_ended(
     assert stepscope.wait(job, poll=0.05, check=False).status == "cancelled"
     with pytest.raises(StepscopeError, match="cancelled"):
         stepscope.wait(job, poll=0.05)
+
+
+def test_a_judge_run_is_started_with_what_an_over_long_prompt_does(
+    stepscope: Client, project: Project
+) -> None:
+    stepscope.push_trajectories(project.slug, records(1))
+    parameters = {"backend": "remote", "base_url": "http://127.0.0.1:9/v1", "max_tokens": 16}
+    judges.judge_create(name="judge", model_ref="m", project=project, parameters=parameters)
+
+    failing = stepscope.start_scoring(project.slug, "judge", on_too_long="fail")
+    skipping = stepscope.start_scoring(project.slug, "judge")
+
+    assert ScoringRun.objects.get(pk=failing.id).parameters == {"on_too_long": "fail"}
+    assert skipping.data["parameters"] == {"on_too_long": "skip"}
+    with pytest.raises(StepscopeError) as refused:
+        stepscope.start_scoring(project.slug, "judge", on_too_long="truncate")
+    assert refused.value.status == 400 and "on_too_long" in refused.value.errors

@@ -354,7 +354,7 @@ def test_a_too_long_prompt_in_a_later_chunk_fails_the_run_before_any_chunk_write
     wanted = long.steps.get(index=2)
     counting = {"tokenizer": str(tiny_judge)} if counted_by == "tokenizer" else {}
     scorer = attribution_judge(project, openai_server, mode, chunk_steps=2, **counting)
-    run = run_judge(project, scorer)
+    run = run_judge(project, scorer, on_too_long="fail")
     assert run.chunks.count() == 4
     assert run.status == ScoringRun.Status.FAILED
     assert f"the prompt for step {wanted.pk} of trajectory {long.pk} is" in run.error
@@ -362,8 +362,9 @@ def test_a_too_long_prompt_in_a_later_chunk_fails_the_run_before_any_chunk_write
     assert run.done == 0 and run.chunks_done == 0
     assert not JudgeReply.objects.filter(run=run).exists()
     assert openai_server.stats()["requests"] == 0  # nothing was asked
-    # The endpoint counted the longest prompt once, or nothing with a tokenizer here.
-    assert openai_server.stats()["tokenized"] == (counted_by == "endpoint")
+    # The endpoint counted the longest prompts until one fitted (the long one and the
+    # next), or nothing with a tokenizer here.
+    assert openai_server.stats()["tokenized"] == (2 if counted_by == "endpoint" else 0)
     assert not FailureVerdict.objects.exists() and not StepScore.objects.exists()
 
 
@@ -376,11 +377,32 @@ def test_without_a_tokenizer_or_a_tokenize_route_the_refusal_comes_when_the_prom
     long = team_log(project, 3)
     Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
     scorer = attribution_judge(project, openai_server, ALL_AT_ONCE, chunk_steps=3)
-    run = run_judge(project, scorer)
+    run = run_judge(project, scorer, on_too_long="fail")
     assert run.status == ScoringRun.Status.FAILED
-    assert f"refused the request for trajectory {long.pk} (HTTP 400" in run.error
+    assert f"refused the prompt for trajectory {long.pk} as too long (HTTP 400" in run.error
     assert "maximum context length is 768" in run.error
     assert openai_server.stats()["tokenized"] == 0
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("tokenize", [True, False])
+def test_a_log_too_long_for_the_context_gets_no_verdict_and_the_others_do(
+    project: Project, openai_server: OpenAIServer, tokenize: bool
+) -> None:
+    """Skipping (the default), one over-long log costs its own verdict only: counted by
+    the endpoint before anything is asked, or refused by it when asked."""
+    openai_server.control(tokenize=tokenize, fixed_reply="Agent: Coder\nStep: 1")
+    short = team_log(project, 3)
+    long = team_log(project, 3)
+    Step.objects.filter(trajectory=long, index=2).update(content="Carry the digit. " * 300)
+    scorer = attribution_judge(project, openai_server, ALL_AT_ONCE, chunk_steps=3)
+    run = run_judge(project, scorer)
+    assert run.status == ScoringRun.Status.DONE, run.error
+    assert set(verdicts(scorer)) == {short.pk}
+    (skipped,) = run.metrics["skipped"]
+    assert (skipped["trajectory"], skipped["step"]) == (long.pk, None)
+    assert "768 tokens" in skipped["reason"] and run.metrics["skipped_count"] == 1
+    assert openai_server.stats()["requests"] == (1 if tokenize else 2)
 
 
 @pytest.mark.django_db
@@ -391,7 +413,7 @@ def test_a_local_judge_counts_every_chunks_prompts_first(
     long = team_log(project, 3)
     Step.objects.filter(trajectory=long, index=1).update(content="Carry the digit. " * 100)
     scorer = local_judge(project, tiny_judge, mode=ALL_AT_ONCE, max_length=640, chunk_steps=2)
-    run = run_judge(project, scorer)
+    run = run_judge(project, scorer, on_too_long="fail")
     assert run.chunks.count() == 2 and run.status == ScoringRun.Status.FAILED
     assert f"the prompt for trajectory {long.pk} is" in run.error
     assert "context of 640" in run.error

@@ -137,3 +137,77 @@ def test_the_judge_strip_reads_judge_on_a_laptop_and_a_phone(
     assert "Judge · step 1" in page.inner_text(".first-errors")
     assert page.evaluate(WIDEST, width) == []
     shot(page, f"judge-strip-{width}")
+
+
+@pytest.mark.django_db
+def test_the_run_form_says_what_an_over_long_prompt_does_and_the_row_lists_the_skipped(
+    client: Any, project: Project, owner: User, openai_server: OpenAIServer
+) -> None:
+    long = trajectory_with_steps(project, ["Carry the digit. " * 300])
+    trajectory_with_steps(project, ["2 + 2 = 4"])
+    openai_server.control(fixed_reply="Right. \\boxed{+1}")
+    scorer = remote_judge(project, openai_server, concurrency=1)
+    run = run_judge(project, scorer)
+    assert run.status == "done" and run.metrics["skipped_count"] == 1, run.error
+
+    client.force_login(owner)
+    section = reverse("scoring-section", args=[project.slug])
+    html = client.get(section).content.decode()
+    row = html.split(f'id="scoring-run-{run.pk}"')[1].split("</tr>")[0]
+    step = long.steps.get()
+    assert "1 skipped: prompt too long" in row
+    assert f"step {step.pk} of" in row and reverse("trajectory-detail", args=[long.pk]) in row
+    assert "passes the endpoint&#x27;s context of 768 tokens" in row
+    assert 'name="on_too_long"' in html and "fail the run" in html
+
+    start = reverse("scoring-run-start", args=[project.slug])
+    client.post(start, {"scorer": scorer.pk, "on_too_long": "fail"})
+    newest = ScoringRun.objects.order_by("-pk").first()
+    assert newest is not None and newest.parameters == {"on_too_long": "fail"}
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("width", "height"), [(1440, 900), (390, 844)])
+def test_the_skipped_prompts_of_a_run_read_on_a_laptop_and_a_phone(
+    page: Any, live_server: Any, width: int, height: int
+) -> None:
+    project = project_create(slug="demo", name="Demo")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    long = trajectory_with_steps(project, ["Carry the digit. " * 300])
+    step = long.steps.get()
+    scorer = services.judge_create(
+        name="a-judge-with-a-rather-long-name",
+        model_ref="m",
+        project=project,
+        parameters={"backend": "remote", "base_url": "http://127.0.0.1:9/v1"},
+    )
+    reason = (
+        f"the prompt for step {step.pk} of trajectory {long.pk} is 1215 tokens; with"
+        " max_tokens 16 it passes the endpoint's context of 768 tokens"
+    )
+    run = ScoringRun.objects.create(
+        project=project,
+        scorer=scorer,
+        status="done",
+        total=1,
+        done=1,
+        parameters={"on_too_long": "skip"},
+        metrics={
+            "skipped": [{"trajectory": long.pk, "step": step.pk, "reason": reason}],
+            "skipped_count": 1,
+        },
+    )
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, live_server, "owner", PASSWORD)
+    page.goto(live_server.url + reverse("scoring-section", args=[project.slug]))
+    skipped = f"#scoring-run-{run.pk}-skipped"
+    page.click(f"{skipped} summary")
+    assert "passes the endpoint's context of 768 tokens" in page.inner_text(skipped)
+    page.locator(skipped).scroll_into_view_if_needed()
+    shot(page, f"judge-run-skipped-{width}")
+    # The runs table scrolls sideways on a phone, by design (.table); the page does not,
+    # and the reasons wrap inside their cell.
+    assert page.evaluate("document.documentElement.scrollWidth") <= width
+    assert page.locator(skipped).bounding_box()["width"] <= max(width * 0.6, 400)

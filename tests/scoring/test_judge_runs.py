@@ -166,12 +166,40 @@ def test_a_redelivered_chunk_asks_only_what_has_no_reply(
     assert StepScore.objects.filter(scorer=scorer).count() == 3
 
 
+def test_a_local_prompt_longer_than_the_context_is_skipped_and_listed(
+    project: Project, tiny_judge: Path
+) -> None:
+    """By default one over-long prompt costs its step's verdict, not the run: the other
+    steps are judged, and the run says which step went without and why."""
+    trajectories(project, 1, 2)
+    long = trajectory_with_steps(project, ["Carry the digit and multiply. " * 60])
+    scorer = local_judge(
+        project,
+        tiny_judge,
+        max_length=256,
+        chunk_steps=2,
+        verdict_pattern="([a-z])",  # parses on every random reply
+        verdict_values=LETTERS,
+    )
+    run = run_judge(project, scorer)
+    step = long.steps.get()
+    assert run.status == ScoringRun.Status.DONE, run.error
+    assert run.parameters == {"on_too_long": "skip"}
+    scored = set(StepScore.objects.filter(scorer=scorer).values_list("step_id", flat=True))
+    assert scored == labelable(project) - {step.pk}
+    assert not JudgeReply.objects.filter(run=run, step=step).exists()
+    assert run.metrics["skipped_count"] == 1
+    (skipped,) = run.metrics["skipped"]
+    assert (skipped["trajectory"], skipped["step"]) == (long.pk, step.pk)
+    assert "context of 256" in skipped["reason"]
+
+
 def test_a_local_prompt_longer_than_the_context_fails_the_run_naming_the_step(
     project: Project, tiny_judge: Path
 ) -> None:
     long = trajectory_with_steps(project, ["Carry the digit and multiply. " * 60])
     scorer = local_judge(project, tiny_judge, max_length=256)
-    run = run_judge(project, scorer)
+    run = run_judge(project, scorer, on_too_long="fail")
     step = long.steps.get()
     assert run.status == ScoringRun.Status.FAILED
     assert f"step {step.pk} of trajectory {long.pk}" in run.error and "context of 256" in run.error
@@ -240,10 +268,38 @@ def test_bad_endpoints_fail_the_run_at_the_first_chunk_with_nothing_counted(
     scorer = remote_judge(
         project, openai_server, model=model, chunk_steps=2, concurrency=1, **change
     )
-    run = run_judge(project, scorer)
+    run = run_judge(project, scorer, on_too_long="fail")
     assert run.status == ScoringRun.Status.FAILED and message in run.error
     assert run.done == 0 and run.chunks_done == 0
     assert not StepScore.objects.filter(scorer=scorer).exists()
+
+
+@pytest.mark.parametrize("tokenize", [True, False])
+def test_a_remote_prompt_too_long_is_skipped_counted_by_the_endpoint_or_refused_by_it(
+    project: Project, openai_server: OpenAIServer, tokenize: bool
+) -> None:
+    """Without a tokenizer the endpoint's /tokenize counts the run's longest prompts
+    before anything is asked; where it has no such route, its refusal (HTTP 400, "maximum
+    context length") skips the step when it is asked. Either way the run goes on."""
+    long = trajectory_with_steps(project, ["Carry the digit. " * 300])
+    trajectories(project, 2, 2)
+    openai_server.control(fixed_reply="Right. \\boxed{+1}", tokenize=tokenize)
+    scorer = remote_judge(project, openai_server, chunk_steps=2, concurrency=1)
+    run = run_judge(project, scorer)
+    step = long.steps.get()
+    assert run.status == ScoringRun.Status.DONE, run.error
+    scored = set(StepScore.objects.filter(scorer=scorer).values_list("step_id", flat=True))
+    assert scored == labelable(project) - {step.pk}
+    (skipped,) = run.metrics["skipped"]
+    assert skipped["step"] == step.pk and run.metrics["skipped_count"] == 1
+    stats = openai_server.stats()
+    if tokenize:
+        assert "passes the endpoint's context of 768 tokens" in skipped["reason"]
+        assert stats["requests"] == 4  # the long prompt was never sent
+    else:
+        assert "refused the prompt for" in skipped["reason"]
+        assert "maximum context length is 768" in skipped["reason"]
+        assert stats["requests"] == 5
 
 
 def test_a_judged_project_and_its_judge_can_be_deleted(project: Project, tiny_judge: Path) -> None:

@@ -334,6 +334,8 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     cells = {row.pk: {c.name: text for c, text in row.list_cells} for row in rows}  # type: ignore[attr-defined]
     assert cells[trajectory.pk] == {
         "cost": "0.25",
+        "policy": "—",
+        "advantage": "—",
         "label_progress": "3/4",
         "first_error": "step 1",
         "latest_score": "0.400",
@@ -341,6 +343,8 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     }
     assert cells[summed.pk] == {
         "cost": "0.75",
+        "policy": "—",
+        "advantage": "—",
         "label_progress": "0/2",
         "first_error": "—",
         "latest_score": "—",
@@ -376,11 +380,19 @@ def test_blind_and_hidden_score_projects_hide_those_columns_from_annotators(
         html = client.get(url).content.decode()
         return re.findall(r'<td class="[^"]*" data-column="([a-z_]+)"', html)
 
-    every = ["cost", "label_progress", "first_error", "latest_score", "latest_credit"]
+    every = [
+        "cost",
+        "policy",
+        "advantage",
+        "label_progress",
+        "first_error",
+        "latest_score",
+        "latest_credit",
+    ]
     assert headers(annotator) == every
     project.settings = {"blind_labeling": True, "hide_model_scores": True}
     project.save()
-    assert headers(annotator) == ["cost"]
+    assert headers(annotator) == ["cost", "policy", "advantage"]
     assert headers(researcher) == every
 
 

@@ -67,7 +67,14 @@ CASES: dict[str, dict[str, str]] = {
     "credit_run": {"credit_run": "{run}"},
     "credit_above": {"credit_run": "{run}", "credit_above": "0.4"},
     "credit_below": {"credit_run": "{run}", "credit_below": "-0.65"},
+    "policy_version": {"policy_version": "3..5"},
+    "min_training_step": {"min_training_step": "5"},
+    "max_training_step": {"max_training_step": "3"},
+    "min_advantage": {"min_advantage": "0.4"},
+    "max_advantage": {"max_advantage": "0"},
+    "advantage_disagrees": {"advantage_disagrees": "yes"},
     "old names": {"task_key": "t2", "model_name": "m2"},
+    "old training names": {"policy": "global_step_9", "min_train_step": "1"},
     "combined": {"first_error": "yes", "outcome": "failure", "q": "answer"},
 }
 
@@ -116,6 +123,22 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
             )
             Step.objects.filter(pk=steps["bare"][2].pk).update(agent="critic")
             Step.objects.filter(pk=steps["split"][0].pk).update(metadata={"error": "boom"})
+            # RL training facts: the policy and step that made three rollouts, and
+            # advantages (agreed's last step, labelled -1 by both, got a positive one).
+            for name, version, step_number in (
+                ("agreed", "global_step_3", 3),
+                ("split", "5", 5),
+                ("bare", "global_step_9", 9),
+            ):
+                Trajectory.objects.filter(pk=made[name].pk).update(
+                    policy_version=version, training_step=step_number
+                )
+            for name, index, advantage in (
+                ("agreed", 2, 0.5),
+                ("split", 0, 0.3),
+                ("bare", 0, -0.2),
+            ):
+                Step.objects.filter(pk=steps[name][index].pk).update(advantage=advantage)
 
             schema = LabelSchema.objects.get(project=project)
 

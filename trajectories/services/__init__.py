@@ -6,6 +6,7 @@ from trajectories.services.deletion import (
     project_delete_start,
     project_deletion_run,
 )
+from trajectories.services.follow import FollowPass, follow_pass_run, follow_source_set
 from trajectories.services.import_writer import parents_set
 from trajectories.services.imports import (
     ImportRejected,
@@ -48,10 +49,13 @@ __all__ = [
     "IMPORTED_ANNOTATOR_PREFIX",
     "INVITE_DAYS",
     "DeletionRefused",
+    "FollowPass",
     "ImportRejected",
     "InviteUnusable",
     "MemberError",
     "SlugTaken",
+    "follow_pass_run",
+    "follow_source_set",
     "import_batch_cancel",
     "import_batch_run",
     "import_upload_start",

@@ -1,5 +1,7 @@
 """python manage.py import_trajectories --project SLUG [--create] [--owner USERNAME]
 --format FORMAT [--mapping FILE] [--skip-invalid] PATH...
+python manage.py import_trajectories --project SLUG [--create] [--owner USERNAME]
+--format FORMAT --follow DIR [--once] [--interval SECONDS]
 
 PATH is a file or a directory; a directory stands for what the format reads in it (by
 default every .json, .jsonl, .traj and .eval file below it, in sorted order; an OpenHands
@@ -8,11 +10,18 @@ import.
 
 A project is seen only by its members: ``--owner`` names the user who becomes its admin
 (on a project that exists, they join it as one or are made one). When no active member
-can open the project, the summary's ``warning`` says so."""
+can open the project, the summary's ``warning`` says so.
+
+``--follow DIR`` keeps importing what a trainer writes into DIR: every few seconds
+(``--interval``) each file that is new or grew is imported, a JSON Lines file's new
+lines only (``trajectories.services.follow``). What it imported is remembered in the
+database, so it can be stopped and started again without importing anything twice.
+``--once`` makes one pass and stops."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +31,10 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from trajectories.formats import import_units
 from trajectories.models import Project
 from trajectories.services import (
+    FollowPass,
     ImportRejected,
+    follow_pass_run,
+    follow_source_set,
     parser_get,
     project_create,
     project_owner_set,
@@ -34,7 +46,7 @@ class Command(BaseCommand):
     help = "Import trajectory files into a project; prints a one-line JSON summary last."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("paths", nargs="+", type=Path, metavar="PATH")
+        parser.add_argument("paths", nargs="*", type=Path, metavar="PATH")
         parser.add_argument("--project", required=True, help="project slug")
         parser.add_argument("--create", action="store_true", help="create the project if missing")
         parser.add_argument(
@@ -50,6 +62,16 @@ class Command(BaseCommand):
             action="store_true",
             help="write the good records and report the bad ones (default: all or nothing)",
         )
+        parser.add_argument(
+            "--follow",
+            type=Path,
+            metavar="DIR",
+            help="keep importing the new and grown files of DIR (stop with Ctrl-C)",
+        )
+        parser.add_argument("--once", action="store_true", help="with --follow: one pass")
+        parser.add_argument(
+            "--interval", type=float, default=5.0, help="with --follow: seconds between passes"
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         source_format: str = options["source_format"]
@@ -64,6 +86,14 @@ class Command(BaseCommand):
             parser_get(source_format, mapping)
         except ValueError as error:
             raise CommandError(str(error)) from None
+        if options["follow"] is not None and options["paths"]:
+            raise CommandError("give PATH... or --follow DIR, not both")
+        if options["follow"] is None and not options["paths"]:
+            raise CommandError("give the files to import (PATH...) or --follow DIR")
+        if options["follow"] is None and options["once"]:
+            raise CommandError("--once goes with --follow DIR")
+        if options["follow"] is not None and not options["follow"].is_dir():
+            raise CommandError(f"{options['follow']}: not a folder")
         project = Project.objects.filter(slug=options["project"]).first()
         if project is None and not options["create"]:
             raise CommandError(f"no project {options['project']!r}; pass --create to make it")
@@ -73,6 +103,9 @@ class Command(BaseCommand):
             project = project_create(slug=options["project"], name=options["project"], owner=owner)
         elif owner is not None:
             project_owner_set(project=project, user=owner)
+        if options["follow"] is not None:
+            self._follow(project, source_format, options)
+            return
 
         summary: dict[str, Any] = {
             "created": 0,
@@ -121,6 +154,43 @@ class Command(BaseCommand):
         self.stdout.write(json.dumps(summary))
         if failed:
             raise SystemExit(1)
+
+    def _follow(self, project: Project, source_format: str, options: dict[str, Any]) -> None:
+        if options["mapping"] is not None:
+            raise CommandError("--follow does not take a mapping")
+        source = follow_source_set(
+            project=project,
+            path=options["follow"],
+            source_format=source_format,
+            skip_invalid=options["skip_invalid"],
+        )
+        while True:
+            done = follow_pass_run(source=source)
+            for path in done.failed:
+                row = source.files.get(path=path)
+                self.stderr.write(f"{path}: nothing imported from this part: {row.error}")
+            if options["once"] or done.imported or done.failed:
+                self.stdout.write(json.dumps(_pass_summary(done)))
+            if options["once"]:
+                if done.failed:
+                    raise SystemExit(1)
+                return
+            try:
+                time.sleep(options["interval"])
+            except KeyboardInterrupt:
+                return
+
+
+def _pass_summary(done: FollowPass) -> dict[str, Any]:
+    return {
+        "files": done.files,
+        "imported": done.imported,
+        "failed": done.failed,
+        "created": done.created,
+        "unchanged": done.unchanged,
+        "rejected": done.rejected,
+        "steps": done.steps,
+    }
 
 
 def _owner(username: str | None) -> User | None:
