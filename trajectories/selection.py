@@ -347,6 +347,25 @@ def selection_parse(data: Mapping[str, Any], *, ignore: Iterable[str] = ()) -> T
     return TrajectoryFilters(**values)
 
 
+# What a command's repeatable ``--filter`` says of itself.
+COMMAND_HELP = (
+    "a trajectory filter, as the list's query string has it: task=arith-11-3, q=refund,"
+    " label_status=partial (repeatable; every one must hold)"
+)
+
+
+def selection_from_pairs(pairs: Iterable[str]) -> TrajectoryFilters:
+    """A selection from ``NAME=VALUE`` texts (a command's ``--filter``), parsed as a
+    query string is; SelectionError names a pair without ``=`` or a bad filter."""
+    given: dict[str, Any] = {}
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals:
+            raise SelectionError({pair: "write a filter as NAME=VALUE"})
+        given.setdefault(name.strip(), []).append(value)
+    return selection_parse(given)
+
+
 def _value(spec: FilterSpec, raw: Any) -> Any:
     """The filter's value from what was given, or None when it filters nothing."""
     if isinstance(raw, (list, tuple)):

@@ -95,6 +95,8 @@ trajectory_column_register(
         annotations=_policy_annotations,
         cell=_policy_cell,
         help="The RL policy version that wrote the rollout and the trainer's step",
+        # Versions are text ("global_step_12"); the trainer's step orders them.
+        sort="list_training_step",
     )
 )
 trajectory_column_register(
@@ -105,5 +107,6 @@ trajectory_column_register(
         cell=_advantage_cell,
         numeric=True,
         help="The mean advantage of the steps that have one",
+        sort="list_advantage",
     )
 )

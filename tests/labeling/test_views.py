@@ -317,6 +317,25 @@ def test_the_automatic_finish_reason_follows_the_first_error(
 # --- Queues -----------------------------------------------------------------------------
 
 
+def test_a_queue_takes_every_list_filter_and_names_a_bad_one(
+    client: Client, project: Project, owner: User, schema: LabelSchema
+) -> None:
+    labelled, bare = (trajectory_with_steps(project, ["a", "b"]) for _ in range(2))
+    for step in labelled.steps.all():
+        StepLabel.objects.create(step=step, annotator=owner, schema=schema, value=1)
+    client.force_login(owner)
+    page = reverse("queue-create", args=[project.slug])
+    form = {"overlap": "1", "lease_minutes": "30"}
+    client.post(page, {**form, "name": "Unlabelled", "label_status": "unlabelled"})
+    queue = Queue.objects.get(name="Unlabelled")
+    assert list(queue.items.values_list("trajectory_id", flat=True)) == [bare.pk]
+    assert queue.selection == {"label_status": "unlabelled"}
+    refused = client.post(page, {**form, "name": "Bad", "credit_run": "999999"})
+    assert refused.status_code == 200
+    assert "no attribution run 999999" in refused.content.decode()
+    assert not Queue.objects.filter(name="Bad").exists()
+
+
 def test_queue_flow_next_label_submit_next(
     client: Client, project: Project, owner: User, annotator: User, schema: LabelSchema
 ) -> None:

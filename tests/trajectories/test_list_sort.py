@@ -16,7 +16,7 @@ from tests.factories import trajectory_with_steps
 from tests.trajectories.test_views import row_ids
 from trajectories.api import SortedCursor
 from trajectories.columns import list_columns_all
-from trajectories.models import Project, Trajectory
+from trajectories.models import Project, Step, Trajectory
 from trajectories.selection import TrajectoryFilters
 from trajectories.selectors import list_ordering_parse, trajectory_list_page
 
@@ -177,3 +177,18 @@ def test_a_saved_selection_opens_as_the_list_with_its_filters_filled_in(
     names = {t.pk: t.external_id for t in Trajectory.objects.filter(project=project)}
     assert sorted(names[pk] for pk in row_ids(response.content.decode())) == ["a", "c"]
     assert re.search(r'name="min_steps"[^>]* value="3"', response.content.decode())
+
+
+def test_the_training_columns_sort_by_step_and_mean_advantage(
+    project: Project, owner: User, rows: dict[str, Trajectory]
+) -> None:
+    for name, step, advantage in (("a", 7, -0.5), ("b", 2, 0.25), ("c", None, 0.75)):
+        Trajectory.objects.filter(pk=rows[name].pk).update(training_step=step)
+        Step.objects.filter(trajectory=rows[name]).update(advantage=advantage)
+    client = Client()
+    client.force_login(owner)
+    assert page(client, project, ordering="policy")[0] == ["b", "a", "c", "d"]
+    assert page(client, project, ordering="-advantage")[0] == ["c", "b", "a", "d"]
+    # Ties (no step) go by id in the same direction: newest first when descending.
+    assert api_names(client, project="demo", ordering="-policy") == ["a", "b", "d", "c"]
+    assert api_names(client, project="demo", ordering="advantage") == ["a", "b", "c", "d"]

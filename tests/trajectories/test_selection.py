@@ -138,6 +138,12 @@ FULL = TrajectoryFilters(
     credit_run=7,
     credit_above=0.5,
     credit_below=-1.5,
+    policy_version="3..7",
+    min_training_step=1,
+    max_training_step=9,
+    min_advantage=-0.5,
+    max_advantage=0.5,
+    advantage_disagrees="yes",
 )
 
 

@@ -6,15 +6,18 @@ A silently dropped filter costs most on a GPU queue (a scoring run with ``q`` on
 scored a whole project), so each case first checks that the list's answer is a proper,
 non-empty part of the project: a consumer that dropped the filter would choose them all.
 The project is built once for the module; each test calls the service that selects its
-job's trajectories (nothing is queued: the test's transaction never commits)."""
+job's trajectories (nothing is queued: nothing commits)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.db import transaction
 from django.test import Client
 
 from exports.services import export_request_build, selection_save
@@ -24,7 +27,7 @@ from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
 from rollouts.services import jobs as rollout_jobs
 from scoring import services as scoring
-from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
+from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.services import attribution as attribution_services
 from scoring.services import scores as score_services
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -85,98 +88,110 @@ def test_the_cases_cover_every_filter_and_old_name() -> None:
 @pytest.fixture(scope="module")
 def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, Any]]:
     """Five trajectories, labels by two people and an import, a model's scores and an
-    attribution run's credits (as tests/exports/test_selections.py's, plus step fields)."""
+    attribution run's credits (as tests/exports/test_selections.py's, plus step fields).
+
+    Built inside a transaction that is rolled back after the module's tests, which run
+    in savepoints of it: nothing is committed, so nothing is left for later tests."""
     with django_db_blocker.unblock():
-        project = project_create(slug="everywhere", name="Everywhere")
-        owner = UserFactory.create(username="everywhere-owner")
-        MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
-        alice = UserFactory.create(username="everywhere-alice")
-        bob = UserFactory.create(username="everywhere-bob")
-        truth = UserFactory.create(username="import:everywhere", is_active=False)
-        plain = ["Two and two make 4.", "Then 4 * 3 = 12.", "The answer is 12."]
-        specs: dict[str, dict[str, Any]] = {
-            "agreed": {"success": True, "model_name": "m1", "task_key": "t1", "steps": 3},
-            "split": {"success": False, "model_name": "m2", "task_key": "t1", "steps": 3},
-            "bare": {"success": None, "model_name": "m1", "task_key": "t2", "steps": 5},
-            "short": {"success": True, "model_name": "m2", "task_key": "t2", "steps": 2},
-            "long": {"success": False, "model_name": "m1", "task_key": "t3", "steps": 6},
+        outer = transaction.atomic()
+        outer.__enter__()
+    try:
+        with django_db_blocker.unblock():
+            project = project_create(slug="everywhere", name="Everywhere")
+            owner = UserFactory.create(username="everywhere-owner")
+            MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+            alice = UserFactory.create(username="everywhere-alice")
+            bob = UserFactory.create(username="everywhere-bob")
+            truth = UserFactory.create(username="import:everywhere", is_active=False)
+            plain = ["Two and two make 4.", "Then 4 * 3 = 12.", "The answer is 12."]
+            specs: dict[str, dict[str, Any]] = {
+                "agreed": {"success": True, "model_name": "m1", "task_key": "t1", "steps": 3},
+                "split": {"success": False, "model_name": "m2", "task_key": "t1", "steps": 3},
+                "bare": {"success": None, "model_name": "m1", "task_key": "t2", "steps": 5},
+                "short": {"success": True, "model_name": "m2", "task_key": "t2", "steps": 2},
+                "long": {"success": False, "model_name": "m1", "task_key": "t3", "steps": 6},
+            }
+            made: dict[str, Trajectory] = {}
+            for name, spec in specs.items():
+                contents = (plain * 2)[: spec.pop("steps")]
+                made[name] = trajectory_with_steps(project, contents, external_id=name, **spec)
+            steps = {name: list(t.steps.order_by("index")) for name, t in made.items()}
+            Trajectory.objects.filter(pk=made["agreed"].pk).update(metadata={"level": 3})
+            Trajectory.objects.filter(pk=made["bare"].pk).update(metadata={"level": 1})
+            Step.objects.filter(pk=steps["agreed"][1].pk).update(
+                content="I look up the quokka.", tool_name="search", kind="tool_call"
+            )
+            Step.objects.filter(pk=steps["bare"][2].pk).update(agent="critic")
+            Step.objects.filter(pk=steps["split"][0].pk).update(metadata={"error": "boom"})
+            # RL training facts: the policy and step that made three rollouts, and
+            # advantages (agreed's last step, labelled -1 by both, got a positive one).
+            for name, version, step_number in (
+                ("agreed", "global_step_3", 3),
+                ("split", "5", 5),
+                ("bare", "global_step_9", 9),
+            ):
+                Trajectory.objects.filter(pk=made[name].pk).update(
+                    policy_version=version, training_step=step_number
+                )
+            for name, index, advantage in (
+                ("agreed", 2, 0.5),
+                ("split", 0, 0.3),
+                ("bare", 0, -0.2),
+            ):
+                Step.objects.filter(pk=steps[name][index].pk).update(advantage=advantage)
+
+            schema = LabelSchema.objects.get(project=project)
+
+            def label(name: str, index: int, user: User, value: int) -> None:
+                StepLabel.objects.create(
+                    step=steps[name][index], annotator=user, schema=schema, value=value
+                )
+
+            for index, value in enumerate([1, 1, -1]):
+                label("agreed", index, alice, value)
+                label("agreed", index, bob, value)
+            for index in range(2):
+                label("short", index, truth, 1)
+            label("split", 0, alice, 1)
+            label("split", 0, bob, 1)
+            label("split", 1, alice, 1)
+            label("split", 1, bob, -1)
+            prm = Scorer.objects.create(
+                project=project, name="prm", kind=Scorer.Kind.EXTERNAL, queue="default"
+            )
+            for name, values in {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}.items():
+                for step, score in zip(steps[name], values, strict=True):
+                    StepScore.objects.create(step=step, scorer=prm, value=score)
+            run = AttributionRun.objects.create(
+                project=project, method="group-relative", key="everywhere", status="done"
+            )
+            for name, values in {"agreed": [0.5, 0.1, -0.7], "split": [0.2, -0.6, 0.0]}.items():
+                for step, credit in zip(steps[name], values, strict=True):
+                    StepCredit.objects.create(step=step, run=run, value=credit)
+            model = Scorer.objects.create(
+                project=project,
+                name="tiny-prm",
+                kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+                model_ref="tiny",
+                queue="default",
+            )
+            judge = scoring.judge_create(
+                name="judge", model_ref="tiny-judge", project=project, queue="default"
+            )
+            policy = Policy.objects.create(name="tiny", project=project, model_ref="tiny")
+        yield {
+            "project": project,
+            "owner": owner,
+            "run": run,
+            "model": model,
+            "judge": judge,
+            "policy": policy,
+            "ids": {t.pk for t in made.values()},
         }
-        made: dict[str, Trajectory] = {}
-        for name, spec in specs.items():
-            contents = (plain * 2)[: spec.pop("steps")]
-            made[name] = trajectory_with_steps(project, contents, external_id=name, **spec)
-        steps = {name: list(t.steps.order_by("index")) for name, t in made.items()}
-        Trajectory.objects.filter(pk=made["agreed"].pk).update(metadata={"level": 3})
-        Trajectory.objects.filter(pk=made["bare"].pk).update(metadata={"level": 1})
-        Step.objects.filter(pk=steps["agreed"][1].pk).update(
-            content="I look up the quokka.", tool_name="search", kind="tool_call"
-        )
-        Step.objects.filter(pk=steps["bare"][2].pk).update(agent="critic")
-        Step.objects.filter(pk=steps["split"][0].pk).update(metadata={"error": "boom"})
-        # RL training facts: the policy and step that made three rollouts, and advantages
-        # (agreed's last step, labelled -1 by both, got a positive one).
-        for name, version, step_number in (
-            ("agreed", "global_step_3", 3),
-            ("split", "5", 5),
-            ("bare", "global_step_9", 9),
-        ):
-            Trajectory.objects.filter(pk=made[name].pk).update(
-                policy_version=version, training_step=step_number
-            )
-        for name, index, advantage in (("agreed", 2, 0.5), ("split", 0, 0.3), ("bare", 0, -0.2)):
-            Step.objects.filter(pk=steps[name][index].pk).update(advantage=advantage)
-
-        schema = LabelSchema.objects.get(project=project)
-
-        def label(name: str, index: int, user: User, value: int) -> None:
-            StepLabel.objects.create(
-                step=steps[name][index], annotator=user, schema=schema, value=value
-            )
-
-        for index, value in enumerate([1, 1, -1]):
-            label("agreed", index, alice, value)
-            label("agreed", index, bob, value)
-        for index in range(2):
-            label("short", index, truth, 1)
-        label("split", 0, alice, 1)
-        label("split", 0, bob, 1)
-        label("split", 1, alice, 1)
-        label("split", 1, bob, -1)
-        prm = Scorer.objects.create(
-            project=project, name="prm", kind=Scorer.Kind.EXTERNAL, queue="default"
-        )
-        for name, values in {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}.items():
-            for step, score in zip(steps[name], values, strict=True):
-                StepScore.objects.create(step=step, scorer=prm, value=score)
-        run = AttributionRun.objects.create(
-            project=project, method="group-relative", key="everywhere", status="done"
-        )
-        for name, values in {"agreed": [0.5, 0.1, -0.7], "split": [0.2, -0.6, 0.0]}.items():
-            for step, credit in zip(steps[name], values, strict=True):
-                StepCredit.objects.create(step=step, run=run, value=credit)
-        model = Scorer.objects.create(
-            project=project,
-            name="tiny-prm",
-            kind=Scorer.Kind.TOKEN_CLASSIFICATION,
-            model_ref="tiny",
-            queue="default",
-        )
-        judge = scoring.judge_create(
-            name="judge", model_ref="tiny-judge", project=project, queue="default"
-        )
-        policy = Policy.objects.create(name="tiny", project=project, model_ref="tiny")
-    yield {
-        "project": project,
-        "owner": owner,
-        "run": run,
-        "model": model,
-        "judge": judge,
-        "policy": policy,
-        "ids": {t.pk for t in made.values()},
-    }
-    with django_db_blocker.unblock():
-        project.delete()
-        User.objects.filter(pk__in=[owner.pk, alice.pk, bob.pk, truth.pk]).delete()
+    finally:
+        with django_db_blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
 
 
 def query_of(world: dict[str, Any], case: str) -> dict[str, str]:
@@ -330,3 +345,30 @@ def test_every_job_api_refuses_a_bad_filter_naming_it(
     response = client.post(url, body, content_type="application/json")
     assert response.status_code == 400, response.content
     assert message in response.json()["filters"][name][0]
+
+
+# --- The commands take the same filters: --filter NAME=VALUE ------------------------------
+
+
+COMMANDS: dict[str, tuple[list[str], Any]] = {
+    "score": (["--scorer", "tiny-prm"], ScoringRun),
+    "attribute": (["--method", "group-relative"], AttributionRun),
+    "rollout": (["--policy", "tiny", "--k", "1"], RolloutJob),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_the_filters_and_names_a_bad_one(
+    world: dict[str, Any], command: str
+) -> None:
+    arguments, model = COMMANDS[command]
+    project = ["--project", world["project"].slug]
+    filters = ["--filter", "task_key=t1", "--filter", "q=quokka"]
+    call_command(command, *project, *arguments, *filters, stdout=StringIO())
+    job = model.objects.filter(project=world["project"]).latest("pk")
+    assert job.selection["filters"] == {"q": "quokka", "task": "t1"}
+    with pytest.raises(CommandError, match="bogus: unknown filter"):
+        call_command(command, *project, *arguments, "--filter", "bogus=1", stdout=StringIO())
+    with pytest.raises(CommandError, match="NAME=VALUE"):
+        call_command(command, *project, *arguments, "--filter", "task", stdout=StringIO())

@@ -13,6 +13,7 @@ from rollouts import answers, selectors
 from rollouts.models import RolloutJob
 from rollouts.services import RolloutError, rollout_job_start
 from scoring.management.waiting import project_or_error
+from trajectories.selection import COMMAND_HELP, SelectionError, selection_from_pairs
 
 
 class Command(BaseCommand):
@@ -45,6 +46,9 @@ class Command(BaseCommand):
             help="only this trajectory (repeatable)",
         )
         parser.add_argument("--outcome", choices=["success", "failure", "unknown"])
+        parser.add_argument(
+            "--filter", action="append", default=[], metavar="NAME=VALUE", help=COMMAND_HELP
+        )
         parser.add_argument("--answer-check", default=answers.DEFAULT_CHECK)
         parser.add_argument("--max-continuations", type=int, help="continuation budget")
         parser.add_argument("--max-tokens", type=int, help="generated-token budget")
@@ -60,8 +64,6 @@ class Command(BaseCommand):
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from trajectories.selection import TrajectoryFilters
-
         project = project_or_error(options["project"])
         policy = selectors.policy_by_name(project, options["policy"])
         if policy is None:
@@ -78,8 +80,12 @@ class Command(BaseCommand):
                     "--steps takes all, first-error-search or comma-separated step ids"
                 ) from None
             mode = RolloutJob.Mode.CRITICAL if options["critical"] else RolloutJob.Mode.STEPS
-        filters = TrajectoryFilters(outcome=options["outcome"] or "")
+        pairs = [
+            *options["filter"],
+            *([f"outcome={options['outcome']}"] if options["outcome"] else []),
+        ]
         try:
+            filters = selection_from_pairs(pairs)
             job = rollout_job_start(
                 project=project,
                 policy=policy,
@@ -94,7 +100,7 @@ class Command(BaseCommand):
                 chunk_continuations=options["chunk"],
                 against=options["against"],
             )
-        except RolloutError as error:
+        except (RolloutError, SelectionError) as error:
             raise CommandError(str(error)) from None
         if options["wait"]:
             job = _wait_for(job, timeout=options["timeout"])

@@ -14,6 +14,7 @@ from scoring.models import AttributionRun
 from scoring.selectors import scorer_latest
 from scoring.services import AttributionError, attribution_run_start
 from trajectories.models import Step
+from trajectories.selection import COMMAND_HELP, SelectionError, selection_from_pairs
 
 
 def attribution_summary(run: AttributionRun) -> dict[str, Any]:
@@ -78,6 +79,9 @@ class Command(BaseCommand):
             help="only this trajectory (repeatable)",
         )
         parser.add_argument("--step", type=int, help="the step, for token-saliency")
+        parser.add_argument(
+            "--filter", action="append", default=[], metavar="NAME=VALUE", help=COMMAND_HELP
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -102,6 +106,7 @@ class Command(BaseCommand):
             if step is None:
                 raise CommandError(f"no step {options['step']} in project {project.slug!r}")
         try:
+            filters = selection_from_pairs(options["filter"])
             run = attribution_run_start(
                 project=project,
                 method=options["method"],
@@ -109,9 +114,10 @@ class Command(BaseCommand):
                 label_source=options["labels"],
                 parameters=parameters,
                 trajectory_ids=options["trajectories"],
+                filters=filters,
                 step=step,
             )
-        except AttributionError as error:
+        except (AttributionError, SelectionError) as error:
             raise CommandError(str(error)) from None
         if options["wait"]:
             run = wait_for(run, timeout=options["timeout"])

@@ -13,6 +13,7 @@ from scoring.management.waiting import project_or_error, run_summary, wait_for
 from scoring.models import ScoringRun
 from scoring.selectors import scorer_latest
 from scoring.services import ScoringError, scoring_run_start
+from trajectories.selection import COMMAND_HELP, SelectionError, selection_from_pairs
 
 
 class Command(BaseCommand):
@@ -42,6 +43,9 @@ class Command(BaseCommand):
             metavar="N",
             help="an llm-judge's prompt version to ask with (default: its newest)",
         )
+        parser.add_argument(
+            "--filter", action="append", default=[], metavar="NAME=VALUE", help=COMMAND_HELP
+        )
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
         parser.add_argument("--timeout", type=float, default=3600, help="seconds to --wait")
 
@@ -56,15 +60,17 @@ class Command(BaseCommand):
             if queue is None:
                 raise CommandError(f"no queue {options['queue']!r} in project {project.slug!r}")
         try:
+            filters = selection_from_pairs(options["filter"])
             run = scoring_run_start(
                 project=project,
                 scorer=scorer,
                 only_unscored=options["only_unscored"],
                 trajectory_ids=options["trajectories"],
+                filters=filters,
                 queue=queue,
                 prompt_version=options["prompt_version"],
             )
-        except ScoringError as error:
+        except (ScoringError, SelectionError) as error:
             raise CommandError(str(error)) from None
         if options["wait"]:
             run = wait_for(run, timeout=options["timeout"])
