@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Exists, F, Q, QuerySet
 from django.http import Http404
@@ -38,6 +39,19 @@ def policies_for_project(project: Project) -> QuerySet[Policy]:
     demo_project = Exists(DemoPolicyTraining.objects.filter(project=project))
     return Policy.objects.filter(Q(project=project) | Q(project__isnull=True)).exclude(
         Q(project__isnull=True, name=demo_policy.POLICY_NAME) & ~Q(demo_project)
+    )
+
+
+def policies_usable_sql(project_column: str) -> tuple[str, list[Any]]:
+    """:func:`policies_for_project` as an SQL condition over a project id column: whether
+    the project has a policy to roll out with (the trajectory page's "roll out from here"
+    shows only then)."""
+    return (
+        "EXISTS (SELECT 1 FROM rollouts_policy p"
+        f" WHERE p.project_id = {project_column} OR (p.project_id IS NULL AND (p.name <> %s"
+        " OR EXISTS (SELECT 1 FROM rollouts_demopolicytraining d"
+        f" WHERE d.project_id = {project_column}))))",
+        [demo_policy.POLICY_NAME],
     )
 
 

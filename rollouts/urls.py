@@ -5,6 +5,7 @@ from rollouts import views
 urlpatterns = [
     path("p/<slug:slug>/rollouts/", views.rollouts_section, name="rollouts-section"),
     path("p/<slug:slug>/rollouts/jobs/", views.rollout_job_start, name="rollout-job-start"),
+    path("p/<slug:slug>/rollouts/policies/", views.policy_create, name="policy-create"),
     path("rollout-jobs/<int:pk>/", views.rollout_job_row, name="rollout-job-row"),
     path("rollout-jobs/<int:pk>/cancel/", views.rollout_job_cancel, name="rollout-job-cancel"),
     path("steps/<int:pk>/rollouts/", views.step_rollouts, name="step-rollouts"),

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
-from rollouts.forms import RolloutJobForm, StepRolloutForm
+from rollouts.forms import PolicyForm, RolloutJobForm, StepRolloutForm
 from rollouts.models import RolloutJob
 from stepscope.jobs.views import JobRows
 from stepscope.web import HtmxHttpRequest, current_user
@@ -36,7 +36,11 @@ STEP_CHUNK_CONTINUATIONS = 4
 
 
 def _section(
-    request: HtmxHttpRequest, project: Project, *, form: RolloutJobForm | None = None
+    request: HtmxHttpRequest,
+    project: Project,
+    *,
+    form: RolloutJobForm | None = None,
+    policy_form: PolicyForm | None = None,
 ) -> HttpResponse:
     policies = list(selectors.policies_for_project(project))
     context: dict[str, Any] = {
@@ -46,6 +50,7 @@ def _section(
         "training": selectors.demo_policy_training_shown(project),
         "policies": policies,
         "form": form or RolloutJobForm(policies=policies),
+        "policy_form": policy_form or PolicyForm(),
     }
     template = "rollouts/project_rollouts.html"
     if request.htmx:
@@ -88,6 +93,33 @@ def rollout_job_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if form.errors:
         # 200, not 422: htmx does not swap error responses in by default.
         return _section(request, project, form=form)
+    if request.htmx:
+        return _section(request, project)
+    return redirect(reverse("rollouts-section", args=[project.slug]))
+
+
+@login_required
+@require_POST
+def policy_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Add a policy for this project (researchers and admins, as in the API)."""
+    project = _managed_project(request, slug)
+    form = PolicyForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.policy_create(
+                project=project,
+                name=data["name"],
+                model_ref=data["model_ref"],
+                revision=data["revision"],
+                parameters=data["parameters"],
+                queue=data["queue"] or "gpu",
+                user=current_user(request),
+            )
+        except services.RolloutError as error:
+            form.add_error(None, str(error))
+    if form.errors:
+        return _section(request, project, policy_form=form)
     if request.htmx:
         return _section(request, project)
     return redirect(reverse("rollouts-section", args=[project.slug]))

@@ -166,6 +166,9 @@ ACCESS: dict[str, dict[str, str]] = {
     # Rollouts.
     "rollouts-section": _GET_ONLY,
     "rollout-job-start": _START,
+    # Adding a policy for the project: researchers and admins, as in the API; an empty
+    # form re-renders with its errors.
+    "policy-create": _START,
     "rollout-job-row": _ROW,
     "rollout-job-cancel": _CANCEL,
     "step-rollouts": _GET_ONLY,
