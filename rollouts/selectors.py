@@ -19,7 +19,7 @@ from rollouts.models import (
     RolloutJob,
     StepMC,
 )
-from trajectories.models import Project, Step
+from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import AnyUser, can_manage_data, projects_for_user
 
 RECENT_JOBS = 10
@@ -264,3 +264,32 @@ def job_agreement(job: RolloutJob, *, against: str, mc: str = "") -> dict[str, o
             "f1": _figure(metrics.f1),
         }
     return result
+
+
+@dataclass(frozen=True)
+class PolicyMCStrip:
+    """One policy's Monte Carlo values over a trajectory's steps (step id → soft value),
+    with the ``k`` its continuations were counted over."""
+
+    policy: str
+    steps: list[Step]
+    values: dict[int, float]
+    counts: dict[int, str]  # step id → "successes/k"
+
+
+def policy_mc_strips(trajectory: Trajectory) -> list[PolicyMCStrip]:
+    """A strip per policy with values on the trajectory's steps, in policy name order."""
+    steps = list(Step.objects.filter(trajectory=trajectory).only("id", "index").order_by("index"))
+    by_policy: dict[str, PolicyMCStrip] = {}
+    values = (
+        StepMC.objects.filter(step__trajectory=trajectory)
+        .select_related("policy")
+        .order_by("policy__name", "step__index")
+    )
+    for value in values:
+        strip = by_policy.setdefault(
+            value.policy.name, PolicyMCStrip(value.policy.name, steps, {}, {})
+        )
+        strip.values[value.step_id] = value.soft
+        strip.counts[value.step_id] = f"{value.successes}/{value.k}"
+    return list(by_policy.values())

@@ -125,6 +125,20 @@ def policy_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     return redirect(reverse("rollouts-section", args=[project.slug]))
 
 
+@login_required
+@require_GET
+def trajectory_policy_mc(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The policies' Monte Carlo values of one trajectory's steps, a strip per policy: of
+    k continuations the policy wrote from the step's prefix, the share that reached the
+    right answer. Hidden like model scores from annotators who have not submitted."""
+    state = labeling_state_for_user(request.user, pk)
+    context = {
+        "trajectory": state.trajectory,
+        "strips": selectors.policy_mc_strips(state.trajectory) if state.show_model_scores else [],
+    }
+    return render(request, "rollouts/_policy_mc.html", context)
+
+
 # Each job's row polls itself while the job is active; Cancel swaps in the ended row.
 _job_rows = JobRows(
     get_for_user=selectors.rollout_job_get_for_user,

@@ -97,6 +97,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-evidence-choose": _MEMBER_WRITE,
     "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
+    # The policies' Monte Carlo strips of a trajectory (empty where scores are hidden).
+    "trajectory-policy-mc": _GET_ONLY,
     # A trajectory's whole task, ground truth or metadata, which its page shows in part.
     "trajectory-text": _GET_ONLY,
     "import-detail": _GET_ONLY,
