@@ -30,6 +30,9 @@ from trajectories.selectors import project_get_for_user, step_get_for_user
 # Step rollouts started from the page are cut into chunks this small, so the panel
 # shows continuations a few at a time rather than all at the end.
 STEP_CHUNK_CONTINUATIONS = 4
+# The add-a-policy form's field names and ids: the project home shows this section beside
+# scoring's add-a-scorer form, whose fields have the same names.
+POLICY_FORM_PREFIX = "new-policy"
 
 
 # --- Project section -----------------------------------------------------------------------
@@ -50,7 +53,7 @@ def _section(
         "training": selectors.demo_policy_training_shown(project),
         "policies": policies,
         "form": form or RolloutJobForm(policies=policies),
-        "policy_form": policy_form or PolicyForm(),
+        "policy_form": policy_form or PolicyForm(prefix=POLICY_FORM_PREFIX),
     }
     template = "rollouts/project_rollouts.html"
     if request.htmx:
@@ -103,7 +106,7 @@ def rollout_job_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 def policy_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     """Add a policy for this project (researchers and admins, as in the API)."""
     project = _managed_project(request, slug)
-    form = PolicyForm(request.POST)
+    form = PolicyForm(request.POST, prefix=POLICY_FORM_PREFIX)
     if form.is_valid():
         data = form.cleaned_data
         try:

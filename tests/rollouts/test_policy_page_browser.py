@@ -49,14 +49,14 @@ def test_a_researcher_adds_a_policy_and_then_may_roll_out(
     assert "train_demo_policy" not in hint and "admin" not in hint
     assert page.locator("#policy-add[open]").count() == 1
     # A bad value is refused, naming the field.
-    page.fill("#id_name", "tiny")
-    page.fill("#id_model_ref", "org/tiny-lm")
-    page.fill("#id_parameters", "[1]")
+    page.fill("#id_new-policy-name", "tiny")
+    page.fill("#id_new-policy-model_ref", "org/tiny-lm")
+    page.fill("#id_new-policy-parameters", "[1]")
     page.click("#policy-add button[type=submit]")
     page.wait_for_selector("#policy-add .errors")
     assert "Give a JSON object." in page.inner_text("#policy-add")
     assert not Policy.objects.filter(project=project).exists()
-    page.fill("#id_parameters", '{"max_new_tokens": 64}')
+    page.fill("#id_new-policy-parameters", '{"max_new_tokens": 64}')
     page.click("#policy-add button[type=submit]")
     page.wait_for_selector("#id_policy")
     policy = Policy.objects.get(project=project)
