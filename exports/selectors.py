@@ -215,7 +215,11 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
         .values_list("username", flat=True)[:CHOICES_SHOWN]
     )
     policies = (
-        Policy.objects.filter(Exists(StepMC.objects.filter(policy=OuterRef("pk"))))
+        # Policies with Monte Carlo values in this project: a global policy valued only
+        # in another project would be offered with 0 steps.
+        Policy.objects.filter(
+            Exists(StepMC.objects.filter(policy=OuterRef("pk"), step__trajectory__project=project))
+        )
         .filter(Q(project=project) | Q(project__isnull=True))
         .order_by("name")
         .values_list("name", flat=True)[:CHOICES_SHOWN]

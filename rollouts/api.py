@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import extend_schema
 from rest_framework import generics, mixins, status, viewsets
@@ -59,11 +59,12 @@ class PolicyViewSet(
     pagination_class = ByIdCursor
 
     def get_queryset(self) -> QuerySet[Policy]:
-        queryset = selectors.policies_for_user(self.request.user).select_related("project")
         slug = self.request.query_params.get("project")
         if slug:
-            queryset = queryset.filter(Q(project__slug=slug) | Q(project__isnull=True))
-        return queryset
+            # Only those the project may roll out with (not another project's demo policy).
+            project = project_get_for_user(self.request.user, slug)
+            return selectors.policies_for_project(project).select_related("project")
+        return selectors.policies_for_user(self.request.user).select_related("project")
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         serializer = PolicySerializer(data=request.data)

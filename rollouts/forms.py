@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -50,3 +51,34 @@ class StepRolloutForm(_PolicyChoice):
         widget=forms.Textarea(attrs={"rows": 2}),
         help_text="Blank: an annotator's correction if there is one, else a policy sample.",
     )
+
+
+class PolicyForm(forms.Form):
+    """A policy of this project, added from the rollouts section (the API's fields, less
+    ``trust_remote_code``, which is staff's)."""
+
+    name = forms.CharField(max_length=100)
+    model_ref = forms.CharField(
+        max_length=500,
+        label="Model",
+        help_text="A causal LM: a directory under the operator's model directories, or a hub id.",
+    )
+    revision = forms.CharField(max_length=100, required=False)
+    queue = forms.CharField(max_length=50, initial="gpu", help_text="The workers' queue.")
+    parameters = forms.CharField(
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text='Generation parameters as JSON, e.g. {"max_new_tokens": 256}.',
+    )
+
+    def clean_parameters(self) -> dict[str, Any]:
+        raw = self.cleaned_data["parameters"].strip()
+        if not raw:
+            return {}
+        try:
+            value = json.loads(raw)
+        except ValueError as error:
+            raise forms.ValidationError(f"Not JSON: {error}.") from None
+        if not isinstance(value, dict):
+            raise forms.ValidationError("Give a JSON object.")
+        return value

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from django.db.models import Exists, F, Q, QuerySet
 from django.http import Http404
@@ -18,7 +19,7 @@ from rollouts.models import (
     RolloutJob,
     StepMC,
 )
-from trajectories.models import Project, Step
+from trajectories.models import Project, Step, Trajectory
 from trajectories.selectors import AnyUser, can_manage_data, projects_for_user
 
 RECENT_JOBS = 10
@@ -38,6 +39,19 @@ def policies_for_project(project: Project) -> QuerySet[Policy]:
     demo_project = Exists(DemoPolicyTraining.objects.filter(project=project))
     return Policy.objects.filter(Q(project=project) | Q(project__isnull=True)).exclude(
         Q(project__isnull=True, name=demo_policy.POLICY_NAME) & ~Q(demo_project)
+    )
+
+
+def policies_usable_sql(project_column: str) -> tuple[str, list[Any]]:
+    """:func:`policies_for_project` as an SQL condition over a project id column: whether
+    the project has a policy to roll out with (the trajectory page's "roll out from here"
+    shows only then)."""
+    return (
+        "EXISTS (SELECT 1 FROM rollouts_policy p"
+        f" WHERE p.project_id = {project_column} OR (p.project_id IS NULL AND (p.name <> %s"
+        " OR EXISTS (SELECT 1 FROM rollouts_demopolicytraining d"
+        f" WHERE d.project_id = {project_column}))))",
+        [demo_policy.POLICY_NAME],
     )
 
 
@@ -250,3 +264,32 @@ def job_agreement(job: RolloutJob, *, against: str, mc: str = "") -> dict[str, o
             "f1": _figure(metrics.f1),
         }
     return result
+
+
+@dataclass(frozen=True)
+class PolicyMCStrip:
+    """One policy's Monte Carlo values over a trajectory's steps (step id → soft value),
+    with the ``k`` its continuations were counted over."""
+
+    policy: str
+    steps: list[Step]
+    values: dict[int, float]
+    counts: dict[int, str]  # step id → "successes/k"
+
+
+def policy_mc_strips(trajectory: Trajectory) -> list[PolicyMCStrip]:
+    """A strip per policy with values on the trajectory's steps, in policy name order."""
+    steps = list(Step.objects.filter(trajectory=trajectory).only("id", "index").order_by("index"))
+    by_policy: dict[str, PolicyMCStrip] = {}
+    values = (
+        StepMC.objects.filter(step__trajectory=trajectory)
+        .select_related("policy")
+        .order_by("policy__name", "step__index")
+    )
+    for value in values:
+        strip = by_policy.setdefault(
+            value.policy.name, PolicyMCStrip(value.policy.name, steps, {}, {})
+        )
+        strip.values[value.step_id] = value.soft
+        strip.counts[value.step_id] = f"{value.successes}/{value.k}"
+    return list(by_policy.values())

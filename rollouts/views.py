@@ -20,7 +20,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from labeling.selectors import labeling_state_for_user
 from rollouts import selectors, services
-from rollouts.forms import RolloutJobForm, StepRolloutForm
+from rollouts.forms import PolicyForm, RolloutJobForm, StepRolloutForm
 from rollouts.models import RolloutJob
 from stepscope.jobs.views import JobRows
 from stepscope.web import HtmxHttpRequest, current_user
@@ -30,13 +30,20 @@ from trajectories.selectors import project_get_for_user, step_get_for_user
 # Step rollouts started from the page are cut into chunks this small, so the panel
 # shows continuations a few at a time rather than all at the end.
 STEP_CHUNK_CONTINUATIONS = 4
+# The add-a-policy form's field names and ids: the project home shows this section beside
+# scoring's add-a-scorer form, whose fields have the same names.
+POLICY_FORM_PREFIX = "new-policy"
 
 
 # --- Project section -----------------------------------------------------------------------
 
 
 def _section(
-    request: HtmxHttpRequest, project: Project, *, form: RolloutJobForm | None = None
+    request: HtmxHttpRequest,
+    project: Project,
+    *,
+    form: RolloutJobForm | None = None,
+    policy_form: PolicyForm | None = None,
 ) -> HttpResponse:
     policies = list(selectors.policies_for_project(project))
     context: dict[str, Any] = {
@@ -46,6 +53,7 @@ def _section(
         "training": selectors.demo_policy_training_shown(project),
         "policies": policies,
         "form": form or RolloutJobForm(policies=policies),
+        "policy_form": policy_form or PolicyForm(prefix=POLICY_FORM_PREFIX),
     }
     template = "rollouts/project_rollouts.html"
     if request.htmx:
@@ -91,6 +99,47 @@ def rollout_job_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.htmx:
         return _section(request, project)
     return redirect(reverse("rollouts-section", args=[project.slug]))
+
+
+@login_required
+@require_POST
+def policy_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """Add a policy for this project (researchers and admins, as in the API)."""
+    project = _managed_project(request, slug)
+    form = PolicyForm(request.POST, prefix=POLICY_FORM_PREFIX)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            services.policy_create(
+                project=project,
+                name=data["name"],
+                model_ref=data["model_ref"],
+                revision=data["revision"],
+                parameters=data["parameters"],
+                queue=data["queue"] or "gpu",
+                user=current_user(request),
+            )
+        except services.RolloutError as error:
+            form.add_error(None, str(error))
+    if form.errors:
+        return _section(request, project, policy_form=form)
+    if request.htmx:
+        return _section(request, project)
+    return redirect(reverse("rollouts-section", args=[project.slug]))
+
+
+@login_required
+@require_GET
+def trajectory_policy_mc(request: HtmxHttpRequest, pk: int) -> HttpResponse:
+    """The policies' Monte Carlo values of one trajectory's steps, a strip per policy: of
+    k continuations the policy wrote from the step's prefix, the share that reached the
+    right answer. Hidden like model scores from annotators who have not submitted."""
+    state = labeling_state_for_user(request.user, pk)
+    context = {
+        "trajectory": state.trajectory,
+        "strips": selectors.policy_mc_strips(state.trajectory) if state.show_model_scores else [],
+    }
+    return render(request, "rollouts/_policy_mc.html", context)
 
 
 # Each job's row polls itself while the job is active; Cancel swaps in the ended row.

@@ -21,6 +21,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+from kombu.exceptions import ChannelError
 
 from stepscope.celery import app as celery_app
 
@@ -126,7 +127,15 @@ def queue_depths() -> dict[str, int | None]:
             connection.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT)
             channel = connection.default_channel
             for queue in QUEUES:
-                depths[queue] = channel.queue_declare(queue=queue, passive=True).message_count
+                try:
+                    declared = channel.queue_declare(queue=queue, passive=True)
+                except ChannelError:
+                    # Nothing has declared the queue yet (no worker of it has started and
+                    # nothing was sent to it): nothing waits in it. One such queue made
+                    # every depth unknown.
+                    depths[queue] = 0
+                else:
+                    depths[queue] = declared.message_count
     except Exception:  # the page says the broker is unreachable instead
         return dict.fromkeys(QUEUES)
     return depths

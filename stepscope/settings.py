@@ -318,6 +318,16 @@ AXES_VERBOSE = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "client_errors_without_traceback": {
+            "()": "stepscope.log_filters.ClientErrorsWithoutTraceback"
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["client_errors_without_traceback"],
+        }
+    },
     "root": {"handlers": ["console"], "level": env_str("STEPSCOPE_LOG_LEVEL", "WARNING")},
 }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -145,6 +146,8 @@ class LabelingState:
     labelled_to_first_error: int
     queue_progress: QueueProgress | None = None
     settings: LabelingSettings = field(default_factory=LabelingSettings)
+    # Flags other apps add to the page (``labeling_state_flag_register``), by name.
+    flags: dict[str, bool] = field(default_factory=dict)
 
     @property
     def project(self) -> Project:
@@ -272,6 +275,18 @@ QUEUE_PROGRESS_SQL = """SELECT json_build_object(
     WHERE i.queue_id = %s"""
 
 
+# Yes/no facts of the trajectory's project that a higher app wants on the labeling page
+# (rollouts: whether the project has a policy to roll out with), read in the state's one
+# query: name → an SQL condition over the trajectory row's ``project_id``, given the
+# quoted column, with its parameters. The SQL lives in the app that registers it.
+StateFlag = tuple[str, list[Any]]
+_STATE_FLAGS: dict[str, Callable[[str], StateFlag]] = {}
+
+
+def labeling_state_flag_register(name: str, condition: Callable[[str], StateFlag]) -> None:
+    _STATE_FLAGS[name] = condition
+
+
 def labeling_state_for_user(
     user: AnyUser, trajectory_pk: int, *, queue_id: int | None = None
 ) -> LabelingState:
@@ -292,6 +307,9 @@ def labeling_state_for_user(
             _progress=RawSQL(_SQL_PROGRESS, [uid, uid]),
         )
     )
+    for name, condition in _STATE_FLAGS.items():
+        sql, params = condition(f'{_T}."project_id"')
+        queryset = queryset.annotate(**{f"_flag_{name}": RawSQL(sql, params)})
     if queue_id is not None:
         queryset = queryset.annotate(
             _queue_progress=RawSQL(
@@ -328,6 +346,7 @@ def _state_from_row(trajectory: Trajectory, user_id: int) -> LabelingState:
         labelled_to_first_error=progress.get("labelled_to_first_error", 0),
         queue_progress=QueueProgress(**queue_progress) if queue_progress else None,
         settings=LabelingSettings.of(trajectory.project),
+        flags={name: bool(getattr(row, f"_flag_{name}", False)) for name in _STATE_FLAGS},
     )
 
 

@@ -31,6 +31,14 @@ class AgentSteps:
     agents: list[str]
     by_step: dict[int, str]
     step_count: int
+    # Whether any step names its agent (else the agents are the steps' roles).
+    named: bool = False
+
+    @property
+    def multi_agent(self) -> bool:
+        """Whether there is an agent to blame besides another: two agents, or agents named
+        by the file (a single-agent math rollout has neither)."""
+        return len(self.agents) > 1 or self.named
 
 
 def agent_steps(trajectory_id: int) -> AgentSteps:
@@ -64,7 +72,7 @@ def _agent_steps(rows: list[tuple[int, str, str, bool]]) -> AgentSteps:
         if name:
             by_step[index] = name
             agents.setdefault(name, None)
-    return AgentSteps(list(agents), by_step, len(rows))
+    return AgentSteps(list(agents), by_step, len(rows), named)
 
 
 def decisive_failure_set(

@@ -26,6 +26,7 @@ def _context(state: LabelingState, **extra: object) -> dict[str, object]:
         "state": state,
         "queue_id": state.queue_id,
         "agents": known.agents,
+        "multi_agent": known.multi_agent,
         "last_step": max(known.step_count - 1, 0),
         "decisive": verdict
         if verdict and (verdict.decisive_agent or verdict.decisive_step is not None)
@@ -60,6 +61,10 @@ def decisive_failure(request: HtmxHttpRequest, pk: int) -> HttpResponse:
             return HttpResponseRedirect(back)
         state = selectors.labeling_state_for_user(request.user, pk, queue_id=state.queue_id)
         return render(request, "labeling/_decisive.html", _context(state, saved=True))
+    context = _context(state)
     if request.htmx:
-        return render(request, "labeling/_decisive.html", _context(state))
-    return render(request, "labeling/decisive.html", _context(state))
+        if not context["multi_agent"] and context["decisive"] is None:
+            # One agent (a single-agent math rollout): nobody else to blame, no panel.
+            return HttpResponse('<section class="decisive" id="decisive" hidden></section>')
+        return render(request, "labeling/_decisive.html", context)
+    return render(request, "labeling/decisive.html", context)

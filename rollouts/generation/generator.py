@@ -30,7 +30,12 @@ from rollouts.generation.base import (
     PolicySpec,
     Request,
 )
-from rollouts.generation.prompts import cut_at_stop, render_prompt, split_steps
+from rollouts.generation.prompts import (
+    cut_at_final_answer,
+    cut_at_stop,
+    render_prompt,
+    split_steps,
+)
 from scoring.prm.adapters import (
     load_model,
     load_tokenizer,
@@ -217,7 +222,8 @@ class Generator:
                     break
             text = self.tokenizer.decode(row[:length], skip_special_tokens=True)
             text, stopped = cut_at_stop(text, self.params.stop)
-            if stopped:
+            text, answered = cut_at_final_answer(text)
+            if stopped or answered:
                 finish = STOP
             out.append(
                 Continuation(

@@ -3,6 +3,7 @@ the chat format takes the tokenizer only for its template."""
 
 from __future__ import annotations
 
+import re
 from typing import Any, Protocol
 
 from rollouts.generation.base import PolicyError, PolicyParams, PrefixStep
@@ -90,6 +91,24 @@ def cut_at_stop(text: str, stops: tuple[str, ...]) -> tuple[str, bool]:
     if not found:
         return text, False
     return text[: min(found)], True
+
+
+# A final answer: "the answer is 4", "Answer: 4", GSM8K's "#### 4" or a \boxed{4}, with
+# the answer itself on the same line.
+_FINAL_ANSWER = re.compile(r"(?:answer\s*(?:is|:)|####)[^\S\n]*\S|\\boxed\{", re.IGNORECASE)
+
+
+def cut_at_final_answer(text: str) -> tuple[str, bool]:
+    """``text`` up to the end of the line that gives the first final answer, and whether
+    there was one: a continuation is done once it has answered, and what a small model
+    writes after that (more steps, another answer) is neither shown nor checked."""
+    found = _FINAL_ANSWER.search(text)
+    if found is None:
+        return text, False
+    end = text.find("\n", found.end())
+    if end < 0:
+        return text, True
+    return text[:end], True
 
 
 def split_steps(params: PolicyParams, text: str) -> tuple[str, ...]:

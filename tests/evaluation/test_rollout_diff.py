@@ -80,3 +80,17 @@ def test_no_partner_says_so(client: Client, project: Project, owner: User) -> No
     page = client.get(f"/t/{lonely.pk}/compare/")
     assert page.status_code == 200
     assert b"No other rollout" in page.content
+
+
+def test_the_shared_prefix_is_counted_in_good_english(
+    client: Client, project: Project, owner: User
+) -> None:
+    failed = rollout(project, ["a", "wrong"], success=False)
+    one = rollout(project, ["a", "right"], success=True)
+    client.force_login(owner)
+    page = client.get(f"/t/{failed.pk}/compare/?with={one.pk}").content.decode()
+    assert "the first step is identical" in page and "first 1 step" not in page
+    longer = rollout(project, ["a", "b", "wrong"], success=False)
+    two = rollout(project, ["a", "b", "right"], success=True)
+    page = client.get(f"/t/{longer.pk}/compare/?with={two.pk}").content.decode()
+    assert "the first 2 steps are identical" in page

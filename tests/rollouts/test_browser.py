@@ -67,4 +67,4 @@ def test_roll_out_from_a_step_and_see_the_continuations_arrive(
     page.locator(f"#step-{step.pk} .label-button").first.click()
     page.wait_for_selector(f"#step-{step.pk}[data-value]")
     assert page.locator(f"{panel} .continuation").count() == 3
-    assert re.search(r"MC tiny-browser", page.locator(panel).inner_text())
+    assert re.search(r"MC · policy tiny-browser", page.locator(panel).inner_text())

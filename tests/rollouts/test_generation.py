@@ -17,7 +17,12 @@ from rollouts.generation import (
     policy_params,
 )
 from rollouts.generation.generator import Generator
-from rollouts.generation.prompts import cut_at_stop, render_prompt, split_steps
+from rollouts.generation.prompts import (
+    cut_at_final_answer,
+    cut_at_stop,
+    render_prompt,
+    split_steps,
+)
 from scoring.prm.cache import LOADED
 from scoring.prm.tiny import CHAT_TEMPLATE, build_tokenizer
 
@@ -53,6 +58,16 @@ def test_generated_text_is_cut_at_stops_and_into_steps() -> None:
     assert split_steps(params, "a\n\n b \nc\n") == ("a", "b", "c")
     assert cut_at_stop("x = 1 END y", ("END", "y")) == ("x = 1 ", True)
     assert cut_at_stop("x", ("END",)) == ("x", False)
+
+
+def test_a_continuation_ends_with_the_line_of_its_first_final_answer() -> None:
+    text = "3 + 1 = 4.\nThe answer is 4.\nStep: 5 + 5 = 10.\nThe answer is 10."
+    assert cut_at_final_answer(text) == ("3 + 1 = 4.\nThe answer is 4.", True)
+    assert cut_at_final_answer("So \\boxed{4} it is.\nMore.") == ("So \\boxed{4} it is.", True)
+    assert cut_at_final_answer("#### 72") == ("#### 72", True)
+    # A marker with nothing after it on its line is no answer yet.
+    assert cut_at_final_answer("The answer:\nlet me think") == ("The answer:\nlet me think", False)
+    assert cut_at_final_answer("4 + 4 = 8.") == ("4 + 4 = 8.", False)
 
 
 def test_parameters_are_checked_by_name_and_type() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -193,10 +194,13 @@ def test_annotator_sees_the_panel_but_cannot_start(
 
 
 def test_roll_out_from_here_is_offered_only_to_those_who_may_start_one(
-    owner: User, annotator: User, step: Step
+    owner: User, annotator: User, step: Step, make_policy: Any
 ) -> None:
     link = b'href="/steps/%d/rollouts/"' % step.pk
     trajectory = f"/t/{step.trajectory_id}/"
+    # Not without a policy the project may use.
+    assert link not in browser(owner).get(trajectory).content
+    make_policy(project=step.trajectory.project)
     owners_page = browser(owner).get(trajectory)
     assert owners_page.status_code == 200 and link in owners_page.content
     annotators_page = browser(annotator).get(trajectory)

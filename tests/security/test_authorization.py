@@ -97,6 +97,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-evidence-choose": _MEMBER_WRITE,
     "rollout-diff": _GET_ONLY,
     "step-content": _GET_ONLY,
+    # The policies' Monte Carlo strips of a trajectory (empty where scores are hidden).
+    "trajectory-policy-mc": _GET_ONLY,
     # A trajectory's whole task, ground truth or metadata, which its page shows in part.
     "trajectory-text": _GET_ONLY,
     "import-detail": _GET_ONLY,
@@ -166,6 +168,9 @@ ACCESS: dict[str, dict[str, str]] = {
     # Rollouts.
     "rollouts-section": _GET_ONLY,
     "rollout-job-start": _START,
+    # Adding a policy for the project: researchers and admins, as in the API; an empty
+    # form re-renders with its errors.
+    "policy-create": _START,
     "rollout-job-row": _ROW,
     "rollout-job-cancel": _CANCEL,
     "step-rollouts": _GET_ONLY,
