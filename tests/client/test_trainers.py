@@ -97,7 +97,7 @@ def test_the_callback_needs_the_completions_logged(stepscope: Client, project: P
 def test_a_loops_batch_is_pushed_with_its_training_facts(
     stepscope: Client, project: Project
 ) -> None:
-    batch = {
+    batch: dict[str, list[Any]] = {
         "prompt": ["What is 2 + 3 * 4?", "What is 2 + 3 * 4?", "Name a prime."],
         "completion": ["14", "20", "7"],
         "reward": [1.0, 0.0, 1.0],
