@@ -48,7 +48,10 @@ def grpo_train(
         model=str(model),
         reward_funcs=[reward_length, reward_letter_e],
         args=args,
-        train_dataset=Dataset.from_dict({"prompt": list(PROMPTS) * 4}),
+        # Distinct prompts, so each step's two prompts are two GRPO groups.
+        train_dataset=Dataset.from_dict(
+            {"prompt": [f"{prompt} ({n})" for n in range(4) for prompt in PROMPTS]}
+        ),
         callbacks=list(callbacks),
     )
     trainer.train()

@@ -53,7 +53,7 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
                 "tool_name": step.tool_name,
                 "tool_args": step.tool_args,
                 "metadata": step.metadata,
-                "training": _step_training(step),
+                "training": _step_training(getattr(step, "training", None)),
                 "labels": labels_by_step.get(index, []),
             }
             for index, step in enumerate(steps)
@@ -61,24 +61,29 @@ def _parsed_trajectory_record(trajectory: Any) -> dict[str, Any]:
     }
 
 
-def _trajectory_training(trajectory: Any) -> dict[str, Any] | None:
-    """The RL trainer's facts about the rollout (policy version, training step), or None."""
-    facts = {
-        name: value
-        for name in ("policy_version", "training_step")
-        if (value := getattr(trajectory, name, None)) is not None
-    }
-    return facts or None
-
-
-def _step_training(step: Any) -> dict[str, Any] | None:
-    """The trainer's facts about a step (logprob summary, advantage, return), or None."""
-    training = getattr(step, "training", None)
-    return None if training is None else dict(training.as_dict())
-
-
 def _decisive_record(decisive: Any) -> dict[str, Any] | None:
     """The decisive failure (which agent, at which step, decided that the run failed)."""
     if decisive is None:
         return None
     return {"agent": decisive.agent, "step": decisive.step_index, "reason": decisive.reason}
+
+
+def _trajectory_training(trajectory: Any) -> dict[str, Any] | None:
+    """An RL rollout's policy version and training step, where it has them."""
+    version = getattr(trajectory, "policy_version", None)
+    step = getattr(trajectory, "training_step", None)
+    if version is None and step is None:
+        return None
+    facts = {"policy_version": version, "training_step": step}
+    return {name: value for name, value in facts.items() if value is not None}
+
+
+def _step_training(training: Any) -> dict[str, Any] | None:
+    """A step's training facts (Stepscope's ``StepTraining``): the known ones."""
+    if training is None:
+        return None
+    if dataclasses.is_dataclass(training) and not isinstance(training, type):
+        facts = dataclasses.asdict(training)
+    else:
+        facts = dict(training)
+    return {name: value for name, value in facts.items() if value is not None}

@@ -359,7 +359,9 @@ def test_art_parquet_v2_keeps_policy_versions_and_logprobs(tmp_path: Path) -> No
     assert first.steps[2].training == StepTraining(
         policy_version="3", training_step=3, logprob_sum=-2.0, logprob_mean=-1.0, logprob_min=-1.5
     )
-    [kept, _, _] = only_trajectories(parsed("art-tokens", path))
+    renamed = path.rename(tmp_path / "upload")  # a Parquet file is known by its bytes too
+    assert len(only_trajectories(parsed("art", renamed))) == 3
+    [kept, _, _] = only_trajectories(parsed("art-tokens", renamed))
     assert kept.steps[2].training is not None
     assert kept.steps[2].training.token_logprobs == [-0.5, -1.5]
 

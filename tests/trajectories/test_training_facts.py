@@ -98,3 +98,6 @@ def test_trajectory_page_shows_the_facts_compactly(
     assert "logp μ -0.625 min -1.50 Σ -2.50" in html
     assert "policy global_step_3" in html
     assert "train step 3" in html
+    # The rollout's own policy version and training step, in the page's header.
+    assert '<dt>Policy</dt><dd class="mono">global_step_3</dd>' in html
+    assert "<dt>Training step</dt><dd>3</dd>" in html

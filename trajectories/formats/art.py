@@ -64,10 +64,19 @@ def parse_with_tokens(path: Path) -> Iterator[ParseResult]:
 
 def _parse(path: Path, *, keep_tokens: bool) -> Iterator[ParseResult]:
     reader = _Reader(path, keep_tokens)
-    if path.suffix == ".parquet":
+    if path.suffix == ".parquet" or _starts_like_parquet(path):
         yield from reader.parquet()
     else:
         yield from reader.log_body()
+
+
+def _starts_like_parquet(path: Path) -> bool:
+    """Whether the file begins with Parquet's magic bytes (an upload may lose its name)."""
+    try:
+        with path.open("rb") as handle:
+            return handle.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 class _Reader:

@@ -66,6 +66,28 @@ def scalar(value: Any) -> bool:
     return value is None or isinstance(value, str | int | bool)
 
 
+def storable_text(text: str) -> tuple[str, int]:
+    """``text`` with what PostgreSQL cannot store (NUL, lone surrogates) replaced by
+    U+FFFD, and how many characters were; the caller marks the count on the step."""
+    replaced = 0
+    if "\x00" in text:
+        replaced += text.count("\x00")
+        text = text.replace("\x00", "\ufffd")
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            kept = []
+            for character in text:
+                if "\ud800" <= character <= "\udfff":
+                    kept.append("\ufffd")
+                    replaced += 1
+                else:
+                    kept.append(character)
+            text = "".join(kept)
+    return text, replaced
+
+
 def parquet_rows(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(location, row)`` for each row of a Parquet file, ``row N`` (0-based), read a
     batch at a time so a large file never sits in memory whole. FileError when the file
