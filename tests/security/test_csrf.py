@@ -52,6 +52,10 @@ def test_every_post_without_the_csrf_token_is_refused(tmp_path: Path) -> None:
     for route in routes:
         for htmx in (False, True):
             response = strict.request(route, "admin", "POST", htmx=htmx, session_api=True)
+            if response.status_code == 401:
+                # A route that takes tokens only (the OTLP receiver) does not honour the
+                # session at all: a forged cross-site POST has nothing to ride on.
+                continue
             if response.status_code != 403 or "CSRF" not in body(response):
                 where = f"{route.path(world)}{' (htmx)' if htmx else ''}"
                 accepted.append(f"{where}: {response.status_code}")
