@@ -476,6 +476,12 @@ def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
         "(u->>0)::bigint, (u->>1)::int, u->>2, u->>3, u->>4, u->>5, u->>6,"
         " (u->>7)::bool, (u->8)::jsonb, (u->9)::jsonb, u->>10"
     )
+    # A span carries no RL training facts: those columns of STEP_COLUMNS are blank.
+    inserted = (
+        "(u->>0)::bigint, (u->>1)::int, u->>2, u->>3, u->>4, u->>5, u->>6,"
+        " (u->>7)::bool, (u->8)::jsonb, (u->9)::jsonb,"
+        " '', NULL, NULL, NULL, NULL, NULL, NULL, NULL, u->>10"
+    )
     for start in range(0, len(updates), WRITE_ROWS):
         piece = updates[start : start + WRITE_ROWS]
         cursor.execute(
@@ -491,7 +497,7 @@ def _steps_write(cursor: Any, built: list[_Built], grown: list[int]) -> None:
     for start in range(0, len(inserts), WRITE_ROWS):
         cursor.execute(
             f"INSERT INTO trajectories_step ({pgcopy.STEP_COLUMNS})"
-            f" SELECT {columns} FROM json_array_elements(%s::json) AS u",
+            f" SELECT {inserted} FROM json_array_elements(%s::json) AS u",
             [orjson.dumps(inserts[start : start + WRITE_ROWS]).decode()],
         )
     if grown:
