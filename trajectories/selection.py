@@ -88,6 +88,14 @@ def number(label: str, help: str, *, group: str, default: float | None = None, *
     return _field(default, {"kind": float, "label": label, "help": help, "group": group, **spec})
 
 
+# Where a trajectory came from: ``rollouts`` are the continuations a rollout job wrote
+# (an internal import batch), ``imported`` everything else.
+ORIGINS = ("imported", "rollouts")
+# What the list page shows when its query names no origin: the rollouts' continuations
+# are reached from the trajectory they continue, or with ``origin=rollouts``.
+LIST_DEFAULT_ORIGIN = "imported"
+
+
 @dataclass(frozen=True)
 class TrajectoryFilters:
     """A selection of a project's trajectories: every filter set must pass. The default
@@ -133,6 +141,13 @@ class TrajectoryFilters:
         lookup="lte",
     )
     # Some one step matches all of tool, agent, kind and error_steps=yes that are set.
+    origin: str = choice(
+        "Origin",
+        "imported: from files, pushes and live traces; rollouts: a rollout job's"
+        " continuations. The list page shows the imported ones unless told otherwise.",
+        ORIGINS,
+        group="trajectory",
+    )
     tool: str = text("Tool", "Some step calls this tool.", group="steps", aliases=("tool_name",))
     agent: str = text(
         "Agent", "Some step is by this agent (with tool and kind: the same step).", group="steps"
@@ -466,8 +481,10 @@ def selection_definition(filters: TrajectoryFilters) -> dict[str, Any]:
 
 def selection_query(filters: TrajectoryFilters) -> dict[str, str]:
     """The filters as the list's query string carries them (a saved selection opened as
-    the list)."""
-    return {name: _query_text(value) for name, value in selection_definition(filters).items()}
+    the list). ``origin`` is always named, empty for any, since the list page's own
+    default is ``LIST_DEFAULT_ORIGIN``."""
+    query = {name: _query_text(value) for name, value in selection_definition(filters).items()}
+    return {"origin": "", **query}
 
 
 def _query_text(value: Any) -> str:

@@ -254,6 +254,11 @@ def trajectories_filtered(
     queryset = Trajectory.objects.filter(project=project)
     if filters.outcome in _OUTCOME_FILTERS:
         queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
+    if filters.origin:
+        continued = Exists(
+            ImportBatch.objects.filter(pk=OuterRef("import_batch_id"), internal=True)
+        )
+        queryset = queryset.filter(continued if filters.origin == "rollouts" else ~continued)
     for spec in FILTERS.values():
         value = getattr(filters, spec.name)
         if value in ("", None):
@@ -445,6 +450,12 @@ def follow_sources_for_project(project: Project) -> list[FollowSource]:
     for source in sources:
         source.recent_files = recent[source.pk]  # type: ignore[attr-defined]
     return sources
+
+
+def project_has_continuations(project: Project) -> bool:
+    """Whether a rollout job wrote continuations into the project (the list hides them
+    unless asked)."""
+    return ImportBatch.objects.filter(project=project, internal=True).exists()
 
 
 def model_names_for_project(project: Project, limit: int = 100) -> list[str]:

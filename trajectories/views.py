@@ -21,14 +21,16 @@ from trajectories import prefix_tree, selectors, services
 from trajectories.columns import ListColumn, trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
-from trajectories.selection import SelectionError, selection_without
+from trajectories.selection import LIST_DEFAULT_ORIGIN, SelectionError, selection_without
 
 
 @login_required
 @require_GET
 def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     project = selectors.project_get_for_user(request.user, slug)
-    form = TrajectoryFilterForm(request.GET)
+    query = request.GET.copy()
+    query.setdefault("origin", LIST_DEFAULT_ORIGIN)
+    form = TrajectoryFilterForm(query)
     role = selectors.membership_role(request.user, project)
     columns = trajectory_list_columns(project, role)
     filters = form.filters()
@@ -37,19 +39,26 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     except SelectionError as error:
         form.add_selection_error(error)
         filters = selection_without(filters, error.errors)
+    # A filter that could not be read lists nothing: listing the rest beside its error
+    # reads as if it had been applied.
+    refused = bool(form.errors)
     try:
         ordering = selectors.list_ordering_parse(request.GET.get("ordering", ""), columns)
     except ValueError as error:
         form.add_error(None, f"ordering: {error}")
         ordering = selectors.list_ordering_parse("", columns)
     offset = request.GET.get("offset", "")
-    rows, next_cursor = selectors.trajectory_list_page(
-        project,
-        filters,
-        after=form.cursor(),
-        offset=int(offset) if offset.isdigit() else 0,
-        ordering=ordering,
-        columns=columns,
+    rows, next_cursor = (
+        ([], None)
+        if refused
+        else selectors.trajectory_list_page(
+            project,
+            filters,
+            after=form.cursor(),
+            offset=int(offset) if offset.isdigit() else 0,
+            ordering=ordering,
+            columns=columns,
+        )
     )
     sorted_by_id = ordering.text == selectors.DEFAULT_ORDERING
     context = {
@@ -59,12 +68,18 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "next_after": next_cursor if sorted_by_id else None,
         "next_offset": None if sorted_by_id else next_cursor,
         "columns": columns,
+        "refused": refused,
+        "origin_default": "origin" not in request.GET
+        and selectors.project_has_continuations(project),
     }
     if request.htmx:
         # "Load more": the next rows, appended to the table, and the button for the page
         # after them (swapped out of band).
         return render(request, "trajectories/trajectory_list.html#more-rows", context)
     context["model_names"] = selectors.model_names_for_project(project)
+    for page in ("after", "offset"):
+        query.pop(page, None)
+    context["selection_query"] = query.urlencode()
     context["headers"] = _sort_headers(request, ordering, columns)
     return render(request, "trajectories/trajectory_list.html", context)
 

@@ -32,7 +32,7 @@ from scoring.services import attribution as attribution_services
 from scoring.services import scores as score_services
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_views import row_ids
-from trajectories.models import Membership, Step, Trajectory
+from trajectories.models import ImportBatch, Membership, Step, Trajectory
 from trajectories.selection import (
     ALIASES,
     FILTERS,
@@ -75,6 +75,7 @@ CASES: dict[str, dict[str, str]] = {
     "advantage_disagrees": {"advantage_disagrees": "yes"},
     "old names": {"task_key": "t2", "model_name": "m2"},
     "old training names": {"policy": "global_step_9", "min_train_step": "1"},
+    "origin": {"origin": "rollouts"},
     "combined": {"first_error": "yes", "outcome": "failure", "q": "answer"},
 }
 
@@ -115,6 +116,18 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
             for name, spec in specs.items():
                 contents = (plain * 2)[: spec.pop("steps")]
                 made[name] = trajectory_with_steps(project, contents, external_id=name, **spec)
+            # A rollout job's continuation of "long" (written through an internal batch).
+            batch = ImportBatch.objects.create(
+                project=project, file_name="rollouts", source_format="stepscope", internal=True
+            )
+            made["continued"] = trajectory_with_steps(
+                project,
+                ["Rolled on from step 2."],
+                external_id="long-rollout-0",
+                model_name="m3",
+                task_key="t3",
+                import_batch=batch,
+            )
             steps = {name: list(t.steps.order_by("index")) for name, t in made.items()}
             Trajectory.objects.filter(pk=made["agreed"].pk).update(metadata={"level": 3})
             Trajectory.objects.filter(pk=made["bare"].pk).update(metadata={"level": 1})
@@ -199,8 +212,11 @@ def query_of(world: dict[str, Any], case: str) -> dict[str, str]:
 
 
 def listed(world: dict[str, Any], query: dict[str, str]) -> set[int]:
+    """The list page's rows for ``query``, with every origin unless it names one (the
+    page's own default leaves the rollouts' continuations out)."""
     client = Client()
     client.force_login(world["owner"])
+    query = {"origin": "", **query}
     response = client.get(f"/p/{world['project'].slug}/trajectories/", query)
     assert response.status_code == 200
     assert b'class="errors"' not in response.content, response.content.decode()

@@ -209,15 +209,51 @@ def test_filters_filter(
     assert set(external_ids(response)) == expected
 
 
-def test_invalid_filter_is_reported_and_ignored(
+@pytest.mark.parametrize(
+    ("query", "message"),
+    [
+        ({"min_steps": "lots", "model": "gpt"}, "Min steps: Enter a whole number."),
+        ({"meta": "metadata.level >", "model": "gpt"}, "Metadata:"),
+    ],
+)
+def test_an_invalid_filter_is_reported_and_nothing_is_listed(
+    client: Client, varied: Project, annotator: User, query: dict[str, str], message: str
+) -> None:
+    """Listing the rest beside the error read as if the bad filter had been applied."""
+    client.force_login(annotator)
+    response = client.get(reverse("trajectory-list", args=[varied.slug]), query)
+    html = response.content.decode()
+    assert external_ids(response) == []
+    assert message in html
+    assert "Nothing is listed until the filter marked above is fixed." in html
+
+
+def test_the_list_leaves_out_rollout_continuations_unless_asked(
+    client: Client, varied: Project, annotator: User
+) -> None:
+    batch = ImportBatch.objects.create(
+        project=varied, file_name="rollouts", source_format="stepscope", internal=True
+    )
+    TrajectoryFactory.create(project=varied, external_id="gpt-ok-rollout-0", import_batch=batch)
+    url = reverse("trajectory-list", args=[varied.slug])
+    client.force_login(annotator)
+    response = client.get(url)
+    listed = set(external_ids(response))
+    assert "gpt-ok-rollout-0" not in listed and "gpt-ok" in listed
+    assert 'id="origin-note"' in response.content.decode()
+    assert set(external_ids(client.get(url, {"origin": "rollouts"}))) == {"gpt-ok-rollout-0"}
+    assert set(external_ids(client.get(url, {"origin": ""}))) == listed | {"gpt-ok-rollout-0"}
+    # Saved from the default view, a selection keeps what the list showed.
+    save = re.search(r'id="save-selection" href="[^"?]*\?([^"]*)"', response.content.decode())
+    assert save is not None and "origin=imported" in save.group(1)
+
+
+def test_the_origin_note_shows_only_where_there_are_continuations(
     client: Client, varied: Project, annotator: User
 ) -> None:
     client.force_login(annotator)
-    response = client.get(
-        reverse("trajectory-list", args=[varied.slug]), {"min_steps": "lots", "model": "gpt"}
-    )
-    assert set(external_ids(response)) == {"gpt-ok", "gpt-bad"}
-    assert "Min steps: Enter a whole number." in response.content.decode()
+    response = client.get(reverse("trajectory-list", args=[varied.slug]))
+    assert 'id="origin-note"' not in response.content.decode()
 
 
 def test_list_rows_link_to_trajectories_and_truncate_the_task(
