@@ -5,6 +5,13 @@ stemming and no stop words: the text is code, tool output and several languages 
 often as English). The query is ``websearch_to_tsquery``'s syntax: words that must all
 appear, ``"a phrase"``, ``or``, and ``-word`` to leave out.
 
+An identifier is a word of its own: PostgreSQL's parser splits ``basic_economy`` at the
+underscore, so a search for it matched every text saying "basic economy". Documents and
+queries read an underscore between letters as a hyphen, which the parser keeps as one
+word beside its parts: ``basic_economy`` finds the identifier, ``basic`` and
+``"basic economy"`` still find it among the words (a part of an identifier with more
+than two pieces, ``economy_fare`` in ``basic_economy_fare``, is not a word of its own).
+
 The documents live in their own tables (``TrajectorySearch`` for the task,
 ``StepSearch`` per step), each with a GIN index, filled by a worker after an import
 commits (``trajectories.services.search``). An index on ``trajectories_step`` itself
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 from django.contrib.postgres.search import SearchQuery, SearchVectorExact, SearchVectorField
@@ -32,19 +40,28 @@ from trajectories.models import Project, Step, StepSearch, TrajectorySearch
 SEARCH_CHARS = 100_000
 
 
-class SearchDocument(Func):
-    """``to_tsvector('simple', left(<text>, SEARCH_CHARS))``: the one expression the
-    documents are built with and unindexed text is read with."""
+def search_document_sql(column: str) -> str:
+    """The one expression the documents are built with, in SQL, of a text column: the
+    indexing worker's and the migration that rebuilt them."""
+    return f"to_tsvector('simple'::regconfig, translate(left({column}, {SEARCH_CHARS}), '_', '-'))"
 
-    template = "to_tsvector('simple'::regconfig, %(expressions)s)"
+
+class SearchDocument(Func):
+    """``search_document_sql`` as an expression: how unindexed text is read."""
+
+    template = "to_tsvector('simple'::regconfig, translate(%(expressions)s, '_', '-'))"
     output_field = SearchVectorField()
 
     def __init__(self, text: str | Expression, **extra: Any) -> None:
         super().__init__(Left(text, Value(SEARCH_CHARS)), **extra)
 
 
+# An underscore between two letters or digits, read as the hyphen the documents have.
+_IDENTIFIER_JOIN = re.compile(r"(?<=[^\W_])_(?=[^\W_])")
+
+
 def search_query(text: str) -> SearchQuery:
-    return SearchQuery(text, config="simple", search_type="websearch")
+    return SearchQuery(_IDENTIFIER_JOIN.sub("-", text), config="simple", search_type="websearch")
 
 
 class ProbedExists(Exists):

@@ -8,7 +8,7 @@ from django.db import connection, transaction
 
 from stepscope.queueing import send_if_up
 from stepscope.statistics import analyze
-from trajectories.search import SEARCH_CHARS
+from trajectories.search import search_document_sql
 
 SEARCH_INDEX_CHUNK = 1000
 # Past this many step documents written in one indexing, the search tables are analysed
@@ -29,12 +29,12 @@ WITH chosen AS (
     ORDER BY t.id LIMIT %s
 ), marked AS (
     INSERT INTO trajectories_trajectorysearch (trajectory_id, document)
-    SELECT id, to_tsvector('simple'::regconfig, left(task, {SEARCH_CHARS})) FROM chosen
+    SELECT id, {search_document_sql("task")} FROM chosen
     ON CONFLICT DO NOTHING
     RETURNING trajectory_id
 )
 INSERT INTO trajectories_stepsearch (step_id, trajectory_id, document)
-SELECT s.id, s.trajectory_id, to_tsvector('simple'::regconfig, left(s.content, {SEARCH_CHARS}))
+SELECT s.id, s.trajectory_id, {search_document_sql("s.content")}
 FROM trajectories_step s JOIN marked m ON s.trajectory_id = m.trajectory_id
 ON CONFLICT DO NOTHING
 """
