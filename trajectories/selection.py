@@ -116,13 +116,17 @@ class TrajectoryFilters:
     )
     model: str = text(
         "Model",
-        "The model name.",
+        "The model name; with a trailing * the names that start so (gpt-4o*).",
         group="trajectory",
         aliases=("model_name",),
         column="model_name",
     )
     task: str = text(
-        "Task key", "The task key.", group="trajectory", aliases=("task_key",), column="task_key"
+        "Task key",
+        "The task key; with a trailing * the keys that start so (arith-11*).",
+        group="trajectory",
+        aliases=("task_key",),
+        column="task_key",
     )
     min_steps: int | None = integer(
         "Min steps",
@@ -148,9 +152,17 @@ class TrajectoryFilters:
         ORIGINS,
         group="trajectory",
     )
-    tool: str = text("Tool", "Some step calls this tool.", group="steps", aliases=("tool_name",))
+    tool: str = text(
+        "Tool",
+        "Some step calls this tool (a trailing * for the names that start so).",
+        group="steps",
+        aliases=("tool_name",),
+    )
     agent: str = text(
-        "Agent", "Some step is by this agent (with tool and kind: the same step).", group="steps"
+        "Agent",
+        "Some step is by this agent (a trailing * for the names that start so; with tool"
+        " and kind: the same step).",
+        group="steps",
     )
     kind: str = choice(
         "Step kind",

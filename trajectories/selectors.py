@@ -264,7 +264,7 @@ def trajectories_filtered(
         if value in ("", None):
             continue
         if spec.column:
-            queryset = queryset.filter(**{f"{spec.column}__{spec.lookup}": value})
+            queryset = queryset.filter(**_text_or_prefix(f"{spec.column}__{spec.lookup}", value))
         elif spec.step_column:
             steps = Step.objects.filter(
                 trajectory=OuterRef("pk"), **{f"{spec.step_column}__{spec.lookup}": value}
@@ -296,13 +296,21 @@ def selection_check(project: Project, filters: TrajectoryFilters) -> None:
     trajectories_filtered(project, filters)
 
 
+def _text_or_prefix(lookup: str, value: Any) -> dict[str, Any]:
+    """An exact name, or with a trailing ``*`` (``model=gpt-4o*``) the names that start
+    with the rest."""
+    if lookup.endswith("__exact") and isinstance(value, str) and value.endswith("*"):
+        return {lookup.removesuffix("__exact") + "__startswith": value[:-1]}
+    return {lookup: value}
+
+
 def _step_condition(filters: TrajectoryFilters) -> Q | None:
     """What one step must match, or None when no step filter is set."""
     fields: dict[str, Any] = {}
     if filters.tool:
-        fields["tool_name"] = filters.tool
+        fields.update(_text_or_prefix("tool_name__exact", filters.tool))
     if filters.agent:
-        fields["agent"] = filters.agent
+        fields.update(_text_or_prefix("agent__exact", filters.agent))
     if filters.kind:
         fields["kind"] = filters.kind
     if filters.error_steps == "yes":

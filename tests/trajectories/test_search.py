@@ -183,6 +183,13 @@ def test_tool_and_kind_filters_on_the_real_file(tau: Project) -> None:
     calls = ids(tau, TrajectoryFilters(tool="book_reservation", kind="tool_call"))
     assert len(calls) == booking
     assert ids(tau, TrajectoryFilters(tool="book_reservation", kind="thought")) == set()
+    # A trailing * takes the tools whose names start so.
+    updating = sum(
+        any(name.startswith("update_reservation") for name in tool_calls(run)) for run in runs
+    )
+    assert 0 < updating < len(runs)
+    assert len(ids(tau, TrajectoryFilters(tool="update_reservation*"))) == updating
+    assert ids(tau, TrajectoryFilters(tool="update_reservation")) == set()
 
 
 def test_metadata_filters_on_the_real_file(tau: Project) -> None:

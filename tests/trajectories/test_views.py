@@ -193,7 +193,12 @@ def varied(project: Project) -> Project:
         ({"outcome": "failure"}, {"gpt-bad"}),
         ({"outcome": "unknown"}, {"qwen-unk"}),
         ({"model": "qwen"}, {"qwen-ok", "qwen-unk"}),
+        # A name is exact; a trailing * takes the names that start so (#40 item 16).
+        ({"model": "qw"}, set()),
+        ({"model": "qw*"}, {"qwen-ok", "qwen-unk"}),
+        ({"model": "%*"}, set()),
         ({"task": "t2"}, {"gpt-bad", "qwen-unk"}),
+        ({"task": "t*", "model": "g*"}, {"gpt-ok", "gpt-bad"}),
         ({"min_steps": "5"}, {"gpt-bad", "qwen-ok", "qwen-unk"}),
         ({"max_steps": "5"}, {"gpt-ok", "qwen-unk"}),
         ({"min_steps": "4", "max_steps": "10", "model": "gpt"}, {"gpt-bad"}),
