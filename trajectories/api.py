@@ -177,7 +177,14 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             project__in=projects_for_user(self.request.user)
         ).select_related("project")
         params = self.request.query_params
-        if params.get("project"):
+        project = None
+        if params.get("project") and self.action == "list":
+            # By its id, known before the query is planned: the (project, id) index
+            # then serves the newest-first page (by slug, a join, every trajectory of
+            # the project was read and sorted: 0.2 s at 58,000).
+            project = project_get_for_user(self.request.user, params["project"])
+            queryset = queryset.filter(project_id=project.pk)
+        elif params.get("project"):
             queryset = queryset.filter(project__slug=params["project"])
         if params.get("external_id"):
             queryset = queryset.filter(external_id=params["external_id"])
@@ -192,9 +199,6 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             filters = selection_parse(given)
         except SelectionError as error:
             raise ValidationError(error.by_name()) from None
-        project = None
-        if params.get("project"):
-            project = project_get_for_user(self.request.user, params["project"])
         if not filters.is_empty():
             if project is None:
                 raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})

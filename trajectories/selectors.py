@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.db import connection
 from django.db.models import (
     Case,
     Count,
@@ -355,8 +356,17 @@ def list_ordering_parse(text: str, columns: Sequence[ListColumn]) -> ListOrderin
     return ListOrdering(name=name, descending=text.startswith("-"), field=sorts[name])
 
 
+# The trajectory's own columns that are never empty: sorted plainly, so the pkey and the
+# (project, ...) indexes serve the order (``NULLS LAST`` on ``id`` made every first page
+# of the list sort the whole project: 0.2 s at 58,000 trajectories).
+_NEVER_EMPTY = frozenset(f.name for f in Trajectory._meta.concrete_fields if not f.null)
+
+
 def _ordered(queryset: QuerySet[Trajectory], ordering: ListOrdering) -> QuerySet[Trajectory]:
     """Sorted, empty values last either way, ties by id in the same direction."""
+    if ordering.field in _NEVER_EMPTY:
+        sign = "-" if ordering.descending else ""
+        return queryset.order_by(*dict.fromkeys((f"{sign}{ordering.field}", f"{sign}id")))
     if ordering.descending:
         return queryset.order_by(F(ordering.field).desc(nulls_last=True), "-id")
     return queryset.order_by(F(ordering.field).asc(nulls_last=True), "id")
@@ -466,14 +476,27 @@ def project_has_continuations(project: Project) -> bool:
     return ImportBatch.objects.filter(project=project, internal=True).exists()
 
 
+# The next name after the last, one probe of the (project, model_name) index each: a
+# DISTINCT read every trajectory of the project (60 ms at 58,000 for three names).
+_MODEL_NAMES_SQL = """
+WITH RECURSIVE names(name) AS (
+    (SELECT model_name FROM trajectories_trajectory
+     WHERE project_id = %(project)s AND model_name > '' ORDER BY model_name LIMIT 1)
+    UNION ALL
+    SELECT (SELECT t.model_name FROM trajectories_trajectory t
+            WHERE t.project_id = %(project)s AND t.model_name > names.name
+            ORDER BY t.model_name LIMIT 1)
+    FROM names WHERE names.name IS NOT NULL
+)
+SELECT name FROM names WHERE name IS NOT NULL LIMIT %(limit)s
+"""
+
+
 def model_names_for_project(project: Project, limit: int = 100) -> list[str]:
-    return list(
-        Trajectory.objects.filter(project=project)
-        .exclude(model_name="")
-        .order_by("model_name")
-        .values_list("model_name", flat=True)
-        .distinct()[:limit]
-    )
+    """The project's model names in order, the first ``limit`` (the list's choices)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_MODEL_NAMES_SQL, {"project": project.pk, "limit": limit})
+        return [name for (name,) in cursor.fetchall()]
 
 
 def import_batch_get_for_user(user: AnyUser, pk: int) -> ImportBatch:

@@ -9,7 +9,9 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from exports.services import selection_save
 from tests.factories import trajectory_with_steps
@@ -18,7 +20,11 @@ from trajectories.api import SortedCursor
 from trajectories.columns import list_columns_all
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selection import TrajectoryFilters
-from trajectories.selectors import list_ordering_parse, trajectory_list_page
+from trajectories.selectors import (
+    list_ordering_parse,
+    model_names_for_project,
+    trajectory_list_page,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -192,3 +198,47 @@ def test_the_training_columns_sort_by_step_and_mean_advantage(
     # Ties (no step) go by id in the same direction: newest first when descending.
     assert api_names(client, project="demo", ordering="-policy") == ["a", "b", "d", "c"]
     assert api_names(client, project="demo", ordering="advantage") == ["a", "b", "c", "d"]
+
+
+def _plans_of(client: Client, url: str, table: str = "trajectories_trajectory") -> list[str]:
+    """The plans of the requests' queries that read ``table``, with sequential scans off
+    (as on a project big enough for an index to pay): what PostgreSQL can do with the
+    indexes, whatever the size of the test's tables."""
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    plans = []
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        for query in captured.captured_queries:
+            if f'FROM "{table}"' in query["sql"] and query["sql"].startswith("SELECT"):
+                cursor.execute("EXPLAIN " + query["sql"])
+                plans.append("\n".join(row[0] for row in cursor.fetchall()))
+    return plans
+
+
+def test_the_newest_first_pages_read_an_index_not_the_whole_project(
+    project: Project, rows: dict[str, Trajectory], researcher: User
+) -> None:
+    """A newest-first page (the page's and the API's) is read from the (project, id) or
+    id index in order, a page's worth; a sort of every trajectory of the project took
+    0.2 s at 58,000 (``id NULLS LAST``, and the API's project joined by slug)."""
+    client = Client()
+    client.force_login(researcher)
+    for url in (
+        f"/p/{project.slug}/trajectories/",
+        f"/api/v1/trajectories/?project={project.slug}",
+    ):
+        plans = [
+            plan for plan in _plans_of(client, url) if "LIMIT" in plan.upper() or "Limit" in plan
+        ]
+        assert plans, url
+        for plan in plans:
+            first = plan.splitlines()[:3]
+            assert not any("Sort" in line for line in first), (url, plan)
+
+
+def test_the_model_names_are_each_name_once_in_order(project: Project) -> None:
+    for name in ("qwen", "", "gpt", "qwen", "claude", "gpt"):
+        trajectory_with_steps(project, ["s"], model_name=name)
+    assert model_names_for_project(project) == ["claude", "gpt", "qwen"]
+    assert model_names_for_project(project, limit=2) == ["claude", "gpt"]
