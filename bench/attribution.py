@@ -44,7 +44,7 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from bench.cleanup import project_drop  # noqa: E402
-from scoring import methods, services, tasks  # noqa: E402
+from scoring import methods, prm, services, tasks  # noqa: E402
 from scoring.models import AttributionRun, Scorer  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
@@ -97,7 +97,7 @@ def _sentence(rng: random.Random, task: int, index: int, rollout: int = 0) -> st
 
 def add_scores(project: Project) -> Scorer:
     scorer = Scorer.objects.create(
-        project=project, name="bench", kind=Scorer.Kind.EXTERNAL, queue="default"
+        project=project, name="bench", kind=prm.EXTERNAL, queue="default"
     )
     with connection.cursor() as cursor:
         cursor.execute(

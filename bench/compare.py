@@ -54,6 +54,7 @@ from evaluation.compare import (  # noqa: E402
 from labeling import sources  # noqa: E402
 from labeling.models import LabelSchema  # noqa: E402
 from labeling.sources import label_source_parse, label_source_sql  # noqa: E402
+from scoring import prm  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Project, Step, Trajectory  # noqa: E402
 from trajectories.services import project_create  # noqa: E402
@@ -294,7 +295,7 @@ def main() -> None:
     slug = f"bench-compare-{seed}"
     project = project_create(slug=slug, name="bench compare")
     users = [User.objects.create(username=f"{slug}-ann{i}") for i in range(ANNOTATORS)]
-    scorer = Scorer.objects.create(project=project, name="bench-prm", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="bench-prm", kind=prm.EXTERNAL)
     try:
         start = time.perf_counter()
         with transaction.atomic():

@@ -43,6 +43,7 @@ from django.test import Client  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
 from bench.compare import ANNOTATORS, _backend_cpu, drop, generate  # noqa: E402
+from scoring import prm  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Membership, Project  # noqa: E402
 from trajectories.services import membership_set, project_create  # noqa: E402
@@ -87,7 +88,7 @@ def main() -> None:
         slug = f"bench-compare-{seed}"
         project = project_create(slug=slug, name="bench export form")
         users = [User.objects.create(username=f"{slug}-ann{i}") for i in range(ANNOTATORS)]
-        scorer = Scorer.objects.create(project=project, name="bench-prm", kind=Scorer.Kind.EXTERNAL)
+        scorer = Scorer.objects.create(project=project, name="bench-prm", kind=prm.EXTERNAL)
         start = time.perf_counter()
         with transaction.atomic():
             steps = generate(project, users, scorer, args.steps, args.steps_per_trajectory, seed)

@@ -61,6 +61,7 @@ from django.utils import timezone  # noqa: E402
 from bench.cleanup import project_drop  # noqa: E402
 from evaluation.kept import summary_refresh  # noqa: E402
 from evaluation.models import KeptSummary  # noqa: E402
+from scoring import prm  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Membership, Project, Step, Trajectory  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
@@ -249,9 +250,7 @@ def scores_add(project: Project, seed: int) -> list[str]:
     step_ids = Step.objects.filter(trajectory__project=project).values_list("id", flat=True)
     ids = list(step_ids.iterator(chunk_size=50_000))
     for number in range(2):
-        scorer = Scorer.objects.create(
-            project=project, name=f"prm-{number}", kind=Scorer.Kind.EXTERNAL
-        )
+        scorer = Scorer.objects.create(project=project, name=f"prm-{number}", kind=prm.EXTERNAL)
         rng = random.Random(seed + number)
         _copy(
             "scoring_stepscore (step_id, scorer_id, value, raw, updated_at)",

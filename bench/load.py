@@ -90,7 +90,7 @@ model = tiny.save_token_classifier(
     Path(settings.STEPSCOPE_MODEL_DIRS[0]) / "load-prm", layers=4, hidden=256
 )
 scorer = Scorer.objects.create(
-    project=work, name="load-prm", kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+    project=work, name="load-prm", kind=prm.TOKEN_CLASSIFICATION,
     model_ref=str(model), parameters={"chunk_steps": 512, "batch_size": 16},
 )
 result = {

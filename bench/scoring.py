@@ -40,7 +40,7 @@ import torch  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from bench.cleanup import project_drop  # noqa: E402
-from scoring import services, tasks  # noqa: E402
+from scoring import prm, services, tasks  # noqa: E402
 from scoring.models import Scorer, ScoringChunk, ScoringRun  # noqa: E402
 from scoring.prm import adapters, tiny  # noqa: E402
 from trajectories.models import Project  # noqa: E402
@@ -79,7 +79,7 @@ def main() -> None:
             scorer = Scorer.objects.create(
                 project=project,
                 name="bench",
-                kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+                kind=prm.TOKEN_CLASSIFICATION,
                 model_ref=str(model_dir),
                 parameters={
                     "device": args.device,
@@ -202,7 +202,7 @@ def prepared_batches(
     model: adapters.StepScorer, chunk: ScoringChunk
 ) -> list[dict[str, torch.Tensor]]:
     """The batches the chunk's task forms, tokenized, padded and on the device."""
-    sequences = model.encode(services._trajectory_inputs(chunk))
+    sequences = model.encode(services.trajectory_inputs(chunk))
     return [model.collate(batch) for batch in model.batches(sequences)]
 
 

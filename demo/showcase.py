@@ -98,7 +98,7 @@ def _prm_scored(project: Project, user: User) -> Scorer | None:
         prm = scorer_create(
             project=project,
             name=PRM,
-            kind=Scorer.Kind.STEP_TAG_LM,
+            kind=prm.STEP_TAG_LM,
             model_ref=str(path),
             queue="default",
             user=user,

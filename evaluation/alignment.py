@@ -38,6 +38,7 @@ from labeling.sources import (
     label_source_sql,
 )
 from metrics.decisive import DecisiveAgreement, decisive_agreement
+from scoring import prm
 from scoring.judges.config import PER_STEP, TRAJECTORY
 from scoring.models import JudgePrompt, JudgeReply, Scorer
 from scoring.selectors import scorers_for_project
@@ -97,7 +98,7 @@ def alignment_query_build(
     """Resolve the page's and the API's parameters; a ValueError names the field and
     what is wrong (a scorer that is not a judge, a source that is not a human one or
     names nobody)."""
-    if scorer.kind != Scorer.Kind.LLM_JUDGE:
+    if scorer.kind != prm.LLM_JUDGE:
         raise ValueError(
             f"scorer: {scorer.name!r} is a {scorer.kind} scorer, not an llm-judge;"
             " only judges have prompt versions to align"

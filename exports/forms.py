@@ -9,7 +9,8 @@ from django.db.models import Count
 
 from exports.selectors import export_choices
 from labeling.decisive_sources import decisive_source_choices
-from scoring.models import JudgeReply, Scorer
+from scoring import prm
+from scoring.models import JudgeReply
 from scoring.selectors import scorers_for_project
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
@@ -156,11 +157,7 @@ def judge_choices(project: Project) -> list[tuple[str, str]]:
     )
     counts = {row["scorer__name"]: row["steps"] for row in judged}
     names = sorted(
-        set(
-            scorers_for_project(project)
-            .filter(kind=Scorer.Kind.LLM_JUDGE)
-            .values_list("name", flat=True)
-        )
+        set(scorers_for_project(project).filter(kind=prm.LLM_JUDGE).values_list("name", flat=True))
     )
     return [(name, f"{name} · {counts.get(name, 0):,} steps judged") for name in names]
 

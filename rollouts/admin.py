@@ -5,35 +5,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 
 from rollouts import generation
 from rollouts.models import Policy, RolloutJob, StepMC
+from rollouts.services.policies import POLICY_NEEDS_MODEL
+from scoring.admin import ModelReferenceForm
 from trajectories.admin import BigTableAdmin
 
 
-class PolicyForm(forms.ModelForm):
+class PolicyForm(ModelReferenceForm):
+    PARAMETER_ERRORS = (generation.PolicyError,)
+
     class Meta:
         model = Policy
-        fields = [
-            "project",
-            "name",
-            "model_ref",
-            "revision",
-            "parameters",
-            "trust_remote_code",
-            "queue",
-            "created_by",
-        ]
+        fields = list(ModelReferenceForm.REFERENCE_FIELDS)
 
-    def clean(self) -> dict[str, Any]:
-        cleaned: dict[str, Any] = super().clean() or {}
-        try:
-            generation.policy_params(cleaned.get("parameters") or {})
-        except generation.PolicyError as error:
-            raise forms.ValidationError({"parameters": str(error)}) from None
-        return cleaned
+    def typed_parameters(self, cleaned: dict[str, Any]) -> Any:
+        return generation.policy_params(cleaned.get("parameters") or {})
+
+    def reference_needs(self, cleaned: dict[str, Any], params: Any) -> dict[str, Any]:
+        return {"needs_model": POLICY_NEEDS_MODEL}
 
 
 @admin.register(Policy)

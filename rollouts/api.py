@@ -30,7 +30,7 @@ from rollouts.serializers import (
     RolloutJobSerializer,
     StepMCSerializer,
 )
-from scoring.model_policy import model_policy
+from scoring.references import reference_owner
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from stepscope.web import current_user
@@ -70,18 +70,12 @@ class PolicyViewSet(
         serializer = PolicySerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        project: Project | None = data.get("project")
-        if project is not None:
-            project = _managed_project(request, project.slug)
-        elif not request.user.is_staff:
-            raise PermissionDenied("Only staff may add a policy for every project.")
-        if (
-            data.get("trust_remote_code")
-            and model_policy().allow_remote_code
-            and not request.user.is_staff
-        ):
-            # Where the operator forbids it outright, the service says so (400) instead.
-            raise PermissionDenied("Only staff may allow a model to run its own code.")
+        project = reference_owner(
+            request.user,
+            data,
+            noun="policy",
+            managed_project=lambda slug: _managed_project(request, slug),
+        )
         try:
             policy = services.policy_create(
                 project=project,

@@ -6,38 +6,28 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from scoring.models import ModelReference
 from stepscope.jobs.models import Chunk, ChunkedJob, Job
 from trajectories.models import Project, Step, Trajectory
 
 
-class Policy(models.Model):
+class Policy(ModelReference):
     """A generation model as configured: a causal LM (local directory or hub id) and its
-    generation parameters (``rollouts.generation.PolicyParams``). A policy with no
+    generation parameters (``rollouts.generation.PolicyParams``: prompt format,
+    sampling, max new tokens, stop strings, batch size, device...). A policy with no
     project is offered to every project."""
 
     project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="policies"
     )
-    name = models.CharField(max_length=100)
+    # A policy always names its model (a scorer's may be blank: imported scores).
     model_ref = models.CharField(max_length=500)
-    revision = models.CharField(max_length=100, blank=True)
-    # Prompt format, sampling, max new tokens, stop strings, batch size, device...
-    parameters = models.JSONField(default=dict, blank=True)
-    trust_remote_code = models.BooleanField(default=False)
-    queue = models.CharField(max_length=50, default="gpu")
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
 
-    class Meta:
+    class Meta(ModelReference.Meta):
         verbose_name_plural = "policies"
-        ordering: ClassVar = ["name", "-id"]
         constraints: ClassVar = [
             models.UniqueConstraint(
                 fields=["project", "name"],

@@ -8,7 +8,6 @@ from django import forms
 from django.contrib import admin
 
 from scoring import prm
-from scoring.judges.config import JudgeError, judge_params
 from scoring.models import (
     AttributionRun,
     JudgePrompt,
@@ -18,46 +17,69 @@ from scoring.models import (
     StepCredit,
     StepScore,
 )
-from scoring.services.scores import ScoringError, scorer_model_check
+from scoring.prm.model_refs import ModelRefError
+from scoring.references import reference_check
 from trajectories.admin import BigTableAdmin
 
 
-class ScorerForm(forms.ModelForm):
-    class Meta:
-        model = Scorer
-        fields = [
-            "project",
-            "name",
-            "kind",
-            "model_ref",
-            "revision",
-            "parameters",
-            "trust_remote_code",
-            "queue",
-            "created_by",
-        ]
+class ModelReferenceForm(forms.ModelForm):
+    """The admin form of a model reference (a scorer, a policy): its parameters parsed
+    as the reference's own, then the check the services and the API make
+    (``scoring.references.reference_check``), each error on its field."""
+
+    REFERENCE_FIELDS = (
+        "project",
+        "name",
+        "model_ref",
+        "revision",
+        "parameters",
+        "trust_remote_code",
+        "queue",
+        "created_by",
+    )
+
+    # What typed_parameters raises for parameters the reference cannot run with.
+    PARAMETER_ERRORS: tuple[type[Exception], ...] = ()
+
+    def typed_parameters(self, cleaned: dict[str, Any]) -> Any:
+        """The reference's typed parameters (raising one of ``PARAMETER_ERRORS``)."""
+        raise NotImplementedError
+
+    def reference_needs(self, cleaned: dict[str, Any], params: Any) -> dict[str, Any]:
+        """``needs_model`` and ``loads_locally`` for the check."""
+        return {}
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
-        kind = cleaned.get("kind", "")
         try:
-            if kind == prm.LLM_JUDGE:
-                judge_params(cleaned.get("parameters") or {})
-            else:
-                prm.params_for_kind(kind, cleaned.get("parameters") or {})
-        except (prm.ScorerError, JudgeError) as error:
+            params = self.typed_parameters(cleaned)
+        except self.PARAMETER_ERRORS as error:
             raise forms.ValidationError({"parameters": str(error)}) from None
-        # Where the model may come from, and remote code: the check the API makes.
         try:
-            scorer_model_check(
-                kind=kind,
+            reference_check(
                 model_ref=cleaned.get("model_ref", ""),
-                parameters=cleaned.get("parameters") or {},
+                queue=cleaned.get("queue", ""),
                 trust_remote_code=bool(cleaned.get("trust_remote_code")),
+                **self.reference_needs(cleaned, params),
             )
-        except ScoringError as error:
+        except ModelRefError as error:
             raise forms.ValidationError({error.field: str(error)}) from None
         return cleaned
+
+
+class ScorerForm(ModelReferenceForm):
+    PARAMETER_ERRORS = (prm.ScorerError,)
+
+    class Meta:
+        model = Scorer
+        fields = ["project", "name", "kind", *ModelReferenceForm.REFERENCE_FIELDS[2:]]
+
+    def typed_parameters(self, cleaned: dict[str, Any]) -> Any:
+        return prm.params_for_kind(cleaned.get("kind", ""), cleaned.get("parameters") or {})
+
+    def reference_needs(self, cleaned: dict[str, Any], params: Any) -> dict[str, Any]:
+        kind = prm.kind_get(cleaned.get("kind", ""))
+        return {"needs_model": kind.needs_model, "loads_locally": kind.loads(params)}
 
 
 @admin.register(Scorer)

@@ -26,8 +26,8 @@ from rest_framework.routers import SimpleRouter
 from labeling.models import Queue
 from labeling.selectors import LabelingState, can_compare, labeling_state_for_user
 from scoring import selectors, services
-from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
+from scoring.references import reference_owner
 from scoring.serializers import (
     AttributionRunCreateSerializer,
     AttributionRunSerializer,
@@ -90,39 +90,25 @@ class ScorerViewSet(
         serializer = ScorerSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        project: Project | None = data.get("project")
-        if project is not None:
-            project = _managed_project(request, project.slug)
-        elif not request.user.is_staff:
-            raise PermissionDenied("Only staff may add a scorer for every project.")
-        if (
-            data.get("trust_remote_code")
-            and model_policy().allow_remote_code
-            and not request.user.is_staff
-        ):
-            # Where the operator forbids it outright, the service says so (400) instead.
-            raise PermissionDenied("Only staff may allow a model to run its own code.")
-        common = {
-            "project": project,
-            "name": data["name"],
-            "model_ref": data.get("model_ref", ""),
-            "revision": data.get("revision", ""),
-            "parameters": data.get("parameters") or {},
-            "queue": data.get("queue", "gpu"),
-            "trust_remote_code": data.get("trust_remote_code", False),
-            "user": request.user,
-        }
-        prompt = data.get("prompt")
-        if prompt is not None and data["kind"] != Scorer.Kind.LLM_JUDGE:
-            raise ValidationError({"prompt": "only an llm-judge has a prompt"})
+        project = reference_owner(
+            request.user,
+            data,
+            noun="scorer",
+            managed_project=lambda slug: _managed_project(request, slug),
+        )
         try:
-            if data["kind"] == Scorer.Kind.LLM_JUDGE:
-                prompt = prompt or {}
-                scorer = services.judge_create(
-                    **common, system=prompt.get("system"), template=prompt.get("template")
-                )
-            else:
-                scorer = services.scorer_create(kind=data["kind"], **common)
+            scorer = services.scorer_create(
+                project=project,
+                name=data["name"],
+                kind=data["kind"],
+                model_ref=data.get("model_ref", ""),
+                revision=data.get("revision", ""),
+                parameters=data.get("parameters") or {},
+                queue=data.get("queue", "gpu"),
+                trust_remote_code=data.get("trust_remote_code", False),
+                user=current_user(request),
+                prompt=data.get("prompt"),
+            )
         except services.ScoringError as error:
             raise ValidationError({error.field or "detail": str(error)}) from None
         return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)

@@ -42,13 +42,9 @@ class ScoringRunForm(forms.Form):
         queue.queryset = Queue.objects.filter(project=project).order_by("name")
 
 
-SCORER_KINDS = (
-    prm.TOKEN_CLASSIFICATION,
-    prm.STEP_TAG_LM,
-    prm.CHAT_TURN_LM,
-    prm.SEQUENCE_CLASSIFIER,
-    prm.LLM_JUDGE,
-)
+def offered_kinds() -> list[tuple[str, str]]:
+    """The kinds the scorer form offers (``ScorerKind.offered``), by name."""
+    return [(kind.name, kind.name) for kind in prm.kind_list() if kind.offered]
 
 
 class ScorerCreateForm(forms.Form):
@@ -57,9 +53,7 @@ class ScorerCreateForm(forms.Form):
     checked against the operator's model directories by the service, as the API's is.
     Further parameters (batch size, prompt format, decoding) go through the API."""
 
-    kind = forms.ChoiceField(
-        choices=[(k, k) for k in SCORER_KINDS], initial=prm.TOKEN_CLASSIFICATION
-    )
+    kind = forms.ChoiceField(choices=offered_kinds, initial=prm.TOKEN_CLASSIFICATION)
     name = forms.CharField(
         max_length=100, widget=forms.TextInput(attrs={"placeholder": "qwen-prm", "size": 14})
     )

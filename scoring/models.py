@@ -13,39 +13,24 @@ from stepscope.jobs.models import Chunk, ChunkedJob
 from trajectories.models import Project, Step, Trajectory
 
 
-class Scorer(models.Model):
-    """A process reward model as configured: kind, model reference and parameters.
+class ModelReference(models.Model):
+    """A model as configured: a reference to load (a local directory or hub id) and its
+    revision, typed parameters, the queue whose workers run it, and whether it may run
+    its own code. Scorers and policies (``rollouts.models.Policy``) are references; one
+    check (``scoring.references.reference_check``) passes them before they are saved,
+    and the workers load them through ``scoring.prm.model_refs``."""
 
-    A scorer with no project is offered to every project; a project's own scorers (its
-    trained heads, scores imported into it) belong to that project. Training a head
-    again adds a new revision under the same name.
-    """
-
-    class Kind(models.TextChoices):
-        TOKEN_CLASSIFICATION = prm.TOKEN_CLASSIFICATION
-        STEP_TAG_LM = prm.STEP_TAG_LM
-        CHAT_TURN_LM = prm.CHAT_TURN_LM
-        SEQUENCE_CLASSIFIER = prm.SEQUENCE_CLASSIFIER
-        TRAINED_HEAD = prm.TRAINED_HEAD
-        EXTERNAL = prm.EXTERNAL
-        LLM_JUDGE = prm.LLM_JUDGE
-
-    project = models.ForeignKey(
-        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="scorers"
-    )
     name = models.CharField(max_length=100)
-    kind = models.CharField(max_length=30, choices=Kind.choices)
     # A directory on the workers or a hub id; for a trained head, its encoder; for a
     # remote judge, the endpoint's model name.
     model_ref = models.CharField(max_length=500, blank=True)
     # The hub revision of the model, or the number of a trained head's revision.
     revision = models.CharField(max_length=100, blank=True)
-    # See scoring.prm.base.ScorerParams: separator, class index, max length, batch size...
+    # The kind's typed parameters (scoring.prm.base.ScorerParams, a judge's JudgeParams,
+    # rollouts.generation.PolicyParams), as given: defaults are filled in when read.
     parameters = models.JSONField(default=dict, blank=True)
     trust_remote_code = models.BooleanField(default=False)
     queue = models.CharField(max_length=50, default="gpu")
-    # A trained head's weights and its training metrics.
-    artifact = models.JSONField(null=True, blank=True, editable=False)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
@@ -53,7 +38,28 @@ class Scorer(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        abstract = True
         ordering: ClassVar = ["name", "-id"]
+
+
+class Scorer(ModelReference):
+    """A process reward model (or judge) as configured: a kind (``scoring.prm.kinds``),
+    model reference and parameters.
+
+    A scorer with no project is offered to every project; a project's own scorers (its
+    trained heads, scores imported into it) belong to that project. Training a head
+    again adds a new revision under the same name.
+    """
+
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="scorers"
+    )
+    # Every registered kind, in the order registered (a new kind needs no migration).
+    kind = models.CharField(max_length=30, choices=prm.kind_choices)
+    # A trained head's weights and its training metrics.
+    artifact = models.JSONField(null=True, blank=True, editable=False)
+
+    class Meta(ModelReference.Meta):
         constraints: ClassVar = [
             models.UniqueConstraint(
                 fields=["project", "name", "revision"],
@@ -72,7 +78,7 @@ class Scorer(models.Model):
 
     @property
     def runs_a_model(self) -> bool:
-        return self.kind != self.Kind.EXTERNAL
+        return prm.kind_get(self.kind).runs
 
 
 class ScoringRun(ChunkedJob):

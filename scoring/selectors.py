@@ -14,7 +14,7 @@ from django.db.models.functions import Abs
 from django.http import Http404
 
 from labeling.models import StepLabel
-from scoring import methods
+from scoring import methods, prm
 from scoring.models import (
     AttributionRun,
     EvidenceChoice,
@@ -72,8 +72,8 @@ def scorer_choices(project: Project) -> list[Scorer]:
     seen: dict[str, Scorer] = {}
     queryset = (
         scorers_for_project(project)
-        .exclude(kind=Scorer.Kind.EXTERNAL)
-        .exclude(kind=Scorer.Kind.TRAINED_HEAD, artifact__isnull=True)
+        .exclude(kind=prm.EXTERNAL)
+        .exclude(kind=prm.TRAINED_HEAD, artifact__isnull=True)
         .order_by("name", F("project_id").desc(nulls_last=True), "-id")
     )
     for scorer in queryset:
@@ -87,7 +87,7 @@ def scorers_with_scores(project: Project) -> list[Scorer]:
     seen: dict[str, Scorer] = {}
     queryset = (
         scorers_for_project(project)
-        .exclude(kind=Scorer.Kind.TRAINED_HEAD, artifact__isnull=True)
+        .exclude(kind=prm.TRAINED_HEAD, artifact__isnull=True)
         .defer("artifact")
         .order_by("name", F("project_id").desc(nulls_last=True), "-id")
     )
@@ -145,7 +145,7 @@ def step_scores_for_trajectory(
 
 def latest_trained_head(project: Project) -> Scorer | None:
     return (
-        Scorer.objects.filter(project=project, kind=Scorer.Kind.TRAINED_HEAD)
+        Scorer.objects.filter(project=project, kind=prm.TRAINED_HEAD)
         .exclude(artifact__isnull=True)
         .order_by("-id")
         .first()
@@ -301,7 +301,7 @@ class TrajectoryEvidence:
         """Whether token saliency can be asked of the scorer shown (a PRM, not imported
         scores or a generative judge)."""
         kind = (self.scorer or {}).get("kind")
-        return bool(self.scorer) and kind not in (Scorer.Kind.EXTERNAL, Scorer.Kind.LLM_JUDGE)
+        return bool(self.scorer) and kind not in (prm.EXTERNAL, prm.LLM_JUDGE)
 
     @property
     def has_scores(self) -> bool:
@@ -487,11 +487,11 @@ def trajectory_evidence(
     )
     by_index = {s.index: s for s in steps}
     scorer = data.get("scorer") or {}
-    if show_scores and scorer.get("kind") == Scorer.Kind.LLM_JUDGE:
+    if show_scores and scorer.get("kind") == prm.LLM_JUDGE:
         _attach_critiques(trajectory, scorer["id"], steps, by_index)
     flags: list[tuple[str, int]] = [(name, index) for name, index in data.get("labels") or []]
     if show_scores:
-        who = "Judge" if scorer.get("kind") == Scorer.Kind.LLM_JUDGE else "PRM"
+        who = "Judge" if scorer.get("kind") == prm.LLM_JUDGE else "PRM"
         flags += _model_first_errors(steps, data.get("steps") or [], who)
     for who, index in flags:
         step = by_index.get(index)

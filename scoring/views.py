@@ -21,7 +21,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from labeling.selectors import LabelingState, labeling_state_for_user
-from scoring import methods, selectors, services
+from scoring import methods, prm, selectors, services
 from scoring.forms import AttributionRunForm, ScorerCreateForm, ScoringRunForm, TrainHeadForm
 from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer
@@ -49,7 +49,7 @@ def _section(
         "runs": selectors.scoring_runs_recent(project),
         "attribution_runs": selectors.attribution_runs_recent(project),
         "scorers": scorers,
-        "judges": [s for s in scorers if s.kind == Scorer.Kind.LLM_JUDGE],
+        "judges": [s for s in scorers if s.kind == prm.LLM_JUDGE],
         "run_form": run_form or ScoringRunForm(scorers=scorers, project=project),
         "train_form": train_form or TrainHeadForm(),
         "methods": methods.METHODS.values(),
@@ -89,7 +89,7 @@ def scoring_run_start(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = ScoringRunForm(request.POST, scorers=selectors.scorer_choices(project), project=project)
     if form.is_valid():
         scorer = form.cleaned_data["scorer"]
-        judged = scorer.kind == Scorer.Kind.LLM_JUDGE
+        judged = prm.kind_get(scorer.kind).prompts
         try:
             services.scoring_run_start(
                 project=project,
@@ -147,20 +147,19 @@ def scorer_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     scorer = None
     if form.is_valid():
         data = form.cleaned_data
-        common: dict[str, Any] = {
-            "project": project,
-            "name": data["name"],
-            "model_ref": data["model_ref"],
-            "parameters": form.parameters(),
-            "queue": data["queue"],
-            "trust_remote_code": data.get("trust_remote_code", False),
-            "user": request.user,
-        }
         try:
-            if data["kind"] == Scorer.Kind.LLM_JUDGE:
-                scorer = services.judge_create(**common)
-            else:
-                scorer = services.scorer_create(kind=data["kind"], **common)
+            scorer = services.scorer_create(
+                project=project,
+                name=data["name"],
+                kind=data["kind"],
+                model_ref=data["model_ref"],
+                parameters=form.parameters(),
+                queue=data["queue"],
+                trust_remote_code=data.get("trust_remote_code", False),
+                user=current_user(request),
+                # A kind with prompt versions starts with its mode's default prompt.
+                prompt={} if prm.kind_get(data["kind"]).prompts else None,
+            )
         except services.ScoringError as error:
             form.add_error(error.field if error.field in form.fields else None, str(error))
     if form.errors:

@@ -22,6 +22,7 @@ from labeling.sources import (
     label_source_parse,
     label_source_sql,
 )
+from scoring import prm
 from scoring.models import AttributionRun, Scorer
 from scoring.selectors import scorer_id_for
 from trajectories.models import Project
@@ -114,7 +115,7 @@ def _check_critiques(project: Project, format: str, judge: str) -> None:
             f" rows; {format} has no place for them"
         )
     scorer = Scorer.objects.get(pk=scorer_id_for(project, judge))
-    if scorer.kind != Scorer.Kind.LLM_JUDGE:
+    if scorer.kind != prm.LLM_JUDGE:
         raise ValueError(f"critiques: scorer {judge!r} is a {scorer.kind}, not an llm-judge")
 
 

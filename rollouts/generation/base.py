@@ -5,10 +5,10 @@ can validate a policy's parameters without loading a model."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from scoring.prm.params import params_build, spec_key
 
 PROMPT_FORMATS = ("plain", "chat")
 DTYPES = ("auto", "fp32", "bf16", "fp16")
@@ -68,37 +68,22 @@ class PolicyParams:
         return values
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(PolicyParams)}
-
-
 def policy_params(raw: dict[str, Any] | None = None) -> PolicyParams:
     """Validated parameters: the defaults overlaid with ``raw``. Unknown names and
     wrongly typed values raise :class:`PolicyError` naming the parameter."""
-    values: dict[str, Any] = {}
-    for name, value in (raw or {}).items():
-        if name not in _FIELDS:
-            raise PolicyError(f"unknown policy parameter {name!r}")
-        values[name] = _checked(name, value)
-    params = PolicyParams(**values)
+    params = params_build(
+        PolicyParams, raw, noun="policy", error=PolicyError, convert={"stop": _stop}
+    )
     _check_choices(params)
     return params
 
 
-def _checked(name: str, value: Any) -> Any:
-    if name == "stop":
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, list | tuple) and all(isinstance(s, str) and s for s in value):
-            return tuple(value)
-        raise PolicyError("parameter 'stop' must be a list of non-empty strings")
-    default = _FIELDS[name].default
-    if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, type(default)) and not (
-        isinstance(default, int) and isinstance(value, bool)
-    ):
-        return value
-    raise PolicyError(f"parameter {name!r} must be {type(default).__name__}, got {value!r}")
+def _stop(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if isinstance(value, list | tuple) and all(isinstance(s, str) and s for s in value):
+        return tuple(value)
+    raise PolicyError("parameter 'stop' must be a list of non-empty strings")
 
 
 def _check_choices(params: PolicyParams) -> None:
@@ -143,11 +128,9 @@ class PolicySpec:
 
     @property
     def key(self) -> str:
-        payload = json.dumps(
-            [self.model_ref, self.revision, self.trust_remote_code, self.params.to_dict()],
-            sort_keys=True,
+        return spec_key(
+            self.model_ref, self.revision, self.trust_remote_code, self.params.to_dict()
         )
-        return hashlib.sha256(payload.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

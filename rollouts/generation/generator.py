@@ -27,6 +27,7 @@ from rollouts.generation.base import (
     Cancelled,
     Continuation,
     PolicyError,
+    PolicyParams,
     PolicySpec,
     Request,
 )
@@ -36,16 +37,10 @@ from rollouts.generation.prompts import (
     render_prompt,
     split_steps,
 )
-from scoring.prm.adapters import (
-    load_model,
-    load_tokenizer,
-    model_max_length,
-    resolve_device,
-    resolve_dtype,
-)
-from scoring.prm.base import ScorerError
+from scoring.prm.adapters import resolve_device
 from scoring.prm.batching import left_truncated
 from scoring.prm.cache import LOADED
+from scoring.prm.causal_lm import CausalLM
 
 logger = logging.getLogger(__name__)
 
@@ -73,56 +68,28 @@ class Batch:
 
 class PolicyGenerator(Protocol):
     spec: PolicySpec
+    params: PolicyParams
 
     def generate(
         self, requests: list[Request], *, should_stop: Callable[[], bool] | None = None
     ) -> list[Continuation]: ...
 
 
-class Generator:
+class Generator(CausalLM):
     """A loaded policy on transformers. ``generate`` is the whole path; ``prepare``,
     ``run`` and ``decode`` are its parts, exposed for the benchmark's bare loop."""
 
+    spec: PolicySpec
+
     def __init__(self, spec: PolicySpec) -> None:
-        self.spec = spec
-        self.params = spec.params
-        self.device = resolve_device(self.params.device)
-        self.dtype = resolve_dtype(self.params.dtype, self.device)
-        try:
-            self.tokenizer = load_tokenizer(
-                spec.model_ref, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-            )
-            self.model = load_model(
-                spec.model_ref,
-                model_class="AutoModelForCausalLM",
-                device=self.device,
-                dtype=self.dtype,
-                revision=spec.revision,
-                trust_remote_code=spec.trust_remote_code,
-            )
-        except ScorerError as error:
-            raise PolicyError(str(error)) from None
-        self.max_length = model_max_length(self.model, self.params.max_length)
+        super().__init__(spec, PolicyError)
         if self.params.max_new_tokens >= self.max_length:
             raise PolicyError(
                 f"max_new_tokens {self.params.max_new_tokens} leaves no room for a prompt"
                 f" in the model's {self.max_length} positions"
             )
-        eos = self.tokenizer.eos_token_id
-        if eos is None:
-            eos = getattr(self.model.generation_config, "eos_token_id", None)
-        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = min(self.eos_ids) if self.eos_ids else 0
-        self.pad_id = int(pad)
-        self.special_ids = set(self.tokenizer.all_special_ids)
         # Halved on CUDA out-of-memory and kept small for the life of the process.
         self.batch_size = self.params.batch_size
-
-    @property
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())
 
     # --- The parts ------------------------------------------------------------------------
 

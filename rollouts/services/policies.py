@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -10,11 +9,11 @@ from django.db import transaction
 
 from rollouts import generation
 from rollouts.models import Policy
-from scoring.model_policy import model_policy
-from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
+from scoring.prm.model_refs import ModelRefError
+from scoring.references import reference_check
 from trajectories.models import Project
 
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
+POLICY_NEEDS_MODEL = "a policy needs a model reference (directory or hub id)"
 
 
 class RolloutError(Exception):
@@ -26,19 +25,17 @@ def policy_check(
 ) -> None:
     """Refuse a policy that cannot run as configured, whose model lies outside the
     operator's model directories, or that would run its own code where that is off (the
-    check scorers get, and the loaders make again on the workers)."""
+    check every model reference passes, ``scoring.references.reference_check``; the
+    loaders make it again on the workers)."""
     try:
         generation.policy_params(parameters)
-    except generation.PolicyError as error:
-        raise RolloutError(str(error)) from None
-    if not model_ref.strip():
-        raise RolloutError("a policy needs a model reference (directory or hub id)")
-    if not _QUEUE_NAME.fullmatch(queue):
-        raise RolloutError("queue names are letters, digits, '.', '_' and '-'")
-    try:
-        model_ref_resolve(model_ref, model_policy())
-        remote_code_check(trust_remote_code, model_policy())
-    except ModelRefError as error:
+        reference_check(
+            model_ref=model_ref,
+            queue=queue,
+            trust_remote_code=trust_remote_code,
+            needs_model=POLICY_NEEDS_MODEL,
+        )
+    except (generation.PolicyError, ModelRefError) as error:
         raise RolloutError(str(error)) from None
 
 

@@ -11,8 +11,6 @@ endpoint to count the run's longest prompts)."""
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +18,7 @@ from typing import Protocol
 from scoring.judges.config import JudgeParams
 from scoring.judges.modes import JudgeRequest
 from scoring.judges.verdicts import TokenLogprob
+from scoring.prm.params import spec_key
 
 
 @dataclass(frozen=True)
@@ -69,11 +68,9 @@ class JudgeSpec:
 
     @property
     def key(self) -> str:
-        payload = json.dumps(
-            [self.model_ref, self.revision, self.trust_remote_code, self.params.to_dict()],
-            sort_keys=True,
+        return spec_key(
+            self.model_ref, self.revision, self.trust_remote_code, self.params.to_dict()
         )
-        return hashlib.sha256(payload.encode()).hexdigest()
 
 
 def judge_load(spec: JudgeSpec) -> Judge:

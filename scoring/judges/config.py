@@ -13,6 +13,8 @@ import string
 from dataclasses import dataclass, field
 from typing import Any
 
+from scoring.prm.params import params_build
+
 PER_STEP = "per-step"
 TRAJECTORY = "trajectory"
 # Who&When's failure-attribution methods (Zhang et al. 2025): the judge names the agent
@@ -182,38 +184,31 @@ class JudgeParams:
         return dataclasses.asdict(self)
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(JudgeParams)}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 
 def judge_params(raw: dict[str, Any] | None = None) -> JudgeParams:
     """Validated parameters: the defaults overlaid with ``raw``. A wrong name, type or
     value raises :class:`JudgeError` naming the parameter."""
-    values: dict[str, Any] = {}
-    for name, value in (raw or {}).items():
-        if name not in _FIELDS:
-            raise JudgeError(f"unknown judge parameter {name!r}")
-        values[name] = _checked(name, value)
-    params = JudgeParams(**values)
+    params = params_build(
+        JudgeParams,
+        raw,
+        noun="judge",
+        error=JudgeError,
+        convert={"verdict_values": _verdict_values},
+    )
     _check(params)
     return params
 
 
-def _checked(name: str, value: Any) -> Any:
-    default = _FIELDS[name].default
-    if default is dataclasses.MISSING:  # verdict_values
-        if not isinstance(value, dict) or not value:
-            raise JudgeError(f"parameter {name!r} must be an object of text to +1, 0 or -1")
-        for text, verdict in value.items():
-            if verdict not in (-1, 0, 1) or isinstance(verdict, bool):
-                raise JudgeError(f"parameter {name!r}: {text!r} must map to +1, 0 or -1")
-        return {str(text).lower(): int(verdict) for text, verdict in value.items()}
-    expected = type(default)
-    if expected is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, expected) and not (expected is int and isinstance(value, bool)):
-        return value
-    raise JudgeError(f"parameter {name!r} must be {expected.__name__}, got {value!r}")
+def _verdict_values(value: Any) -> dict[str, int]:
+    name = "verdict_values"
+    if not isinstance(value, dict) or not value:
+        raise JudgeError(f"parameter {name!r} must be an object of text to +1, 0 or -1")
+    for text, verdict in value.items():
+        if verdict not in (-1, 0, 1) or isinstance(verdict, bool):
+            raise JudgeError(f"parameter {name!r}: {text!r} must map to +1, 0 or -1")
+    return {str(text).lower(): int(verdict) for text, verdict in value.items()}
 
 
 def _check(params: JudgeParams) -> None:

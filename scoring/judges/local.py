@@ -3,8 +3,8 @@ length-sorted batches with left padding, greedy or sampled replies with the chos
 tokens' log-probabilities.
 
 This is scoring's own small generation helper (rollouts' generator sits above scoring and
-cannot be imported here); model and tokenizer loading, device and dtype rules are the
-scorers' (``scoring.prm.adapters``). CUDA is touched only when a judge is loaded, inside
+cannot be imported here); the model is loaded as every causal LM is
+(``scoring.prm.causal_lm``). CUDA is touched only when a judge is loaded, inside
 a Celery task.
 """
 
@@ -18,17 +18,10 @@ from typing import Any
 import torch
 
 from scoring.judges.backend import JudgeSpec, OnReply, OnTooLong, Reply, TooLong
-from scoring.judges.config import JudgeError, PromptTooLong
+from scoring.judges.config import JudgeError, JudgeParams, PromptTooLong
 from scoring.judges.modes import JudgeRequest, describe
 from scoring.judges.verdicts import TokenLogprob
-from scoring.prm.adapters import (
-    load_model,
-    load_tokenizer,
-    model_max_length,
-    resolve_device,
-    resolve_dtype,
-)
-from scoring.prm.base import ScorerError
+from scoring.prm.causal_lm import CausalLM
 
 # Prompt tokens check() keeps for encode() (4 bytes each: 16 MB at most).
 COUNTED_TOKENS = 4_000_000
@@ -49,41 +42,17 @@ class Batch:
         return int(self.inputs["input_ids"].shape[1])
 
 
-class LocalJudge:
+class LocalJudge(CausalLM):
     """A loaded judge model. ``judge`` is the whole path; ``encode``, ``prepare``,
     ``generate`` and ``decode`` are its parts, exposed for the benchmark's bare loop."""
 
+    spec: JudgeSpec
+    params: JudgeParams
+
     def __init__(self, spec: JudgeSpec) -> None:
-        self.spec = spec
-        self.params = spec.params
-        self.device = resolve_device(self.params.device)
-        self.dtype = resolve_dtype(self.params.dtype, self.device)
-        try:
-            self.tokenizer = load_tokenizer(
-                spec.model_ref, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-            )
-            self.model = load_model(
-                spec.model_ref,
-                model_class="AutoModelForCausalLM",
-                device=self.device,
-                dtype=self.dtype,
-                revision=spec.revision,
-                trust_remote_code=spec.trust_remote_code,
-            )
-        except ScorerError as error:
-            raise JudgeError(str(error)) from None
+        super().__init__(spec, JudgeError)
         if not getattr(self.tokenizer, "chat_template", None):
             raise JudgeError(f"the tokenizer of {spec.model_ref!r} has no chat template")
-        self.max_length = model_max_length(self.model, self.params.max_length)
-        eos = self.tokenizer.eos_token_id
-        if eos is None:
-            eos = getattr(self.model.generation_config, "eos_token_id", None)
-        self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-        pad = self.tokenizer.pad_token_id
-        if pad is None:
-            pad = min(self.eos_ids) if self.eos_ids else 0
-        self.pad_id = int(pad)
-        self.special_ids = set(self.tokenizer.all_special_ids)
         # Prompt tokens counted by check() and not yet asked, by the prompt's messages.
         self._counted: dict[tuple[tuple[str, str], ...], array[int]] = {}
         self._counted_tokens = 0
@@ -287,7 +256,3 @@ class LocalJudge:
             replies = self.decode(batch, output, time.perf_counter() - started)
             for request, reply in zip(batch.requests, replies, strict=True):
                 on_reply(request, reply)
-
-    @property
-    def parameter_count(self) -> int:
-        return sum(p.numel() for p in self.model.parameters())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from abc import ABC, abstractmethod
 from dataclasses import replace
+from importlib import import_module
 from typing import Any
 
 import torch
@@ -18,12 +19,7 @@ import transformers
 from transformers import AutoTokenizer
 
 from scoring.prm.base import (
-    CHAT_TURN_LM,
     DEFAULT_ENCODER,
-    SEQUENCE_CLASSIFIER,
-    STEP_TAG_LM,
-    TOKEN_CLASSIFICATION,
-    TRAINED_HEAD,
     ScorerError,
     ScorerParams,
     ScorerSpec,
@@ -32,6 +28,7 @@ from scoring.prm.base import (
 )
 from scoring.prm.batching import Encoded, Read, left_truncated, windows
 from scoring.prm.cache import LOADED
+from scoring.prm.kinds import kind_get
 from scoring.prm.model_refs import model_ref_resolve, remote_code_check
 from scoring.prm.prompts import Rendered, marker_tokens, render, render_turns
 
@@ -43,12 +40,6 @@ _MODEL_CLASSES = (
     "AutoModelForCausalLM",
     "AutoModelForSequenceClassification",
 )
-_DEFAULT_MODEL_CLASS = {
-    TOKEN_CLASSIFICATION: "AutoModelForTokenClassification",
-    STEP_TAG_LM: "AutoModelForCausalLM",
-    CHAT_TURN_LM: "AutoModelForCausalLM",
-    SEQUENCE_CLASSIFIER: "AutoModelForSequenceClassification",
-}
 
 
 def resolve_device(name: str) -> torch.device:
@@ -204,7 +195,9 @@ class StepScorer(ABC):
 
 
 class _TransformersScorer(StepScorer):
-    kind = ""
+    # The transformers Auto class that loads the kind's models, unless ``model_class``
+    # names another.
+    auto_class = ""
 
     def __init__(self, spec: ScorerSpec) -> None:
         super().__init__(spec)
@@ -213,7 +206,7 @@ class _TransformersScorer(StepScorer):
         )
         self.model = load_model(
             spec.model_ref,
-            model_class=self.params.model_class or _DEFAULT_MODEL_CLASS[self.kind],
+            model_class=self.params.model_class or self.auto_class,
             device=self.device,
             dtype=self.dtype,
             revision=spec.revision,
@@ -249,7 +242,7 @@ class _MarkerScorer(_TransformersScorer):
     def __init__(self, spec: ScorerSpec) -> None:
         super().__init__(spec)
         if not self.params.separator:
-            raise ScorerError(f"a {self.kind} scorer needs a separator")
+            raise ScorerError(f"a {spec.kind} scorer needs a separator")
         if not getattr(self.tokenizer, "is_fast", False):
             raise ScorerError("a fast tokenizer is needed to place step markers")
         context = self.params.context
@@ -341,7 +334,7 @@ class _MarkerScorer(_TransformersScorer):
 class TokenClassificationScorer(_MarkerScorer):
     """Qwen2.5-Math-PRM style: softmax over the classes at each separator."""
 
-    kind = TOKEN_CLASSIFICATION
+    auto_class = "AutoModelForTokenClassification"
 
     def _outputs_at(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
         out = self.model(**inputs)
@@ -362,7 +355,7 @@ class StepTagScorer(_MarkerScorer):
     Only the tag positions go through the LM head, not every token times the vocabulary.
     """
 
-    kind = STEP_TAG_LM
+    auto_class = "AutoModelForCausalLM"
 
     def __init__(self, spec: ScorerSpec) -> None:
         super().__init__(spec)
@@ -409,8 +402,6 @@ class ChatTurnScorer(StepTagScorer):
     logits at the token that predicts its answer. A causal model reads every step of a
     trajectory in one pass, each score seeing only the turns up to its own."""
 
-    kind = CHAT_TURN_LM
-
     def render_input(self, trajectory: TrajectoryInput) -> Rendered:
         return render_turns(self.params, trajectory, tokenizer=self.tokenizer)
 
@@ -419,7 +410,7 @@ class SequenceClassifierScorer(_TransformersScorer):
     """An outcome or reward model applied to each prefix: sigmoid of one logit, or the
     positive class of several."""
 
-    kind = SEQUENCE_CLASSIFIER
+    auto_class = "AutoModelForSequenceClassification"
 
     def encode(self, trajectories: list[TrajectoryInput]) -> list[Encoded]:
         texts: list[str] = []
@@ -467,17 +458,11 @@ def scorer_load(spec: ScorerSpec) -> StepScorer:
 
 
 def scorer_build(spec: ScorerSpec) -> StepScorer:
-    """A new scorer for ``spec``, not cached (tests and benchmarks)."""
-    if spec.kind == TOKEN_CLASSIFICATION:
-        return TokenClassificationScorer(spec)
-    if spec.kind == STEP_TAG_LM:
-        return StepTagScorer(spec)
-    if spec.kind == CHAT_TURN_LM:
-        return ChatTurnScorer(spec)
-    if spec.kind == SEQUENCE_CLASSIFIER:
-        return SequenceClassifierScorer(spec)
-    if spec.kind == TRAINED_HEAD:
-        from scoring.prm.head import TrainedHeadScorer
-
-        return TrainedHeadScorer(spec)
-    raise ScorerError(f"scorers of kind {spec.kind!r} have no model to run")
+    """A new scorer for ``spec``, not cached (tests and benchmarks): the StepScorer its
+    kind's ``build`` names."""
+    kind = kind_get(spec.kind)
+    if not kind.build:
+        raise ScorerError(f"scorers of kind {spec.kind!r} have no model to run")
+    module, _, name = kind.build.partition(":")
+    built: StepScorer = getattr(import_module(module), name)(spec)
+    return built

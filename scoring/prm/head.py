@@ -20,14 +20,9 @@ import torch
 from metrics import agreement
 from metrics.arrays import offsets_from_lengths
 from scoring.prm.adapters import StepScorer, load_model, load_tokenizer, model_max_length
-from scoring.prm.base import (
-    TRAINED_HEAD,
-    ScorerError,
-    ScorerSpec,
-    StepResult,
-    TrajectoryInput,
-)
+from scoring.prm.base import ScorerError, ScorerSpec, StepResult, TrajectoryInput
 from scoring.prm.batching import Encoded, Read
+from scoring.prm.kinds import TRAINED_HEAD
 
 FEATURES = "mean-pooled-normalized-embedding"
 

@@ -27,13 +27,11 @@ from scoring.services.judges import (
     judge_prompt_create,
     judge_spec,
 )
+from scoring.services.runners import ScoringError, kind_runner, scorer_spec, trajectory_inputs
 from scoring.services.scores import (
-    ScoringError,
-    _trajectory_inputs,
     scorer_check,
     scorer_chunk_steps,
     scorer_create,
-    scorer_spec,
     scores_upsert,
     scoring_chunk_score,
     scoring_run_cancel,
@@ -53,7 +51,6 @@ __all__ = [
     "ScoresRejected",
     "ScoringError",
     "VerdictInput",
-    "_trajectory_inputs",
     "attribution_chunk_run",
     "attribution_run_cancel",
     "attribution_run_fail",
@@ -65,6 +62,7 @@ __all__ = [
     "judge_create",
     "judge_prompt_create",
     "judge_spec",
+    "kind_runner",
     "read_tables",
     "scorer_check",
     "scorer_chunk_steps",
@@ -80,4 +78,5 @@ __all__ = [
     "scoring_run_fail",
     "scoring_run_plan",
     "scoring_run_start",
+    "trajectory_inputs",
 ]

@@ -31,7 +31,7 @@ from django.utils import timezone
 from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
 from scoring import copyio, methods, prm, tasks
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
-from scoring.services.scores import ScoringError, scorer_spec
+from scoring.services.runners import ScoringError, scorer_spec
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
@@ -93,17 +93,16 @@ def _checked_inputs(
         raise AttributionError("that scorer belongs to another project")
     if spec.model and scorer is not None and not scorer.runs_a_model:
         raise AttributionError(f"{scorer.name} has no model to run; {spec.name} needs one")
-    if spec.model and scorer is not None and scorer.kind == Scorer.Kind.LLM_JUDGE:
-        raise AttributionError(
-            f"{scorer.name} is an llm-judge; {spec.name} needs a PRM to use as a value function"
-        )
-    if (
-        spec.model
-        and scorer is not None
-        and scorer.kind == Scorer.Kind.TRAINED_HEAD
-        and not (scorer.artifact or {}).get("head")
-    ):
-        raise AttributionError(f"{scorer.name} has no trained head yet")
+    if spec.model and scorer is not None:
+        # The value function is the scorer's StepScorer (a judge has none).
+        kind = prm.kind_get(scorer.kind)
+        if not kind.build:
+            raise AttributionError(
+                f"{scorer.name} is an {kind.name}; {spec.name} needs a PRM to use as a value"
+                " function"
+            )
+        if refusal := kind.run_check(scorer):
+            raise AttributionError(refusal)
     if not label_source:
         return ""
     if not spec.labels:

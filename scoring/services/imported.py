@@ -138,7 +138,7 @@ def _scorer_for_import(project: Project, name: str, user: User | None) -> Scorer
     if scorer is not None:
         return scorer
     return Scorer.objects.create(
-        project=project, name=name, kind=Scorer.Kind.EXTERNAL, queue="default", created_by=user
+        project=project, name=name, kind=prm.EXTERNAL, queue="default", created_by=user
     )
 
 

@@ -21,6 +21,7 @@ from django.db import connection, transaction
 from labeling.models import FinalLabel, StepLabel
 from labeling.selectors import active_schema
 from labeling.sources import LabelSource, label_source_annotator, label_source_sql
+from scoring import prm
 from scoring.judges.config import PER_STEP
 from scoring.models import JudgePrompt, Scorer
 from scoring.services.judges import judge_params_for, judge_prompt_create
@@ -175,7 +176,7 @@ def judge_examples_add(
     few-shot examples, each with ``source``'s label as the right answer. Raises
     :class:`ExampleError` naming the step (or the field) that is wrong; nothing is
     written then."""
-    if scorer.kind != Scorer.Kind.LLM_JUDGE:
+    if scorer.kind != prm.LLM_JUDGE:
         raise ExampleError(f"scorer {scorer.name!r} is a {scorer.kind} scorer, not an llm-judge")
     if base.scorer_id != scorer.pk:
         raise ExampleError(f"version: prompt {base.pk} is not a version of {scorer.name!r}")

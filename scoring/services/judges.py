@@ -20,7 +20,8 @@ the same way.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -51,23 +52,28 @@ from scoring.judges.modes import (
 )
 from scoring.judges.verdicts import Verdict, verdict_read
 from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringChunk, ScoringRun
+from scoring.services.runners import (
+    ChunkOutcome,
+    RunOptions,
+    RunRefused,
+    RunStopped,
+    ScoringError,
+    trajectory_inputs,
+)
+from scoring.services.scores import scorer_create
+from scoring.services.verdicts import VerdictInput
 from stepscope.jobs.models import ACTIVE
 from trajectories.agents import agent_name, step_agent
 from trajectories.models import Project, Step, Trajectory
 
-if TYPE_CHECKING:
-    from scoring.services.verdicts import VerdictInput
 
-
-class JudgeStopped(Exception):
+class JudgeStopped(RunStopped):
     """The run ended (cancelled or failed elsewhere) while this chunk was asking."""
 
 
 # What a judge run does with a prompt longer than the judge's context.
 ON_TOO_LONG = ("skip", "fail")
-# The over-long prompts a run lists with their reasons (its count says how many in all),
-# and those the run's check found that chunks are told of.
-SKIPPED_LISTED = 200
+# The over-long prompts the run's check found that chunks are told of.
 TOO_LONG_KEPT = 500
 
 
@@ -77,11 +83,6 @@ def judge_on_too_long(run: ScoringRun) -> str:
 
 def judge_params_for(scorer: Scorer) -> JudgeParams:
     return judge_params(scorer.parameters)
-
-
-def judge_params_check(parameters: dict[str, Any]) -> None:
-    """Raise :class:`JudgeError` for parameters a judge cannot run with."""
-    judge_params(parameters)
 
 
 def judge_spec(scorer: Scorer) -> JudgeSpec:
@@ -107,22 +108,18 @@ def judge_create(
     user: User | None = None,
 ) -> Scorer:
     """A judge and its prompt version 1 (the mode's default prompt where none is given)."""
-    from scoring.services.scores import scorer_create
-
-    with transaction.atomic():
-        scorer = scorer_create(
-            name=name,
-            kind=prm.LLM_JUDGE,
-            model_ref=model_ref,
-            project=project,
-            revision=revision,
-            parameters=parameters,
-            queue=queue,
-            trust_remote_code=trust_remote_code,
-            user=user,
-        )
-        judge_prompt_create(scorer=scorer, system=system, template=template, user=user)
-    return scorer
+    return scorer_create(
+        name=name,
+        kind=prm.LLM_JUDGE,
+        model_ref=model_ref,
+        project=project,
+        revision=revision,
+        parameters=parameters,
+        queue=queue,
+        trust_remote_code=trust_remote_code,
+        user=user,
+        prompt={"system": system, "template": template},
+    )
 
 
 def judge_prompt_create(
@@ -137,9 +134,7 @@ def judge_prompt_create(
     """The judge's next prompt version. ``None`` takes the mode's default text; an unknown
     placeholder or unbalanced brace is refused here, naming it. ``example_steps`` are the
     steps the text shows as few-shot examples (``services/judge_examples.py``)."""
-    from scoring.services.scores import ScoringError
-
-    if scorer.kind != Scorer.Kind.LLM_JUDGE:
+    if not prm.kind_get(scorer.kind).prompts:
         raise ScoringError(f"{scorer.name} is not an llm-judge; only judges have prompts")
     mode = judge_params_for(scorer).mode
     system = DEFAULT_SYSTEM if system is None else system
@@ -166,8 +161,6 @@ def judge_prompt_create(
 
 def judge_prompt_for_run(scorer: Scorer, version: int | None) -> JudgePrompt:
     """The prompt version a new run asks with: ``version``, or the newest."""
-    from scoring.services.scores import ScoringError
-
     prompts = scorer.prompts.all()
     prompt = prompts.filter(version=version).first() if version else prompts.first()
     if prompt is None:
@@ -179,19 +172,6 @@ def judge_prompt_for_run(scorer: Scorer, version: int | None) -> JudgePrompt:
 # --- On a worker -----------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class ChunkOutcome:
-    """What a judge chunk gives: step values (per-step, trajectory), failure verdicts
-    (attribution modes), and its cost for the run's metrics."""
-
-    results: list[prm.StepResult]
-    cost: dict[str, int]
-    verdicts: list[VerdictInput] = dataclasses.field(default_factory=list)
-    # The requests left without a verdict because their prompts are too long, for the
-    # run's list: {"trajectory", "step" (None for a whole trajectory), "reason"}.
-    skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-
 def judge_run_check(run: ScoringRun) -> None:
     """Count every prompt of the run against the judge's context before anything is
     asked, once per run (the first chunk to start does it, holding the run's row; the
@@ -199,8 +179,6 @@ def judge_run_check(run: ScoringRun) -> None:
     :class:`JudgeError` naming the first such step or trajectory; nothing is stored then.
     A run that skips them keeps what it found (``metrics["too_long"]``, key to reason) for
     its chunks, which leave them out."""
-    from scoring.services.scores import _trajectory_inputs
-
     assert run.scorer is not None and run.prompt is not None
     with transaction.atomic():
         locked = ScoringRun.objects.select_for_update().get(pk=run.pk)
@@ -217,7 +195,7 @@ def judge_run_check(run: ScoringRun) -> None:
                     r for log in _logs(chunk) for r in attribution_first(spec.params, prompt, log)
                 ]
             else:
-                requests = requests_build(spec.params, prompt, _trajectory_inputs(chunk))
+                requests = requests_build(spec.params, prompt, trajectory_inputs(chunk))
             too_long += judge.check(requests)
             checked += len(requests)
         too_long += judge.check_finish()
@@ -272,15 +250,13 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     """Ask the judge what this chunk has no reply for yet, store each reply as it comes,
     and return what all the chunk's parsed replies give, with the chunk's cost. Raises
     :class:`JudgeError` for a bad endpoint, key, model or prompt."""
-    from scoring.services.scores import _trajectory_inputs
-
     assert run.scorer is not None and run.prompt is not None
     spec = judge_spec(run.scorer)
     prompt = run.prompt
     if spec.params.attribution:
         return _attribution_chunk(run, chunk, spec)
     requests = requests_build(
-        spec.params, Prompt(prompt.system, prompt.template), _trajectory_inputs(chunk)
+        spec.params, Prompt(prompt.system, prompt.template), trajectory_inputs(chunk)
     )
     by_key = {r.key: r for r in requests}
     answered = set(
@@ -370,8 +346,6 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
     unfinished log's next request together (batched locally, concurrent remotely),
     stored as it comes; the stored replies decide what is next, so a redelivered chunk
     resumes where its replies end."""
-    from scoring.services.verdicts import VerdictInput
-
     assert run.prompt is not None
     params = spec.params
     prompt = Prompt(run.prompt.system, run.prompt.template)
@@ -454,3 +428,46 @@ def _reply_store(
         ignore_conflicts=True,  # a reply of a redelivered chunk that came back twice
     )
     return dataclasses.replace(verdict, error=problem) if problem else verdict
+
+
+class JudgeRunner:
+    """The runs of an llm-judge (the kind's ``runner``): each asks with one prompt
+    version and says what it does with a prompt too long; each chunk first has the run's
+    prompts counted (once per run), then asks what has no reply yet."""
+
+    def run_options(
+        self, scorer: Scorer, *, prompt_version: int | None, on_too_long: str | None
+    ) -> RunOptions:
+        prompt = judge_prompt_for_run(scorer, prompt_version)
+        on_too_long = on_too_long or "skip"
+        if on_too_long not in ON_TOO_LONG:
+            raise ScoringError(
+                f"on_too_long is {on_too_long!r}; use {' or '.join(ON_TOO_LONG)}",
+                field="on_too_long",
+            )
+        return RunOptions(
+            prompt=prompt,
+            metrics={"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version},
+            parameters={"on_too_long": on_too_long},
+        )
+
+    def chunk(self, run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
+        try:
+            judge_run_check(run)  # every prompt of the run, before this chunk asks any
+            return judge_chunk_score(run, chunk)
+        except JudgeError as error:
+            raise RunRefused(str(error)) from error
+
+    def writes_verdicts(self, scorer: Scorer) -> bool:
+        return judge_params_for(scorer).attribution
+
+    def created(
+        self, scorer: Scorer, *, prompt: Mapping[str, Any] | None, user: User | None
+    ) -> None:
+        prompt = prompt or {}
+        judge_prompt_create(
+            scorer=scorer, system=prompt.get("system"), template=prompt.get("template"), user=user
+        )
+
+
+JUDGE_RUNNER = JudgeRunner()

@@ -1,5 +1,7 @@
 """Writes for PRM scores: scorers, scoring runs and their chunks (imported scores are
-``imported.py``, head training ``training.py``, a judge's chunks ``judges.py``).
+``imported.py``, head training ``training.py``, a judge's chunks ``judges.py``). What
+differs by the scorer's kind comes from its declaration (``scoring.prm.kinds``) and its
+runner (``runners.py``); nothing here names a kind.
 
 The web, the API and the management commands call these; Celery tasks call the
 ``*_run``/``*_plan``/``*_score`` services that do the work on a worker. Only the services
@@ -9,8 +11,7 @@ functions that run on workers, so the web process never loads them.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -21,39 +22,25 @@ from django.utils import timezone
 from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
-from scoring.judges.config import JudgeError
-from scoring.model_policy import model_policy
 from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
-from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code_check
+from scoring.prm.model_refs import ModelRefError
+from scoring.references import reference_check
 from scoring.selectors import latest_trained_head
-from scoring.services.judges import (
-    ON_TOO_LONG,
+from scoring.services.runners import (
     SKIPPED_LISTED,
-    JudgeStopped,
-    judge_chunk_score,
-    judge_params_check,
-    judge_params_for,
-    judge_prompt_for_run,
-    judge_run_check,
+    ChunkOutcome,
+    RunRefused,
+    RunStopped,
+    ScoringError,
+    kind_runner,
 )
+from scoring.services.verdicts import failure_verdicts_write
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
-from trajectories.models import Project, Step, Trajectory
+from trajectories.models import Project, Step
 from trajectories.selection import TrajectoryFilters, selection_definition, selection_parse
 from trajectories.selectors import selection_check, trajectories_filtered
-
-_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
-
-
-class ScoringError(Exception):
-    """A request the scoring services refuse, with a message for the user and, where one
-    field is at fault, its name (``model_ref``, ``trust_remote_code``)."""
-
-    def __init__(self, message: str, *, field: str = "") -> None:
-        super().__init__(message)
-        self.field = field
-
 
 # --- Scorers -------------------------------------------------------------------------------
 
@@ -69,9 +56,15 @@ def scorer_create(
     queue: str = "gpu",
     trust_remote_code: bool = False,
     user: User | None = None,
+    prompt: Mapping[str, Any] | None = None,
 ) -> Scorer:
-    """A scorer; its parameters are checked against the kind before it is saved."""
+    """A scorer; its parameters are checked against the kind before it is saved. A kind
+    with prompt versions (an llm-judge) gets its version 1 from ``prompt`` (``system``,
+    ``template``; the mode's default text where left out) in the same transaction."""
     parameters = dict(parameters or {})
+    runner = kind_runner(kind)
+    if prompt is not None and not prm.kind_get(kind).prompts:
+        raise ScoringError("only an llm-judge has a prompt", field="prompt")
     scorer_check(
         kind=kind,
         model_ref=model_ref,
@@ -85,7 +78,7 @@ def scorer_create(
             raise ScoringError(
                 f"a scorer {name!r} revision {revision!r} exists already", field="name"
             )
-        return Scorer.objects.create(
+        scorer = Scorer.objects.create(
             project=project,
             name=name,
             kind=kind,
@@ -96,6 +89,8 @@ def scorer_create(
             trust_remote_code=trust_remote_code,
             created_by=user,
         )
+        runner.created(scorer, prompt=prompt, user=user)
+    return scorer
 
 
 def scorer_check(
@@ -106,59 +101,23 @@ def scorer_check(
     queue: str,
     trust_remote_code: bool = False,
 ) -> None:
-    """Refuse a scorer that cannot run as configured, or whose model may not be loaded
-    (:func:`scorer_model_check`)."""
+    """Refuse a scorer that cannot run as configured (its kind's parameters), or whose
+    model may not be loaded (``scoring.references.reference_check``, the check every
+    model reference passes)."""
     try:
-        if kind == prm.LLM_JUDGE:
-            judge_params_check(parameters)
-        else:
-            prm.params_for_kind(kind, parameters)
-    except (prm.ScorerError, JudgeError) as error:
-        raise ScoringError(str(error)) from None
-    if kind == prm.LLM_JUDGE and not model_ref:
-        raise ScoringError(
-            "an llm-judge needs a model: a directory or hub id (local), or the endpoint's"
-            " model name (remote)",
-            field="model_ref",
+        spec = prm.kind_get(kind)
+        params = spec.parameters(parameters)
+        reference_check(
+            model_ref=model_ref,
+            queue=queue,
+            trust_remote_code=trust_remote_code,
+            needs_model=spec.needs_model,
+            loads_locally=spec.loads(params),
         )
-    if kind in prm.MODEL_KINDS and not model_ref:
-        raise ScoringError(
-            f"a {kind} scorer needs a model reference (directory or hub id)", field="model_ref"
-        )
-    if not _QUEUE_NAME.fullmatch(queue):
-        raise ScoringError("queue names are letters, digits, '.', '_' and '-'", field="queue")
-    scorer_model_check(
-        kind=kind, model_ref=model_ref, parameters=parameters, trust_remote_code=trust_remote_code
-    )
-
-
-def scorer_model_check(
-    *, kind: str, model_ref: str, parameters: dict[str, Any], trust_remote_code: bool
-) -> None:
-    """Refuse a local model outside the operator's model directories, and remote code
-    where the operator has not allowed it (``scoring.prm.model_refs``, which the loaders
-    apply again on the workers)."""
-    # A remote judge's model_ref is the endpoint's model name, never loaded here.
-    loads_locally = kind in prm.MODEL_KINDS
-    if kind == prm.LLM_JUDGE:
-        loads_locally = parameters.get("backend", "local") == "local"
-    try:
-        if loads_locally:
-            model_ref_resolve(model_ref, model_policy())
-        remote_code_check(trust_remote_code, model_policy())
     except ModelRefError as error:
         raise ScoringError(str(error), field=error.field) from None
-
-
-def scorer_spec(scorer: Scorer) -> prm.ScorerSpec:
-    return prm.ScorerSpec(
-        kind=scorer.kind,
-        model_ref=scorer.model_ref,
-        params=prm.params_for_kind(scorer.kind, scorer.parameters),
-        revision="" if scorer.kind == Scorer.Kind.TRAINED_HEAD else scorer.revision,
-        trust_remote_code=scorer.trust_remote_code,
-        artifact=(scorer.artifact or {}).get("head"),
-    )
+    except prm.ScorerError as error:
+        raise ScoringError(str(error)) from None
 
 
 # --- Scoring runs --------------------------------------------------------------------------
@@ -190,29 +149,12 @@ def scoring_run_start(
         raise ScoringError(
             f"{scorer.name} holds scores computed elsewhere; add to them with import_scores"
         )
-    if scorer.kind == Scorer.Kind.TRAINED_HEAD and not (scorer.artifact or {}).get("head"):
-        raise ScoringError(f"{scorer.name} has no trained head yet")
-    prompt = None
-    metrics: dict[str, Any] = {}
-    parameters: dict[str, Any] = {}
-    if scorer.kind == Scorer.Kind.LLM_JUDGE:
-        prompt = judge_prompt_for_run(scorer, prompt_version)
-        metrics = {"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version}
-        on_too_long = on_too_long or "skip"
-        if on_too_long not in ON_TOO_LONG:
-            raise ScoringError(
-                f"on_too_long is {on_too_long!r}; use {' or '.join(ON_TOO_LONG)}",
-                field="on_too_long",
-            )
-        parameters["on_too_long"] = on_too_long
-    elif prompt_version is not None:
-        raise ScoringError(f"{scorer.name} is not an llm-judge; it has no prompt versions")
-    elif on_too_long is not None:
-        raise ScoringError(
-            f"{scorer.name} is not an llm-judge; on_too_long is for judges (a model scorer"
-            " truncates and counts what it truncates)",
-            field="on_too_long",
-        )
+    refusal = prm.kind_get(scorer.kind).run_check(scorer)
+    if refusal:
+        raise ScoringError(refusal)
+    options = kind_runner(scorer.kind).run_options(
+        scorer, prompt_version=prompt_version, on_too_long=on_too_long
+    )
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
         selection["trajectory_ids"] = sorted({int(pk) for pk in trajectory_ids})
@@ -230,9 +172,9 @@ def scoring_run_start(
             kind=ScoringRun.Kind.SCORE,
             selection=selection,
             created_by=user,
-            prompt=prompt,
-            metrics=metrics,
-            parameters=parameters,
+            prompt=options.prompt,
+            metrics=options.metrics,
+            parameters=options.parameters,
         )
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
@@ -255,7 +197,8 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
                 )
             )
         )
-    if selection.get("only_unscored") and _writes_verdicts(run.scorer):
+    assert run.scorer is not None  # a score run keeps its scorer
+    if selection.get("only_unscored") and kind_runner(run.scorer.kind).writes_verdicts(run.scorer):
         # A failure-attribution judge has "scored" a trajectory once it has its verdict.
         judged = FailureVerdict.objects.filter(
             trajectory_id=OuterRef("trajectory_id"), scorer=run.scorer
@@ -266,14 +209,6 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
         steps = steps.exclude(Exists(scored))
     rows = steps.order_by("trajectory_id", "index").values_list("trajectory_id", "id")
     yield from rows.iterator(chunk_size=10_000)
-
-
-def _writes_verdicts(scorer: Scorer | None) -> bool:
-    return (
-        scorer is not None
-        and scorer.kind == Scorer.Kind.LLM_JUDGE
-        and judge_params_for(scorer).attribution
-    )
 
 
 def _group_into_chunks(
@@ -344,85 +279,40 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         return
     if not chunk_claim(chunk, run):
         return
-    cost: dict[str, int] = {}
-    verdicts: list[Any] = []
-    skipped: list[dict[str, Any]] = []
     try:
-        if run.scorer.kind == Scorer.Kind.LLM_JUDGE:
-            judge_run_check(run)  # every prompt of the run, before this chunk asks any
-            outcome = judge_chunk_score(run, chunk)
-            results, cost, verdicts = outcome.results, outcome.cost, outcome.verdicts
-            skipped = outcome.skipped
-        else:
-            results = _score(run.scorer, chunk)
+        outcome = kind_runner(run.scorer.kind).chunk(run, chunk)
     except TRANSIENT_ERRORS:
         raise
-    except JudgeStopped:
+    except RunStopped:
         return
-    except JudgeError as error:
+    except RunRefused as error:
         # A bad endpoint, key, model or prompt: said on the run; retrying cannot mend it.
         scoring_run_fail(run_id=run.pk, error=str(error))
         return
     except Exception as error:
         scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
         raise
-    _chunk_finish(chunk, results, cost, verdicts, skipped)
+    _chunk_finish(chunk, outcome)
 
 
 def scorer_chunk_steps(scorer: Scorer) -> int:
-    """Steps per chunk, from the scorer's parameters (a judge's are its own)."""
-    if scorer.kind == Scorer.Kind.LLM_JUDGE:
-        return judge_params_for(scorer).chunk_steps
-    return prm.params_for_kind(scorer.kind, scorer.parameters).chunk_steps
+    """Steps per chunk, from the scorer's parameters (every kind's have ``chunk_steps``)."""
+    steps: int = prm.params_for_kind(scorer.kind, scorer.parameters).chunk_steps
+    return steps
 
 
-def _trajectory_inputs(chunk: ScoringChunk) -> list[prm.TrajectoryInput]:
-    """The chunk's trajectories, each cut after its last step to score."""
-    wanted = set(chunk.step_ids)
-    tasks_by_id = dict(
-        Trajectory.objects.filter(pk__in=chunk.trajectory_ids).values_list("pk", "task")
-    )
-    steps: dict[int, list[prm.StepInput]] = {pk: [] for pk in tasks_by_id}
-    rows = (
-        Step.objects.filter(trajectory_id__in=chunk.trajectory_ids)
-        .order_by("trajectory_id", "index")
-        .values_list("trajectory_id", "pk", "role", "content", "labelable")
-    )
-    for trajectory_id, pk, role, content, labelable in rows.iterator(chunk_size=2000):
-        steps[trajectory_id].append(
-            prm.StepInput(pk, content, role, labelable=labelable, score=pk in wanted)
-        )
-    inputs = []
-    for trajectory_id, items in steps.items():
-        last = max((i for i, s in enumerate(items) if s.score), default=-1)
-        if last >= 0:
-            inputs.append(
-                prm.TrajectoryInput(
-                    trajectory_id, tasks_by_id[trajectory_id], tuple(items[: last + 1])
-                )
-            )
-    return inputs
-
-
-def _score(scorer: Scorer, chunk: ScoringChunk) -> list[prm.StepResult]:
-    from scoring.prm import adapters
-
-    model = adapters.scorer_load(scorer_spec(scorer))
-    return model.score(_trajectory_inputs(chunk))
-
-
-def _chunk_finish(
-    chunk: ScoringChunk,
-    results: list[prm.StepResult],
-    cost: dict[str, int] | None = None,
-    verdicts: list[Any] | None = None,
-    skipped: list[dict[str, Any]] | None = None,
-) -> None:
+def _chunk_finish(chunk: ScoringChunk, outcome: ChunkOutcome) -> None:
     """Store the chunk's scores (and a failure-attribution judge's ``verdicts``) and count
     it done; ``cost`` (a judge's calls, tokens, parse failures) is added to the run's
     metrics in the same transaction, and so are the judge's ``skipped`` prompts (too
     long: ``skipped_count`` counts them all, ``skipped`` lists the first
     ``SKIPPED_LISTED``)."""
+    results, cost, verdicts, skipped = (
+        outcome.results,
+        outcome.cost,
+        outcome.verdicts,
+        outcome.skipped,
+    )
     now = timezone.now()
     with transaction.atomic():
         locked = ScoringChunk.objects.select_for_update().get(pk=chunk.pk)
@@ -432,8 +322,6 @@ def _chunk_finish(
         assert run.scorer_id is not None  # score runs always have their scorer
         scores_upsert(run=run, scorer_id=run.scorer_id, results=results)
         if verdicts:
-            from scoring.services.verdicts import failure_verdicts_write
-
             assert run.scorer is not None
             failure_verdicts_write(scorer=run.scorer, verdicts=verdicts)
         locked.status = ScoringChunk.Status.DONE
@@ -466,11 +354,8 @@ def _chunk_finish(
 
 
 def _is_latest_head(run: ScoringRun) -> bool:
-    scorer = run.scorer
-    if scorer is None or scorer.kind != Scorer.Kind.TRAINED_HEAD:
-        return False
     latest = latest_trained_head(run.project)
-    return latest is not None and latest.pk == scorer.pk
+    return latest is not None and latest.pk == run.scorer_id
 
 
 def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResult]) -> int:

@@ -41,9 +41,7 @@ def scorer_train_start(
         raise ScoringError(f"neutral labels count as one of {', '.join(NEUTRAL_CHOICES)}")
     if not 0 < holdout < 1:
         raise ScoringError("the held-out fraction must be between 0 and 1")
-    existing = Scorer.objects.filter(project=project, name=name).exclude(
-        kind=Scorer.Kind.TRAINED_HEAD
-    )
+    existing = Scorer.objects.filter(project=project, name=name).exclude(kind=prm.TRAINED_HEAD)
     if existing.exists():
         raise ScoringError(f"{name!r} is a scorer of another kind in this project")
     broker_require()  # a dead broker is said now; no job is left queued
@@ -160,7 +158,7 @@ def scorer_train_run(*, run_id: int) -> ScoringRun:
         scorer = Scorer.objects.create(
             project=run.project,
             name=settings["name"],
-            kind=Scorer.Kind.TRAINED_HEAD,
+            kind=prm.TRAINED_HEAD,
             model_ref=settings["encoder"],
             revision=revision,
             parameters=settings["parameters"],

@@ -12,7 +12,7 @@ from django.db import transaction
 
 from labeling.services import agent_steps_many
 from scoring.models import FailureVerdict, Scorer
-from scoring.services.scores import ScoringError
+from scoring.services.runners import ScoringError
 from trajectories.agents import agent_name
 from trajectories.models import Trajectory
 

@@ -21,6 +21,7 @@ from sklearn.metrics import cohen_kappa_score
 
 from evaluation.compare import compare_query_build, compare_run, human_agreement
 from labeling.models import FinalLabel, LabelSchema, StepLabel
+from scoring import prm
 from scoring.models import Scorer, StepScore
 from tests.conftest import REALDATA
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -32,7 +33,7 @@ pytestmark = pytest.mark.django_db
 
 def scorer_for(project: Project, name: str = "prm") -> Scorer:
     scorer, _ = Scorer.objects.get_or_create(
-        project=project, name=name, defaults={"kind": Scorer.Kind.EXTERNAL}
+        project=project, name=name, defaults={"kind": prm.EXTERNAL}
     )
     return scorer
 

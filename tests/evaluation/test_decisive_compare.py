@@ -13,6 +13,7 @@ from django.urls import reverse
 from evaluation.decisive import decisive_compare
 from labeling.models import TrajectoryLabel
 from labeling.services import decisive_failure_set
+from scoring import prm
 from scoring.models import FailureVerdict, Scorer
 from scoring.services import ScoringError, VerdictInput, failure_verdicts_write
 from tests.factories import MembershipFactory, UserFactory
@@ -35,7 +36,7 @@ def judge(project: Project, logs: dict[str, Trajectory]) -> Scorer:
     Mesopotamian_Number_Systems_Expert@1. The judge: right agent one step late; both
     right; no agent and step 2 (so that step's BusinessLogic_Expert: wrong, two apart);
     right agent two steps late; nothing on the fifth."""
-    scorer = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="judge", kind=prm.EXTERNAL)
     failure_verdicts_write(
         scorer=scorer,
         verdicts=[
@@ -83,7 +84,7 @@ def test_model_verdicts_are_checked_all_or_nothing(
     with pytest.raises(ScoringError, match=r"field 'agent': 'WebSurfer' is not one of its"):
         failure_verdicts_write(scorer=judge, verdicts=[VerdictInput(hand, "WebSurfer", 1)])
     other = Project.objects.create(slug="other", name="Other")
-    mine = Scorer.objects.create(project=other, name="judge", kind=Scorer.Kind.EXTERNAL)
+    mine = Scorer.objects.create(project=other, name="judge", kind=prm.EXTERNAL)
     with pytest.raises(ScoringError, match="field 'trajectory': no such trajectory here"):
         failure_verdicts_write(scorer=mine, verdicts=[VerdictInput(hand, "Orchestrator", 1)])
     assert list(FailureVerdict.objects.values_list("trajectory_id", "agent", "step")) == before

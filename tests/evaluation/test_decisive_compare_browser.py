@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from scoring import prm
 from scoring.models import Scorer
 from scoring.services import VerdictInput, failure_verdicts_write
 from tests.browser import sign_in
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 def test_decisive_compare_page(page: Any, live_server: Any) -> None:
     project = project_create(slug="ww", name="Who and When")
     logs = {name: who_and_when(project, name) for name in WHO_AND_WHEN_COUNTS}
-    judge = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.EXTERNAL)
+    judge = Scorer.objects.create(project=project, name="judge", kind=prm.EXTERNAL)
     failure_verdicts_write(
         scorer=judge,
         verdicts=[

@@ -20,6 +20,7 @@ from evaluation.alignment_metrics import version_figures
 from evaluation.compare_metrics import Scale, StepRows, model_human_metrics
 from labeling.models import LabelSchema, StepLabel, TrajectoryLabel
 from labeling.sources import LabelSource
+from scoring import prm
 from scoring.models import FailureVerdict, JudgePrompt, JudgeReply, Scorer, ScoringRun
 from scoring.services import judge_create
 from scoring.services.judge_examples import END, ExampleError, judge_examples_add
@@ -321,8 +322,8 @@ def test_bad_input_is_refused_naming_it(
     assert unknown.status_code == 400 and "nobody is called" in unknown.content.decode()
     model = client.get(url, {"source": "model:judge"})
     assert model.status_code == 400 and "not a human label source" in model.content.decode()
-    prm = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.TOKEN_CLASSIFICATION)
-    not_judge = client.get(reverse("judge-alignment", args=["demo", prm.pk]))
+    plain = Scorer.objects.create(project=project, name="prm", kind=prm.TOKEN_CLASSIFICATION)
+    not_judge = client.get(reverse("judge-alignment", args=["demo", plain.pk]))
     assert not_judge.status_code == 400
     assert "not an llm-judge" in not_judge.content.decode()
     elsewhere = project_create(slug="other", name="Other")
@@ -391,10 +392,8 @@ def test_api_gives_the_same_figures(world: dict[str, Any], owner: User) -> None:
     assert first["steps"]["first_error_f1"]["value"] == pytest.approx(2 / 3)
     bad = client.get(url, {"source": "human:nobody"})
     assert bad.status_code == 400 and "nobody is called" in bad.json()["source"]
-    prm = Scorer.objects.create(
-        project=judge.project, name="prm", kind=Scorer.Kind.TOKEN_CLASSIFICATION
-    )
-    not_judge = client.get(f"/api/v1/scorers/{prm.pk}/alignment/")
+    plain = Scorer.objects.create(project=judge.project, name="prm", kind=prm.TOKEN_CLASSIFICATION)
+    not_judge = client.get(f"/api/v1/scorers/{plain.pk}/alignment/")
     assert not_judge.status_code == 400 and "not an llm-judge" in not_judge.json()["scorer"]
 
 

@@ -27,6 +27,7 @@ from exports.services import (
 from exports.writers import parse_split_spec, write_export
 from exports.writers.columnar import STEP_CSV, csv_tables
 from labeling.models import LabelSchema, StepLabel
+from scoring import prm
 from scoring import services as scoring
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.conftest import REALDATA
@@ -85,7 +86,7 @@ def mixed(db: None, tmp_path: Path) -> tuple[Project, AttributionRun]:
     rng = random.Random(11)
     alice = User.objects.create(username="alice")
     schema = LabelSchema.objects.get(project=project, is_active=True)
-    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     steps = list(Step.objects.filter(trajectory__project=project).order_by("id"))
     # In batches: the majority trigger's recount of one large statement can take the
     # fresh test database's planner minutes without statistics.

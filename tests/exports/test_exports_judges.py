@@ -17,6 +17,7 @@ from django.urls import reverse
 from rest_framework.test import APIClient
 
 from labeling.models import TrajectoryLabel
+from scoring import prm
 from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringRun
 from scoring.services import VerdictInput, failure_verdicts_write
 from tests.exports.test_exports import export
@@ -91,7 +92,7 @@ def judge(arith: Project) -> Scorer:
     """A per-step judge with two runs: the newer reply on a step wins, a reply it could
     not parse and a whole-trajectory reply give no critique."""
     scorer = Scorer.objects.create(
-        project=arith, name="judge", kind=Scorer.Kind.LLM_JUDGE, model_ref="tiny"
+        project=arith, name="judge", kind=prm.LLM_JUDGE, model_ref="tiny"
     )
     prompt = JudgePrompt.objects.create(scorer=scorer, version=1, template="{task} {step}")
     old, new = judge_run(arith, scorer, prompt), judge_run(arith, scorer, prompt)
@@ -203,7 +204,7 @@ def test_agreeing_rows_leave_out_a_verdict_people_disagree_with(
 def test_bad_judge_and_decisive_choices_are_refused_before_anything_is_written(
     arith: Project, tmp_path: Path, judge: Scorer, extra: list[str], message: str
 ) -> None:
-    Scorer.objects.create(project=arith, name="prm", kind=Scorer.Kind.EXTERNAL)
+    Scorer.objects.create(project=arith, name="prm", kind=prm.EXTERNAL)
     with pytest.raises(CommandError, match=message.replace("(", r"\(")):
         export(*BASE, *extra, "--out", str(tmp_path / "never"))
     assert not (tmp_path / "never").exists()
@@ -269,7 +270,7 @@ def test_who_and_when_decisive_failures_round_trip_through_stepscope_jsonl(
 def test_a_models_failure_attributions_go_in_the_records(
     project: Project, logs: dict[str, Trajectory], tmp_path: Path
 ) -> None:
-    scorer = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.LLM_JUDGE)
+    scorer = Scorer.objects.create(project=project, name="judge", kind=prm.LLM_JUDGE)
     first = logs["Hand-Crafted/1.json"]
     failure_verdicts_write(
         scorer=scorer, verdicts=[VerdictInput(first.pk, "WebSurfer", 13, reason=HOSTILE)]

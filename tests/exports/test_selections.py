@@ -15,6 +15,7 @@ from django.test import Client
 
 from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, StepLabel
+from scoring import prm
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Membership, Project, Trajectory
@@ -66,9 +67,7 @@ def labelled(project: Project) -> dict[str, Any]:
     label("split", 1, alice, 1)
     label("split", 1, bob, -1)
 
-    scorer = Scorer.objects.create(
-        project=project, name="prm", kind=Scorer.Kind.EXTERNAL, queue="default"
-    )
+    scorer = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL, queue="default")
     scores = {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}
     for name, values in scores.items():
         for step, score in zip(steps[name], values, strict=True):

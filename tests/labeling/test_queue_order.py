@@ -16,6 +16,7 @@ from labeling.services import (
     queue_order_set,
     queue_uncertainty_refresh,
 )
+from scoring import prm
 from scoring.models import Scorer, StepScore
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.labeling.test_concurrency import at_once, members, take
@@ -34,7 +35,7 @@ def head(project: Project, revision: str) -> Scorer:
     return Scorer.objects.create(
         project=project,
         name="head",
-        kind=Scorer.Kind.TRAINED_HEAD,
+        kind=prm.TRAINED_HEAD,
         revision=revision,
         artifact={"head": {"weights": [0.0]}},
     )

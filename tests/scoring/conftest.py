@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from scoring import prm
 from scoring.models import Scorer
 from tests import isolation
 from tests.conftest import REPO_ROOT
@@ -60,14 +61,14 @@ def slow_token_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def make_scorer(tiny_models: TinyModels) -> Callable[..., Scorer]:
     paths = {
-        Scorer.Kind.TOKEN_CLASSIFICATION: tiny_models.token_classifier,
-        Scorer.Kind.STEP_TAG_LM: tiny_models.step_tag_lm,
-        Scorer.Kind.CHAT_TURN_LM: tiny_models.chat_turn_lm,
-        Scorer.Kind.SEQUENCE_CLASSIFIER: tiny_models.sequence_classifier,
+        prm.TOKEN_CLASSIFICATION: tiny_models.token_classifier,
+        prm.STEP_TAG_LM: tiny_models.step_tag_lm,
+        prm.CHAT_TURN_LM: tiny_models.chat_turn_lm,
+        prm.SEQUENCE_CLASSIFIER: tiny_models.sequence_classifier,
     }
 
     def make(
-        kind: str = Scorer.Kind.TOKEN_CLASSIFICATION,
+        kind: str = prm.TOKEN_CLASSIFICATION,
         *,
         name: str = "",
         project: Project | None = None,
@@ -78,7 +79,7 @@ def make_scorer(tiny_models: TinyModels) -> Callable[..., Scorer]:
             name=name or kind,
             kind=kind,
             project=project,
-            model_ref=model_ref or str(paths[Scorer.Kind(kind)]),
+            model_ref=model_ref or str(paths[kind]),
             **fields,
         )
 

@@ -10,6 +10,7 @@ from django.urls import reverse
 from labeling.models import Queue
 from labeling.services import queue_create, trajectory_submit
 from rollouts.models import Policy, StepMC
+from scoring import prm
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from tests.factories import UserFactory, trajectory_with_steps
 from tests.labeling.conftest import leased_state
@@ -61,8 +62,8 @@ def test_run_credits_narrowed_to_one_trajectory_are_only_its_own(
 
 def test_trajectory_scores_credits_and_mc_values(project: Project, owner: User) -> None:
     first, second = two_trajectories(project)
-    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
-    other = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
+    other = Scorer.objects.create(project=project, name="judge", kind=prm.EXTERNAL)
     for trajectory in (first, second):
         for step in steps(trajectory):
             StepScore.objects.create(step=step, scorer=scorer, value=0.1 * (step.index + 1))

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from scoring import services
+from scoring import prm, services
 from scoring.models import Scorer, ScoringRun, StepScore
 from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -47,7 +47,7 @@ def test_scores_and_credits_load_into_the_trajectory_page(
     scorer = Scorer.objects.create(
         project=project,
         name="tiny",
-        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        kind=prm.TOKEN_CLASSIFICATION,
         model_ref=str(tiny_models.token_classifier),
     )
     steps = list(failed.steps.order_by("index"))

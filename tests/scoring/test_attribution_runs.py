@@ -52,9 +52,7 @@ def make_rollouts(project: Project) -> dict[str, Trajectory]:
 
 
 def external_scorer(project: Project, values: dict[int, float]) -> Scorer:
-    scorer = Scorer.objects.create(
-        project=project, name="ext", kind=Scorer.Kind.EXTERNAL, queue="default"
-    )
+    scorer = Scorer.objects.create(project=project, name="ext", kind=prm.EXTERNAL, queue="default")
     StepScore.objects.bulk_create(
         StepScore(step_id=pk, scorer=scorer, value=value) for pk, value in values.items()
     )

@@ -17,7 +17,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from labeling.models import StepLabel
-from scoring import services
+from scoring import prm, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.test_attribution_runs import make_rollouts, run_to_completion
@@ -46,9 +46,7 @@ def scored(
     project: Project, trajectories: list[Trajectory], values: list[list[float]], name: str = "ext"
 ) -> Scorer:
     """An external scorer with the given step scores, finished as a scoring run would."""
-    scorer = Scorer.objects.create(
-        project=project, name=name, kind=Scorer.Kind.EXTERNAL, queue="default"
-    )
+    scorer = Scorer.objects.create(project=project, name=name, kind=prm.EXTERNAL, queue="default")
     for trajectory, row in zip(trajectories, values, strict=True):
         for step, value in zip(trajectory.steps.order_by("index"), row, strict=True):
             StepScore.objects.create(step=step, scorer=scorer, value=value)

@@ -15,6 +15,7 @@ import pytest
 from django.core.management import call_command
 from django.db.models import Count
 
+from scoring import prm
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
 from scoring.services import attribution_run_start
 from tests.factories import trajectory_with_steps
@@ -112,7 +113,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     queue = f"attr-kill-{uuid.uuid4().hex[:8]}"
     scorer = Scorer.objects.create(
         name="slow",
-        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        kind=prm.TOKEN_CLASSIFICATION,
         model_ref=str(slow_token_classifier),
         queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},  # 4 players, one trajectory a chunk

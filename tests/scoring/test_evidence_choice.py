@@ -11,7 +11,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 
-from scoring import services
+from scoring import prm, services
 from scoring.models import AttributionRun, EvidenceChoice, Scorer, ScoringRun
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.test_attribution_runs import make_rollouts, run_to_completion
@@ -108,7 +108,7 @@ def test_a_scorer_of_another_project_is_refused(
     a, _, newer = two_scorers
     other = project_create(slug="elsewhere", name="elsewhere")
     foreign = Scorer.objects.create(
-        project=other, name="foreign", kind=Scorer.Kind.EXTERNAL, queue="default"
+        project=other, name="foreign", kind=prm.EXTERNAL, queue="default"
     )
     client = browser(owner)
     response = client.post(

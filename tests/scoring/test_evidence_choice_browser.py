@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
+from scoring import prm
 from scoring.models import Scorer, ScoringRun, StepScore
 from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -22,7 +23,7 @@ PASSWORD = "pw-for-tests"
 
 
 def external(project: Any, name: str, steps: list[Any], values: list[float]) -> Scorer:
-    scorer = Scorer.objects.create(project=project, name=name, kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name=name, kind=prm.EXTERNAL)
     for step, value in zip(steps, values, strict=True):
         StepScore.objects.create(step=step, scorer=scorer, value=value)
     ScoringRun.objects.create(project=project, scorer=scorer, kind="import", status="done")

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 
 from evaluation.decisive import decisive_compare
 from labeling.services import agent_steps
-from scoring import services
+from scoring import prm, services
 from scoring.judges.config import (
     ALL_AT_ONCE,
     ATTRIBUTION_MODES,
@@ -496,7 +496,7 @@ def test_an_oracle_judge_on_the_real_who_and_when_logs_is_always_right(
 
 @pytest.mark.django_db
 def test_verdicts_are_written_in_a_constant_number_of_queries(project: Project) -> None:
-    scorer = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="judge", kind=prm.EXTERNAL)
     logs = [team_log(project, 4) for _ in range(30)]
 
     def write(count: int, step: int) -> int:

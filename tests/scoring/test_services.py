@@ -19,7 +19,7 @@ from django.db.models import Count
 
 from labeling.models import LabelSchema, Queue, StepLabel
 from labeling.services import queue_create, queue_item_take
-from scoring import selectors, services
+from scoring import prm, selectors, services
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.head import Head
 from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
@@ -253,7 +253,7 @@ def test_an_empty_selection_is_done_at_once(
 def test_external_and_foreign_scorers_are_refused(
     project: Project, make_scorer: Callable[..., Scorer]
 ) -> None:
-    external = Scorer.objects.create(name="ext", kind=Scorer.Kind.EXTERNAL, project=project)
+    external = Scorer.objects.create(name="ext", kind=prm.EXTERNAL, project=project)
     with pytest.raises(services.ScoringError, match="import_scores"):
         services.scoring_run_start(project=project, scorer=external)
     other = Project.objects.create(slug="other", name="Other")
@@ -295,7 +295,7 @@ def test_import_scores_creates_an_external_scorer(
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["stored"] == 3 and summary["rejected"] == 0
     scorer = Scorer.objects.get(name="offline-prm")
-    assert scorer.kind == Scorer.Kind.EXTERNAL and scorer.project == project
+    assert scorer.kind == prm.EXTERNAL and scorer.project == project
     values = {
         (s.step.trajectory_id, s.step.index): s.value
         for s in StepScore.objects.select_related("step")
@@ -360,7 +360,7 @@ def test_most_uncertain_steps_come_first(project: Project) -> None:
     head = Scorer.objects.create(
         project=project,
         name="head",
-        kind=Scorer.Kind.TRAINED_HEAD,
+        kind=prm.TRAINED_HEAD,
         revision="1",
         artifact={"head": {}},
     )
@@ -391,7 +391,7 @@ def test_a_new_heads_scoring_run_ranks_the_uncertain_queues(
     head = Scorer.objects.create(
         project=project,
         name="head",
-        kind=Scorer.Kind.TRAINED_HEAD,
+        kind=prm.TRAINED_HEAD,
         revision="1",
         model_ref=str(tiny_models.encoder),
         artifact={"head": Head(tuple(float(w) for w in weights), 0.1).to_dict()},

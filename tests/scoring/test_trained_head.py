@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from scoring import prm, services
-from scoring.models import Scorer, ScoringRun
+from scoring.models import ScoringRun
 from tests.conftest import REALDATA
 from trajectories.models import Project
 from trajectories.services import trajectory_import
@@ -37,7 +37,7 @@ def test_trained_head_beats_chance_on_held_out_processbench_tasks(project: Proje
     assert metrics["processbench_f1"] is not None
     assert metrics["heldout_trajectories"] > 80
     head = run.scorer
-    assert head is not None and head.kind == Scorer.Kind.TRAINED_HEAD and head.revision == "1"
+    assert head is not None and head.kind == prm.TRAINED_HEAD and head.revision == "1"
     assert head.artifact is not None
     assert len(head.artifact["head"]["weights"]) == 384  # MiniLM's embedding width
     assert head.artifact["metrics"] == metrics

@@ -16,6 +16,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from labeling.services import queue_create
+from scoring import prm
 from scoring.models import Scorer, ScoringRun
 from scoring.selectors import step_scores_for_trajectory
 from tests.factories import ProjectFactory, UserFactory, trajectory_with_steps
@@ -140,7 +141,7 @@ def test_outsiders_get_404_and_see_no_runs(
 
 
 def test_unknown_and_external_scorers_are_400(project: Project, owner: User) -> None:
-    Scorer.objects.create(name="ext", kind=Scorer.Kind.EXTERNAL, project=project)
+    Scorer.objects.create(name="ext", kind=prm.EXTERNAL, project=project)
     client = api(owner)
     missing = client.post("/api/v1/scoring-runs/", {"project": "demo", "scorer": "nope"})
     assert missing.status_code == 400 and "no scorer" in missing.json()["scorer"]

@@ -14,6 +14,7 @@ import pytest
 from django.core.management import call_command
 from django.db.models import Count
 
+from scoring import prm
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.services import scoring_run_start
 from tests.factories import trajectory_with_steps
@@ -58,7 +59,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     queue = f"scoring-kill-{uuid.uuid4().hex[:8]}"
     scorer = Scorer.objects.create(
         name="slow",
-        kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+        kind=prm.TOKEN_CLASSIFICATION,
         model_ref=str(slow_token_classifier),
         queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},
@@ -134,7 +135,7 @@ def test_train_scorer_command_trains_a_new_revision_on_a_worker(
     assert isinstance(summary["auroc"], float) and summary["auroc"] > 0.9
     assert summary["train_steps"] + summary["heldout_steps"] == 40
     head = Scorer.objects.get(pk=summary["scorer_id"])
-    assert head.kind == Scorer.Kind.TRAINED_HEAD
+    assert head.kind == prm.TRAINED_HEAD
     assert head.artifact is not None and head.artifact["metrics"]["auroc"] > 0.9
     # --score: the new revision then scored the project.
     scoring = ScoringRun.objects.filter(scorer=head, kind=ScoringRun.Kind.SCORE)

@@ -31,6 +31,7 @@ from exports.models import ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
+from scoring import prm
 from scoring.models import (
     AttributionRun,
     JudgePrompt,
@@ -212,7 +213,7 @@ def _judge(project: Project, step: Step, text: str, admin: User) -> Scorer:
     judge = Scorer.objects.create(
         project=project,
         name="world-judge",
-        kind=Scorer.Kind.LLM_JUDGE,
+        kind=prm.LLM_JUDGE,
         model_ref="tiny",
         parameters={"mode": "per-step"},
     )
@@ -455,7 +456,7 @@ def build_world(
         project=project, name="failures", definition={"success": "false"}, created_by=users["admin"]
     )
     scorer = Scorer.objects.create(
-        project=project, name=f"prm{text}", kind=Scorer.Kind.TOKEN_CLASSIFICATION, queue="gpu"
+        project=project, name=f"prm{text}", kind=prm.TOKEN_CLASSIFICATION, queue="gpu"
     )
     scoring_run = ScoringRun.objects.create(
         project=project,

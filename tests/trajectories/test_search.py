@@ -19,6 +19,7 @@ from django.urls import reverse
 from exports.services import selection_save
 from labeling.models import LabelSchema, StepLabel
 from labeling.services import queue_create
+from scoring import prm
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.trajectories.test_formats_mapped import WHO_AND_WHEN_DIR, WHO_AND_WHEN_LABELABLE
@@ -342,10 +343,10 @@ def test_columns_show_progress_first_error_score_and_cost(project: Project) -> N
     for step, value in zip(steps[:3], (1, -1, -1), strict=True):
         for annotator in (alice, bob):
             StepLabel.objects.create(step=step, annotator=annotator, schema=schema, value=value)
-    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     old_run = ScoringRun.objects.create(project=project, scorer=scorer)
     new_run = ScoringRun.objects.create(project=project, scorer=scorer)
-    other = Scorer.objects.create(project=project, name="other", kind=Scorer.Kind.EXTERNAL)
+    other = Scorer.objects.create(project=project, name="other", kind=prm.EXTERNAL)
     StepScore.objects.create(step=steps[0], scorer=other, run=old_run, value=0.01)
     for step, score in zip(steps, (0.9, 0.4, 0.7, 0.8), strict=True):
         StepScore.objects.create(step=step, scorer=scorer, run=new_run, value=score)
@@ -444,7 +445,7 @@ def test_the_list_page_query_count_does_not_grow_with_labelled_scored_rows(
 
     few = queries()
     schema = LabelSchema.objects.get(project=project, is_active=True)
-    scorer = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    scorer = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     run = ScoringRun.objects.create(project=project, scorer=scorer)
     for number in range(20):
         trajectory = trajectory_with_steps(

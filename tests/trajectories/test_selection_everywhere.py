@@ -28,6 +28,7 @@ from rollouts.models import Policy, RolloutJob
 from rollouts.services import jobs as rollout_jobs
 from scoring import services as scoring
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
+from scoring.prm import EXTERNAL, TOKEN_CLASSIFICATION
 from scoring.services import attribution as attribution_services
 from scoring.services import scores as score_services
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
@@ -169,9 +170,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
             label("split", 0, bob, 1)
             label("split", 1, alice, 1)
             label("split", 1, bob, -1)
-            prm = Scorer.objects.create(
-                project=project, name="prm", kind=Scorer.Kind.EXTERNAL, queue="default"
-            )
+            prm = Scorer.objects.create(project=project, name="prm", kind=EXTERNAL, queue="default")
             for name, values in {"agreed": [0.9, 0.8, 0.2], "split": [0.1, 0.9, 0.9]}.items():
                 for step, score in zip(steps[name], values, strict=True):
                     StepScore.objects.create(step=step, scorer=prm, value=score)
@@ -184,7 +183,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
             model = Scorer.objects.create(
                 project=project,
                 name="tiny-prm",
-                kind=Scorer.Kind.TOKEN_CLASSIFICATION,
+                kind=TOKEN_CLASSIFICATION,
                 model_ref="tiny",
                 queue="default",
             )
