@@ -254,14 +254,14 @@ def trace_memory() -> dict[str, Any]:
             live_spans_accept(project_id=project.pk, spans=decoded.spans)
         code = (
             "import django, resource, time; django.setup();"
-            "from trajectories.services.live import live_traces_assemble;"
+            "from trajectories.services.assembly import live_traces_assemble;"
             "start = time.perf_counter(); live_traces_assemble();"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,"
             " time.perf_counter() - start)"
         )
         before = (
             "import django, resource; django.setup();"
-            "import trajectories.services.live, trajectories.formats.otel;"
+            "import trajectories.services.assembly, trajectories.formats.otel;"
             "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
         )
         base = int(

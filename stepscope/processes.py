@@ -1,7 +1,8 @@
 """Start and stop what Stepscope runs beside the web server, for `make run` / `make stop`.
 
     python -m stepscope.processes up       # embedded PostgreSQL and Redis (unless configured)
-    python -m stepscope.processes worker   # a Celery worker on both queues, in the background
+    python -m stepscope.processes worker   # a Celery worker on both queues, in the background,
+                                           # with beat (the periodic tasks) inside it
     python -m stepscope.processes down     # stop the worker and the embedded servers
 
 Each command is idempotent. Django-free, like ``stepscope.embedded``.
@@ -31,6 +32,11 @@ def data_dir() -> Path:
 
 def _worker_pid_file() -> Path:
     return data_dir() / "celery-worker.pid"
+
+
+def beat_schedule_file() -> Path:
+    """Where the worker's beat keeps when each periodic task last ran."""
+    return data_dir() / "celerybeat-schedule"
 
 
 def up() -> None:
@@ -75,6 +81,11 @@ def worker() -> None:
             "default,gpu",
             "--concurrency",
             str(WORKER_CONCURRENCY),
+            # The periodic tasks (CELERY_BEAT_SCHEDULE: the sweep that finishes live
+            # traces whose assembly task was lost, the followed folders) run in this one
+            # worker; a deployment with several workers runs one `celery beat` instead.
+            "--beat",
+            f"--schedule={beat_schedule_file()}",
             "--detach",
             f"--pidfile={pid_file}",
             f"--logfile={log_file}",
@@ -87,7 +98,7 @@ def worker() -> None:
         # come first, and a scoring run takes what CPU they leave (docs/operating.md).
         preexec_fn=lambda: _lower_priority(niceness),
     )
-    print(f"celery worker: started at nice {niceness}, log in {log_file}")
+    print(f"celery worker: started at nice {niceness} with beat, log in {log_file}")
 
 
 def worker_environment() -> dict[str, str]:

@@ -73,9 +73,10 @@ def _step_bytes(step: ParsedStep) -> bytes:
     )
 
 
-def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
+def prefix_hashes(task: str, steps: list[ParsedStep], after: str = "") -> list[str]:
     """The chained hash of each step; the same bytes as :func:`_step_bytes` hashes,
-    built faster.
+    built faster. ``after``, the hash of the step before the first of ``steps``, goes
+    on from there (steps appended to a trajectory).
 
     A large import hashes every step, so this is written for speed: the short fields
     that repeat from step to step (kind, role, agent; tool name when there are no
@@ -85,7 +86,7 @@ def prefix_hashes(task: str, steps: list[ParsedStep]) -> list[str]:
     fresh = _SHA256.copy
     heads = _HEADS
     hashes = []
-    current = hashlib.sha256(b"task" + _field(task)).digest()
+    current = bytes.fromhex(after) if after else hashlib.sha256(b"task" + _field(task)).digest()
     for step in steps:
         key = (step.kind, step.role, step.agent)
         head = heads.get(key)

@@ -458,6 +458,13 @@ class LiveTrace(models.Model):
     # Spans staged, and spans the trajectory was last built from.
     span_count = models.PositiveIntegerField(default=0, db_default=0)
     assembled_count = models.PositiveIntegerField(default=0, db_default=0)
+    # The last staged span (StagedSpan.id) the trajectory was built from: a trace's spans
+    # are staged in the order their requests commit, each under this row's lock, so the
+    # ones after it are the ones not yet assembled.
+    assembled_through = models.BigIntegerField(default=0, db_default=0)
+    # What the next assembly needs to append steps without reading the earlier ones
+    # (trajectories.services.assembly); null: build the trace again from all its spans.
+    state = models.JSONField(null=True, blank=True)
     root_seen = models.BooleanField(default=False, db_default=False)
     first_span_at = models.DateTimeField(db_default=Now())
     last_span_at = models.DateTimeField(db_default=Now())

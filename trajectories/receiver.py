@@ -8,7 +8,7 @@ wrong. 429 and 503 carry ``Retry-After``, which the SDK exporters honour by retr
 Authentication is an API token (``Authorization: Bearer <token>`` or ``Token <token>``);
 the project is the ``x-stepscope-project`` header, else the ``stepscope.project``
 resource attribute. The request stages the spans and returns; the assembler builds the
-trajectories (``trajectories.services.live``).
+trajectories (``trajectories.services.live`` stages, ``.assembly`` builds).
 """
 
 from __future__ import annotations

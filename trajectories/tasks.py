@@ -7,7 +7,8 @@ from celery import shared_task
 from stepscope.statistics import analyze
 from trajectories.services import import_batch_run
 from trajectories.services.deletion import project_deletion_run
-from trajectories.services.live import live_sweep, live_traces_assemble
+from trajectories.services.assembly import live_traces_assemble
+from trajectories.services.live import live_sweep
 from trajectories.services.search import trajectory_search_index
 
 

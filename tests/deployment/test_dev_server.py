@@ -22,8 +22,11 @@ from django.db import connection
 from accounts.services import api_token_create
 from tests.deployment.stack import REPO_ROOT, free_port
 from tests.factories import trajectory_with_steps
+from tests.trajectories import otlp_bodies
 from tests.waiting import wait_until
-from trajectories.models import Project
+from trajectories.formats import otlp
+from trajectories.models import Project, Trajectory
+from trajectories.services import live
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -99,10 +102,8 @@ def test_a_script_on_the_development_server_leaves_no_connection_per_request(
     assert peak <= 2, f"{peak} database connections left open after {REQUESTS} requests"
 
 
-def test_make_run_starts_the_worker_at_a_lower_cpu_priority(tmp_path: Path) -> None:
-    """On one machine the worker's scoring runs must not starve the web server: `make
-    run`'s worker (``stepscope.processes worker``) runs at nice 10, and its torch threads
-    sleep while they wait instead of spinning on the cores the web server needs."""
+def processes_env(tmp_path: Path) -> dict[str, str]:
+    """`make run`'s environment for ``stepscope.processes``, on the test database."""
     database = connection.settings_dict
     host = urllib.parse.quote(str(database["HOST"]), safe="")
     env = {
@@ -115,13 +116,47 @@ def test_make_run_starts_the_worker_at_a_lower_cpu_priority(tmp_path: Path) -> N
     }
     env.pop("STEPSCOPE_WORKER_NICE", None)
     env.pop("OMP_WAIT_POLICY", None)
-    command = [sys.executable, "-m", "stepscope.processes"]
+    return env
+
+
+PROCESSES = [sys.executable, "-m", "stepscope.processes"]
+
+
+def test_make_run_starts_the_worker_at_a_lower_cpu_priority(tmp_path: Path) -> None:
+    """On one machine the worker's scoring runs must not starve the web server: `make
+    run`'s worker (``stepscope.processes worker``) runs at nice 10, and its torch threads
+    sleep while they wait instead of spinning on the cores the web server needs."""
+    env = processes_env(tmp_path)
     pid_file = tmp_path / "celery-worker.pid"
     try:
-        subprocess.run([*command, "worker"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+        subprocess.run([*PROCESSES, "worker"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
         assert wait_until(pid_file.exists, timeout=60), "the worker wrote no pid file"
         worker = psutil.Process(int(pid_file.read_text()))
         assert worker.nice() == min(19, os.nice(0) + 10)
         assert worker.environ().get("OMP_WAIT_POLICY") == "PASSIVE"
     finally:
-        subprocess.run([*command, "down"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+        subprocess.run([*PROCESSES, "down"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+
+
+def test_make_run_s_worker_runs_beat_which_finishes_a_lost_live_trace(
+    tmp_path: Path, project: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live trace whose assembly task was lost (spans staged, nothing queued) becomes
+    its trajectory with no manual step: `make run`'s worker runs beat, whose sweep
+    queues the assembler."""
+    monkeypatch.setattr(live, "assembly_request", lambda: False)  # the task is lost
+    decoded = otlp.decode_json(otlp_bodies.json_body(otlp_bodies.agent_spans(0)), max_attribute=100)
+    assert live.live_spans_accept(project_id=project.pk, spans=decoded.spans).stored == 6
+    env = processes_env(tmp_path)
+    try:
+        subprocess.run([*PROCESSES, "worker"], cwd=REPO_ROOT, env=env, check=True, timeout=120)
+        made = wait_until(
+            lambda: Trajectory.objects.filter(project=project, step_count=6).exists(), timeout=90
+        )
+        log = (tmp_path / "celery-worker.log").read_text(errors="replace")[-3000:]
+        assert made, f"the sweep never assembled the trace; the worker's log:\n{log}"
+        assert (tmp_path / "celerybeat-schedule").exists() or any(
+            path.name.startswith("celerybeat-schedule") for path in tmp_path.iterdir()
+        )
+    finally:
+        subprocess.run([*PROCESSES, "down"], cwd=REPO_ROOT, env=env, check=True, timeout=120)

@@ -14,7 +14,7 @@ from tests.factories import MembershipFactory, UserFactory
 from tests.screens import WIDEST, shot
 from tests.trajectories import otlp_bodies as bodies
 from trajectories.models import Membership, Project, Trajectory
-from trajectories.services.live import live_traces_assemble
+from trajectories.services.assembly import live_traces_assemble
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

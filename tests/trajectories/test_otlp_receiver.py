@@ -37,7 +37,8 @@ from trajectories.models import (
     TrajectorySearch,
 )
 from trajectories.selectors import live_trace_state
-from trajectories.services.live import assembly_request, live_sweep, live_traces_assemble
+from trajectories.services.assembly import live_traces_assemble
+from trajectories.services.live import assembly_request, live_sweep
 from trajectories.services.search import trajectory_search_index
 
 pytestmark = pytest.mark.django_db

@@ -470,19 +470,27 @@ def trace_trajectory(
 ) -> ParsedTrajectory:
     """The trajectory of one trace's spans: the file importer's and the OTLP receiver's."""
     tree = spans.build(trace_spans)
-    metadata: dict[str, Any] = {"trace_id": trace_id, **tree.totals}
     sessions = [span.extra["session_id"] for span in trace_spans if "session_id" in span.extra]
-    if sessions:
-        metadata["session_id"] = sessions[0]
-    service = resource.get("service.name")
-    if isinstance(service, str):
-        metadata["service_name"] = service
     return ParsedTrajectory(
         external_id=trace_id,
         task=tree.task,
         steps=tree.steps,
         model_name=tree.model,
-        metadata=metadata,
+        metadata=trace_metadata(trace_id, tree.totals, sessions[0] if sessions else None, resource),
         raw=[span.raw for span in trace_spans],
         location=location,
     )
+
+
+def trace_metadata(
+    trace_id: str, totals: dict[str, Any], session_id: Any, resource: dict[str, Any]
+) -> dict[str, Any]:
+    """A trace's trajectory metadata: its id, totals, the session of its first span that
+    names one (in the order the spans came), and the service of its resource."""
+    metadata: dict[str, Any] = {"trace_id": trace_id, **totals}
+    if session_id is not None:
+        metadata["session_id"] = session_id
+    service = resource.get("service.name")
+    if isinstance(service, str):
+        metadata["service_name"] = service
+    return metadata

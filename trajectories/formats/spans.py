@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -68,22 +67,234 @@ class Tree:
     task: str
     model: str
     totals: dict[str, Any]
+    # What :func:`extend` needs to add later spans: the summary folded over the steps,
+    # the last step's start as ordered (-inf when it has none), and the parent ids the
+    # spans name but the trace lacks.
+    summary: Summary
+    last_start: float
+    absent: set[str]
+
+
+@dataclass
+class Summary:
+    """The task, model and totals of a trace, folded span by span in step order (a
+    live trace carries it from one assembly to the next, as JSON)."""
+
+    task: str = ""
+    task_from_model: bool = False
+    # [model, calls], in the order the models first appear (the first wins a tie).
+    models: list[list[Any]] = field(default_factory=list)
+    spans: int = 0
+    llm_calls: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    # Token counts of the model calls that report them; those of every span count
+    # only when no model call does (containers often repeat their calls' usage).
+    llm_tokens: dict[str, int] = field(default_factory=dict)
+    llm_tokens_seen: bool = False
+    all_tokens: dict[str, int] = field(default_factory=dict)
+    cost: float = 0.0
+    priced: bool = False
+    first_start: float | None = None
+    last_end: float | None = None
+
+    def add(self, span: Span) -> None:
+        # The task: the first user input of the first model call, else of any span.
+        if not self.task_from_model and (span.kind in MODEL_KINDS or not self.task):
+            text = first_user_text(span.input)
+            if text.strip():
+                self.task = text
+                self.task_from_model = span.kind in MODEL_KINDS
+        if span.kind == LLM and span.model:
+            for pair in self.models:
+                if pair[0] == span.model:
+                    pair[1] += 1
+                    break
+            else:
+                self.models.append([span.model, 1])
+        self.spans += 1
+        self.llm_calls += span.kind == LLM
+        self.tool_calls += span.kind == TOOL
+        self.errors += bool(span.error)
+        if span.kind == LLM and span.tokens:
+            self.llm_tokens_seen = True
+            _count_into(self.llm_tokens, span.tokens)
+        _count_into(self.all_tokens, span.tokens)
+        if span.cost is not None:
+            self.cost += span.cost
+            self.priced = True
+        if span.start is not None:
+            first = self.first_start
+            self.first_start = span.start if first is None else min(span.start, first)
+        if span.end is not None:
+            last = self.last_end
+            self.last_end = span.end if last is None else max(span.end, last)
+
+    @property
+    def model(self) -> str:
+        best: list[Any] = ["", 0]
+        for pair in self.models:
+            if pair[1] > best[1]:
+                best = pair
+        return str(best[0])
+
+    @property
+    def totals(self) -> dict[str, Any]:
+        totals: dict[str, Any] = {
+            "spans": self.spans,
+            "llm_calls": self.llm_calls,
+            "tool_calls": self.tool_calls,
+            "errors": self.errors,
+        }
+        tokens = self.llm_tokens if self.llm_tokens_seen else self.all_tokens
+        if tokens:
+            totals["tokens"] = dict(tokens)
+        if self.priced:
+            totals["cost"] = round(self.cost, 10)
+        if self.first_start is not None and self.last_end is not None:
+            totals["duration_ms"] = round((self.last_end - self.first_start) * 1000, 3)
+        return totals
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, value: dict[str, Any]) -> Summary:
+        return cls(**value)
+
+
+def _count_into(counts: dict[str, int], more: dict[str, int]) -> None:
+    for key, value in more.items():
+        counts[key] = counts.get(key, 0) + value
 
 
 def build(spans: list[Span]) -> Tree:
     """The steps of one trace, parents first and otherwise in order of start time."""
     by_id = {span.span_id: span for span in spans}
     children: dict[str, list[Span]] = {}
+    absent: set[str] = set()
     for span in spans:
         parent = span.parent_span_id if span.parent_span_id in by_id else ""
+        if span.parent_span_id and not parent:
+            absent.add(span.parent_span_id)
         children.setdefault(parent, []).append(span)
     ordered = _time_order(children)
     has_model_below = _model_below(spans, by_id)
+    steps = _steps(ordered, has_model_below, {}, {}, 0)
+    summary = Summary()
+    for _, _, span in ordered:
+        summary.add(span)
+    return Tree(
+        steps=steps,
+        task=summary.task,
+        model=summary.model,
+        totals=summary.totals,
+        summary=summary,
+        last_start=ordered[-1][0] if ordered else -math.inf,
+        absent=absent,
+    )
 
-    index_of: dict[str, int] = {}
-    agents: dict[str, str] = {}
+
+@dataclass(frozen=True)
+class Placed:
+    """A step already built that new spans hang from."""
+
+    index: int
+    depth: int
+    agent: str
+
+
+@dataclass
+class Extension:
+    """The steps :func:`extend` adds, and what changes for the steps before them."""
+
+    steps: list[ParsedStep]
+    last_start: float
+    # Placed steps that now have a model call below them (by span id): an agent span
+    # among them or their ancestors is no longer labelable.
+    model_below: set[str]
+    # Parent ids the new spans name and the trace lacks.
+    absent: set[str]
+
+
+def extend(
+    spans: list[Span],
+    *,
+    placed: dict[str, Placed],
+    after: float,
+    absent: set[str],
+    first_index: int,
+    summary: Summary,
+) -> Extension | None:
+    """The steps of ``spans``, later spans of a trace whose first ``first_index`` steps
+    are built, when they simply follow those steps: the steps :func:`build` gives for
+    all the spans are then the earlier ones, unchanged, and these. ``placed`` holds the
+    earlier steps the new spans name as parents, ``after`` the last earlier step's start
+    as ordered, ``absent`` the parents the earlier spans named and lacked; the new
+    spans are added to ``summary``.
+
+    None when the new spans do not simply follow: one is the missing parent of an
+    earlier span (the tree changes), one starts no later than ``after`` (the order
+    changes), or they hang in a cycle. The caller then builds the trace again."""
+    ids = {span.span_id for span in spans}
+    if not ids.isdisjoint(absent):
+        return None
+    children: dict[str, list[Span]] = {}
+    new_absent: set[str] = set()
+    for span in spans:
+        parent = span.parent_span_id
+        if parent not in ids:
+            if span.start is None and not (first_index == 0 and after == -math.inf):
+                return None
+            if span.start is not None and not span.start > after:
+                return None
+            if parent not in placed:
+                if parent:
+                    new_absent.add(parent)
+                parent = ""
+        children.setdefault(parent, []).append(span)
+    seeds = [("", -math.inf, 0)] + [
+        (parent, -math.inf, placed[parent].depth + 1) for parent in children if parent in placed
+    ]
+    keyed, seen = _walk(children, seeds)
+    if len(seen) < len(spans):
+        return None  # a cycle of parent ids among the new spans
+    keyed.sort(key=lambda item: item[:3])
+    ordered = [(start, depth, span) for start, depth, _, span in keyed]
+    by_id = {span.span_id: span for span in spans}
+    has_model_below = _model_below(spans, by_id)
+    model_below: set[str] = set()
+    for span in spans:
+        if span.kind not in MODEL_KINDS:
+            continue
+        parent_id, hops = span.parent_span_id, 0
+        while parent_id in by_id and hops < len(spans):
+            parent_id, hops = by_id[parent_id].parent_span_id, hops + 1
+        if parent_id in placed:
+            model_below.add(parent_id)
+    index_of = {span_id: step.index for span_id, step in placed.items()}
+    agents = {span_id: step.agent for span_id, step in placed.items()}
+    for _, _, span in ordered:
+        summary.add(span)
+    return Extension(
+        steps=_steps(ordered, has_model_below, index_of, agents, first_index),
+        last_start=ordered[-1][0] if ordered else after,
+        model_below=model_below,
+        absent=new_absent,
+    )
+
+
+def _steps(
+    ordered: list[tuple[float, int, Span]],
+    has_model_below: dict[str, bool],
+    index_of: dict[str, int],
+    agents: dict[str, str],
+    first_index: int,
+) -> list[ParsedStep]:
+    """One step per span, in order; ``index_of`` and ``agents`` hold the steps already
+    built (the spans' parents among them), and gain these."""
     steps: list[ParsedStep] = []
-    for depth, span in ordered:
+    for _, depth, span in ordered:
         parent_agent = agents.get(span.parent_span_id, "")
         agent = span.agent or (span.name if span.kind == AGENT else parent_agent)
         agents[span.span_id] = agent
@@ -91,23 +302,18 @@ def build(spans: list[Span]) -> Tree:
         step.metadata.update(_span_metadata(span, depth))
         if span.parent_span_id in index_of:
             step.metadata["parent"] = index_of[span.parent_span_id]
-        index_of[span.span_id] = len(steps)
+        index_of[span.span_id] = first_index + len(steps)
         steps.append(step)
-
-    spans_in_order = [span for _, span in ordered]
-    return Tree(
-        steps=steps,
-        task=_task(spans_in_order),
-        model=_model(spans_in_order),
-        totals=_totals(spans_in_order),
-    )
+    return steps
 
 
-def _time_order(children: dict[str, list[Span]]) -> list[tuple[int, Span]]:
-    """(depth, span) pairs: each span's start is taken as at least its parent's, then
-    all spans sorted by that start, depth and file order."""
+def _walk(
+    children: dict[str, list[Span]], seeds: list[tuple[str, float, int]]
+) -> tuple[list[tuple[float, int, int, Span]], set[str]]:
+    """(start, depth, order, span) of each span below the seeds (parent id, its start,
+    its children's depth): a span's start is taken as at least its parent's."""
     keyed: list[tuple[float, int, int, Span]] = []
-    pending: list[tuple[str, float, int]] = [("", -math.inf, 0)]
+    pending = list(seeds)
     seen: set[str] = set()
     while pending:
         parent_id, parent_start, depth = pending.pop()
@@ -118,6 +324,13 @@ def _time_order(children: dict[str, list[Span]]) -> list[tuple[int, Span]]:
             start = parent_start if span.start is None else max(span.start, parent_start)
             keyed.append((start, depth, span.order, span))
             pending.append((span.span_id, start, depth + 1))
+    return keyed, seen
+
+
+def _time_order(children: dict[str, list[Span]]) -> list[tuple[float, int, Span]]:
+    """(start, depth, span) triples: each span's start is taken as at least its
+    parent's, then all spans sorted by that start, depth and file order."""
+    keyed, seen = _walk(children, [("", -math.inf, 0)])
     # Spans caught in a cycle of parent ids hang from no root; they become roots.
     for spans in children.values():
         for span in spans:
@@ -126,7 +339,7 @@ def _time_order(children: dict[str, list[Span]]) -> list[tuple[int, Span]]:
                 keyed.append((span.start or -math.inf, 0, span.order, span))
                 span.parent_span_id = ""
     keyed.sort(key=lambda item: item[:3])
-    return [(depth, span) for _, depth, _, span in keyed]
+    return [(start, depth, span) for start, depth, _, span in keyed]
 
 
 def _model_below(spans: list[Span], by_id: dict[str, Span]) -> dict[str, bool]:
@@ -202,51 +415,6 @@ def _span_metadata(span: Span, depth: int) -> dict[str, Any]:
         metadata["error"] = span.error
     metadata.update(span.extra)
     return metadata
-
-
-def _task(spans: list[Span]) -> str:
-    """The first user input of the first model call, else of any span."""
-    for kinds in (MODEL_KINDS, None):
-        for span in spans:
-            if kinds is None or span.kind in kinds:
-                text = first_user_text(span.input)
-                if text.strip():
-                    return text
-    return ""
-
-
-def _model(spans: list[Span]) -> str:
-    models = Counter(span.model for span in spans if span.kind == LLM and span.model)
-    return models.most_common(1)[0][0] if models else ""
-
-
-def _totals(spans: list[Span]) -> dict[str, Any]:
-    tokens: Counter[str] = Counter()
-    cost = 0.0
-    priced = False
-    # Containers often repeat their model calls' usage; count the calls when they have it.
-    counted = [span for span in spans if span.kind == LLM and span.tokens] or spans
-    for span in counted:
-        tokens.update(span.tokens)
-    for span in spans:
-        if span.cost is not None:
-            cost += span.cost
-            priced = True
-    starts = [span.start for span in spans if span.start is not None]
-    ends = [span.end for span in spans if span.end is not None]
-    totals: dict[str, Any] = {
-        "spans": len(spans),
-        "llm_calls": sum(span.kind == LLM for span in spans),
-        "tool_calls": sum(span.kind == TOOL for span in spans),
-        "errors": sum(bool(span.error) for span in spans),
-    }
-    if tokens:
-        totals["tokens"] = dict(tokens)
-    if priced:
-        totals["cost"] = round(cost, 10)
-    if starts and ends:
-        totals["duration_ms"] = round((max(ends) - min(starts)) * 1000, 3)
-    return totals
 
 
 # Values the span formats share
