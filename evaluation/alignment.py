@@ -25,7 +25,7 @@ from django.db import connection
 
 from evaluation import alignment_metrics as am
 from evaluation import compare_metrics as cm
-from evaluation.compare import DEFAULT_LABELS, pull, scale_for, source_param
+from evaluation.compare import DEFAULT_LABELS, pull, scale_for, source_param, source_schema
 from labeling.decisive_sources import (
     decisive_source_choices,
     decisive_source_parse,
@@ -294,7 +294,11 @@ def alignment_run(query: AlignmentQuery) -> Alignment:
             ("score", "float8"),
         ],
     )
-    scale = scale_for(query.project, np.unique(columns["label"]).tolist())
+    scale = scale_for(
+        query.project,
+        np.unique(columns["label"]).tolist(),
+        schema=source_schema(query.project, query.source),
+    )
     for pk, row in rows.items():
         mine = columns["prompt"] == pk
         excluded = left_out[pk]

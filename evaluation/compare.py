@@ -17,6 +17,7 @@ own labels instead of the chosen label source.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import time
 from collections.abc import Sequence
@@ -31,7 +32,16 @@ from django.db.models import Exists, OuterRef
 from evaluation import compare_metrics as cm
 from labeling.models import LabelSchema, StepLabel, StepMajority
 from labeling.selectors import active_schema
-from labeling.sources import IMPORTED_PREFIX, LabelSource, label_source_parse, label_source_sql
+from labeling.sources import (
+    IMPORTED_PREFIX,
+    SCHEMA_KINDS,
+    LabelSource,
+    label_schema_first,
+    label_schema_names,
+    label_schema_scope,
+    label_source_parse,
+    label_source_sql,
+)
 from metrics.agreement import FirstErrorMetrics
 from scoring.models import Scorer
 from scoring.selectors import default_scorer, scorer_latest, scorers_for_project
@@ -114,12 +124,15 @@ class CompareQuery:
     source: LabelSource
     threshold: float = DEFAULT_THRESHOLD
     slice: Slice | None = None
+    # The label schema (by name) the reference reads, resolved from the source: the
+    # project's one schema where the source names none.
+    schema: str = ""
 
     @property
     def reference(self) -> LabelSource:
         """The labels compared with: the annotator slice uses that annotator's own."""
         if self.slice is not None and self.slice.dimension == "annotator":
-            return LabelSource("human", self.slice.value)
+            return LabelSource("human", self.slice.value, schema=self.source.schema)
         return self.source
 
     def params(self) -> dict[str, str]:
@@ -135,8 +148,20 @@ class CompareQuery:
 
 
 def source_param(source: LabelSource) -> str:
-    """A label source as ``--labels`` and the pages spell it."""
-    return "consensus" if source.kind == "consensus" else f"{source.kind}:{source.name}"
+    """A label source as ``--labels`` and the pages spell it (with its schema's name
+    where it names one)."""
+    return source.text()
+
+
+def source_schema(project: Project, source: LabelSource) -> str:
+    """The name of the label schema ``source`` reads: the one it names, else the
+    project's one schema; for a model or Monte Carlo source (no schema), the project's
+    first schema, whose values the comparison shows. A ValueError names a schema the
+    project lacks, or the ones to choose from."""
+    if source.kind in SCHEMA_KINDS:
+        return label_schema_scope(project, source.schema).name
+    first = label_schema_first(project)
+    return first.name if first is not None else ""
 
 
 def compare_query_build(
@@ -155,16 +180,29 @@ def compare_query_build(
     if found is None:
         raise ValueError(f"no scorer named {scorer!r} in project {project.slug!r}")
     source = label_source_parse(labels or DEFAULT_LABELS, threshold=threshold, scorer=scorer)
-    query = CompareQuery(project, found, source, threshold, slice_parse(slice_text))
+    query = CompareQuery(
+        project, found, source, threshold, slice_parse(slice_text), source_schema(project, source)
+    )
     # Resolving the SQL checks that a named annotator or scorer exists.
     label_source_sql(project, query.reference)
     return query
 
 
-def scale_for(project: Project, observed: Sequence[float] = ()) -> cm.Scale:
-    """The active schema's values in order, plus any other value the labels hold (from an
-    older schema version), so no label is ever dropped from a matrix."""
-    schema = active_schema(project)
+def scale_for(project: Project, observed: Sequence[float] = (), *, schema: str = "") -> cm.Scale:
+    """The values of schema ``schema`` (its newest version; without a name the project's
+    active schema) in order, plus any other value the labels hold (from an older
+    schema version), so no label is ever dropped from a matrix."""
+    found = (
+        LabelSchema.objects.filter(project=project, name=schema)
+        .order_by("-is_active", "-version", "-id")
+        .first()
+        if schema
+        else active_schema(project)
+    )
+    return _scale(found, observed)
+
+
+def _scale(schema: LabelSchema | None, observed: Sequence[float]) -> cm.Scale:
     entries = schema.entries if schema else []
     values = [int(e["value"]) for e in entries]
     names = [str(e["name"]) for e in entries]
@@ -220,11 +258,18 @@ def compare_options(project: Project) -> CompareOptions:
         .order_by("username")
         .values_list("username", flat=True)[:SLICE_VALUES_SHOWN]
     )
+    # A project with several label schemas offers each people's source per schema.
+    schemas = label_schema_names(project)
+    named = [("", "")] if len(schemas) <= 1 else [(f"/{n}", f" ({n})") for n in schemas]
     sources = [
-        ("human:majority", "humans: majority"),
-        ("human:adjudicated", "humans: adjudicated"),
-        *[(f"human:{name}", f"annotator {name}") for name in members],
-        *[(name, f"imported: {name.removeprefix(IMPORTED_PREFIX)}") for name in imported],
+        *[(f"human:majority{at}", f"humans: majority{of}") for at, of in named],
+        *[(f"human:adjudicated{at}", f"humans: adjudicated{of}") for at, of in named],
+        *[(f"human:{name}{at}", f"annotator {name}{of}") for name in members for at, of in named],
+        *[
+            (f"{name}{at}", f"imported: {name.removeprefix(IMPORTED_PREFIX)}{of}")
+            for name in imported
+            for at, of in named
+        ],
         *[(f"model:{name}", f"scorer {name}") for name in scorers],
     ]
     slices: list[tuple[str, list[tuple[str, str]]]] = []
@@ -235,13 +280,13 @@ def compare_options(project: Project) -> CompareOptions:
             values = slice_groups(project, dimension)[2]
         if values:
             slices.append((title, [(f"{dimension}={value}", name) for value, name in values]))
-    humans = StepMajority.objects.filter(step__trajectory__project=project).exists()
+    humans = StepMajority.objects.filter(project=project).exists()
     return CompareOptions(
         scorers=[(name, name) for name in scorers],
         default_scorer=default.name if default else (scorers[0] if scorers else ""),
         sources=sources,
         slices=slices,
-        default_labels=DEFAULT_LABELS if humans or not imported else imported[0],
+        default_labels=(DEFAULT_LABELS if humans or not imported else imported[0]) + named[0][0],
     )
 
 
@@ -427,6 +472,7 @@ class CompareResult:
             "scorer": self.query.scorer.name,
             "scorer_id": self.query.scorer.pk,
             "labels": str(self.query.reference),
+            "schema": self.query.schema or None,
             "slice": str(self.query.slice) if self.query.slice else None,
         }
         data.update(self.metrics.as_json(self.scale))
@@ -458,7 +504,7 @@ def compare_run(
         big_joins(query.project)
         scored, groups = pull_scored_steps(query, by="" if by == "annotator" else by)
         rows = scored.take(~np.isnan(scored.label))
-        scale = scale_for(query.project, np.unique(rows.label).tolist())
+        scale = scale_for(query.project, np.unique(rows.label).tolist(), schema=query.schema)
         metrics = cm.model_human_metrics(rows, scale, threshold=query.threshold, sweep=sweep)
         slices: list[cm.SliceRow] = []
         if by == "annotator":
@@ -468,7 +514,11 @@ def compare_run(
         process = (
             cm.outcome_process(scored, trajectory_outcomes(query.project)) if outcome else None
         )
-        agreement = human_agreement(query.project, query.slice, scale=scale) if humans else None
+        agreement = (
+            human_agreement(query.project, query.slice, scale=scale, schema=query.schema)
+            if humans
+            else None
+        )
     return CompareResult(
         query=query,
         scale=scale,
@@ -567,8 +617,13 @@ def annotator_slices(query: CompareQuery, scale: cm.Scale) -> list[cm.SliceRow]:
         " JOIN scoring_stepscore sc ON sc.step_id = s.id AND sc.scorer_id = %s"
         " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
         " WHERE s.labelable AND t.project_id = %s AND l.status = 'submitted'"
-        " AND u.username NOT LIKE 'import:%%'" + where,
-        [query.scorer.pk, query.project.pk, *where_params],
+        " AND l.schema_id = ANY(%s) AND u.username NOT LIKE 'import:%%'" + where,
+        [
+            query.scorer.pk,
+            query.project.pk,
+            list(label_schema_scope(query.project, query.schema).ids),
+            *where_params,
+        ],
         _ROW_COLUMNS,
     )
     ids = np.unique(columns["group"])
@@ -585,16 +640,23 @@ def annotator_slices(query: CompareQuery, scale: cm.Scale) -> list[cm.SliceRow]:
 
 
 def human_agreement(
-    project: Project, piece: Slice | None = None, *, scale: cm.Scale | None = None
+    project: Project,
+    piece: Slice | None = None,
+    *,
+    scale: cm.Scale | None = None,
+    schema: str = "",
 ) -> cm.HumanAgreement:
-    """Agreement among the human annotators' submitted labels on the project's steps (in
-    the slice), and of each with the adjudicated labels. Imported labels are not
-    annotators."""
+    """Agreement among the human annotators' submitted labels under one label schema
+    (``schema``, by name; the project's one schema without a name) on the project's
+    steps (in the slice), and of each with the adjudicated labels. Imported labels are
+    not annotators. A ValueError names a schema the project lacks, or the ones to choose
+    from."""
+    scope = label_schema_scope(project, schema)
     where, where_params = slice_sql(piece)
     joins = (
         " JOIN trajectories_step s ON s.id = l.step_id"
         " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        " WHERE t.project_id = %s" + where
+        " WHERE t.project_id = %s AND l.schema_id = ANY(%s)" + where
     )
     with transaction.atomic():
         big_joins(project)
@@ -603,20 +665,20 @@ def human_agreement(
             " FROM labeling_steplabel l JOIN auth_user u ON u.id = l.annotator_id"
             + joins
             + " AND l.status = 'submitted' AND u.username NOT LIKE 'import:%%'",
-            [project.pk, *where_params],
+            [project.pk, list(scope.ids), *where_params],
             [("step", "int8"), ("annotator", "int4"), ("value", "int4")],
         )
         finals = pull(
             "SELECT l.step_id::int8, l.value::int4 FROM labeling_finallabel l" + joins,
-            [project.pk, *where_params],
+            [project.pk, list(scope.ids), *where_params],
             [("step", "int8"), ("value", "int4")],
         )
     ids = np.unique(labels["annotator"])
     names = dict(User.objects.filter(pk__in=ids.tolist()).values_list("pk", "username"))
     observed = np.unique(np.concatenate([labels["value"], finals["value"]])).tolist()
     if scale is None or not set(observed) <= set(scale.values):
-        scale = scale_for(project, observed)
-    return cm.human_agreement(
+        scale = scale_for(project, observed, schema=scope.name)
+    agreement = cm.human_agreement(
         labels["step"],
         np.searchsorted(ids, labels["annotator"]).astype(np.int64),
         labels["value"].astype(np.float64),
@@ -625,3 +687,4 @@ def human_agreement(
         final_step=finals["step"],
         final_value=finals["value"].astype(np.float64),
     )
+    return dataclasses.replace(agreement, schema=scope.name)

@@ -473,9 +473,12 @@ class HumanAgreement:
     alpha_level: str
     pairs: list[agreement.PairAgreement]
     with_adjudicated: list[agreement.AnnotatorAgreement]
+    # The label schema (by name) whose labels were compared.
+    schema: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "schema": self.schema or None,
             "labels": self.labels,
             "annotators": self.annotators,
             "overlap_steps": self.overlap_steps,

@@ -24,9 +24,10 @@ from evaluation.compare import (
     big_joins,
     scale_for,
     slice_sql,
+    source_schema,
 )
 from evaluation.compare_steps import step_href
-from labeling.sources import LabelSource, label_source_sql
+from labeling.sources import LabelSource, label_schema_scope, label_source_sql
 from trajectories.models import Project
 
 GROUPINGS = {
@@ -70,7 +71,7 @@ class FailureOverview:
 
 def _reference(source: LabelSource, piece: Slice | None) -> LabelSource:
     if piece is not None and piece.dimension == "annotator":
-        return LabelSource("human", piece.value)
+        return LabelSource("human", piece.value, schema=source.schema)
     return source
 
 
@@ -82,7 +83,7 @@ def _firsts_sql(
     tool_name, step_count)."""
     ref_sql, ref_params = label_source_sql(project, _reference(source, piece))
     where, where_params = slice_sql(piece)
-    error = scale_for(project).bad
+    error = scale_for(project, schema=source_schema(project, source)).bad
     return (
         "WITH labelled AS MATERIALIZED ("
         " SELECT s.trajectory_id, s.id AS step_id, s.index, s.kind, s.tool_name, r.value,"
@@ -96,20 +97,23 @@ def _firsts_sql(
     )
 
 
-def _tags_sql(project: Project, step: str) -> tuple[str, list[Any]]:
+def _tags_sql(project: Project, source: LabelSource, step: str) -> tuple[str, list[Any]]:
     """Rows (tag) of the error tags on the step whose id is the SQL expression ``step``
-    when it is labelled as an error, by annotators or by a reviewer. Looked up by step
-    (a lateral join from the first errors): read for every error label in the database,
-    the tags took 0.6 s at 30k steps and grew with every project."""
-    error = scale_for(project).bad
+    when it is labelled as an error under the source's schema, by annotators or by a
+    reviewer. Looked up by step (a lateral join from the first errors): read for every
+    error label in the database, the tags took 0.6 s at 30k steps and grew with every
+    project."""
+    schema = source_schema(project, source)
+    error = scale_for(project, schema=schema).bad
+    ids = list(label_schema_scope(project, schema).ids)
     return (
         "SELECT tag FROM ("
         f" SELECT l.tags FROM labeling_steplabel l WHERE l.step_id = {step}"
-        " AND l.status = 'submitted' AND l.value = %s"
+        " AND l.status = 'submitted' AND l.value = %s AND l.schema_id = ANY(%s)"
         " UNION ALL SELECT fl.tags FROM labeling_finallabel fl"
-        f" WHERE fl.step_id = {step} AND fl.value = %s"
+        f" WHERE fl.step_id = {step} AND fl.value = %s AND fl.schema_id = ANY(%s)"
         ") x CROSS JOIN LATERAL jsonb_array_elements_text(x.tags) AS tag",
-        [error, error],
+        [error, ids, error, ids],
     )
 
 
@@ -117,7 +121,7 @@ def failure_overview(
     project: Project, source: LabelSource, *, piece: Slice | None = None
 ) -> FailureOverview:
     firsts, params = _firsts_sql(project, source, piece)
-    tags, tag_params = _tags_sql(project, "f.step_id")
+    tags, tag_params = _tags_sql(project, source, "f.step_id")
     trajectory_slice = piece if piece is not None and piece.dimension != "kind" else None
     failed_where, failed_params = slice_sql(trajectory_slice)
     with transaction.atomic():
@@ -238,7 +242,7 @@ def failure_list_page(
         kind, _, tool = value.partition(":")
         condition, condition_params = "f.kind = %s AND f.tool_name = %s", [kind, tool]
     elif grouping == "tag":
-        tags, tag_params = _tags_sql(project, "f.step_id")
+        tags, tag_params = _tags_sql(project, source, "f.step_id")
         exists = f"EXISTS (SELECT 1 FROM ({tags}) g"
         if value:
             condition, condition_params = f"{exists} WHERE g.tag = %s)", [*tag_params, value]

@@ -58,7 +58,8 @@ _FILTERS = [
     OpenApiParameter("trajectory", int),
     OpenApiParameter("step", int),
     OpenApiParameter("annotator", str, description="username"),
-    OpenApiParameter("schema", int),
+    OpenApiParameter("schema", int, description="a schema version's id"),
+    OpenApiParameter("schema_name", str, description="a schema's name: all its versions"),
     OpenApiParameter("status", str, enum=StepLabel.Status.values),
     OpenApiParameter("value", int),
 ]
@@ -75,6 +76,8 @@ def _filtered(queryset: QuerySet[StepLabel], params: Any) -> QuerySet[StepLabel]
         queryset = queryset.filter(annotator__username=params["annotator"])
     if params.get("status"):
         queryset = queryset.filter(status=params["status"])
+    if params.get("schema_name"):
+        queryset = queryset.filter(schema__name=params["schema_name"])
     for name, lookup in (
         ("trajectory", "step__trajectory_id"),
         ("step", "step_id"),

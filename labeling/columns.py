@@ -3,7 +3,8 @@
 
 - Labels: labelable steps with a submitted label (anyone's, as the label status filter
   counts them) out of the labelable steps.
-- First error: the first step whose human majority (``StepMajority``) is bad (-1).
+- First error: the first step whose human majority (``StepMajority``) under the
+  project's first schema is its error value (-1 for ternary and binary schemas).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from django.db.models.functions import Coalesce
 
 from labeling.models import StepLabel, StepMajority
 from labeling.selectors.surface import LabelingSettings, is_reviewer
+from labeling.sources import label_schema_first
 from trajectories.columns import ListColumn, trajectory_column_register
 from trajectories.models import Project, Step, Trajectory
 
@@ -45,7 +47,13 @@ def _progress_cell(row: Trajectory) -> str:
 
 
 def _first_error_annotations(project: Project) -> dict[str, Any]:
-    majority_bad = StepMajority.objects.filter(step=OuterRef("pk"), value=-1)
+    schema = label_schema_first(project)
+    error = schema.error_value if schema is not None else None
+    majority_bad = StepMajority.objects.filter(
+        step=OuterRef("pk"),
+        schema_name=schema.name if schema is not None else "",
+        value=error if error is not None else -1,
+    )
     bad = Step.objects.filter(Exists(majority_bad), trajectory=OuterRef("pk"))
     first = bad.order_by().values("trajectory").annotate(first=Min("index")).values("first")
     return {"list_first_error": Subquery(first, output_field=IntegerField())}
@@ -74,7 +82,7 @@ trajectory_column_register(
         header="First error",
         annotations=_first_error_annotations,
         cell=_first_error_cell,
-        help="the first step the human majority labelled bad",
+        help="the first step the human majority labelled bad (in the first schema)",
         sort="list_first_error",
         shown=_shown,
     )

@@ -7,18 +7,39 @@ from __future__ import annotations
 from django.db.models import Exists, OuterRef, Q
 from django.db.models.expressions import RawSQL
 
-from labeling.models import StepLabel
-from labeling.sources import LabelSource, label_source_sql
+from labeling.models import LabelSchema, StepLabel
+from labeling.sources import LabelSource, SchemaScope, label_schema_scope, label_source_sql
 from trajectories.models import Project, Step
 from trajectories.selection import SelectionError, TrajectoryFilters
 from trajectories.selectors import trajectory_filter_register
+
+
+def _scope(project: Project, filters: TrajectoryFilters) -> SchemaScope:
+    """The label schema the filters read (``label_schema``, else the project's one)."""
+    try:
+        return label_schema_scope(project, filters.label_schema)
+    except ValueError as error:
+        raise SelectionError({"label_schema": str(error)}) from None
+
+
+@trajectory_filter_register("label_schema")
+def label_schema_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
+    """Chooses nothing by itself (the label filters read it); a schema the project
+    lacks is refused here, with the filters that would read it or without."""
+    if filters.label_schema:
+        _scope(project, filters)
+    return None
 
 
 @trajectory_filter_register("label_status")
 def label_status_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
     if not filters.label_status:
         return None
-    submitted = StepLabel.objects.filter(step=OuterRef("pk"), status=StepLabel.Status.SUBMITTED)
+    submitted = StepLabel.objects.filter(
+        step=OuterRef("pk"),
+        status=StepLabel.Status.SUBMITTED,
+        schema_id__in=_scope(project, filters).ids,
+    )
     labelable = Step.objects.filter(trajectory=OuterRef("pk"), labelable=True)
     labelled = Exists(labelable.filter(Exists(submitted)))
     unlabelled_step = Exists(labelable.filter(~Exists(submitted)))
@@ -42,12 +63,12 @@ def agreement_condition(project: Project, filters: TrajectoryFilters) -> Q | Non
         "  JOIN auth_user u ON u.id = l.annotator_id"
         "  JOIN trajectories_step s ON s.id = l.step_id"
         "  JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        "  WHERE t.project_id = %s AND l.status = 'submitted'"
+        "  WHERE t.project_id = %s AND l.status = 'submitted' AND l.schema_id = ANY(%s)"
         "    AND u.username NOT LIKE 'import:%%'"
         "  GROUP BY s.trajectory_id, s.id HAVING count(DISTINCT l.annotator_id) >= 2"
         ") per_step GROUP BY trajectory_id"
         " HAVING count(*) FILTER (WHERE n_values = 1) >= %s * count(*)",
-        [project.pk, filters.min_agreement],
+        [project.pk, list(_scope(project, filters).ids), filters.min_agreement],
     )
     return Q(pk__in=agreeing)
 
@@ -56,7 +77,9 @@ def agreement_condition(project: Project, filters: TrajectoryFilters) -> Q | Non
 def human_model_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
     if not filters.human_model:
         return None
-    human, human_params = label_source_sql(project, LabelSource("human", "majority"))
+    human, human_params = label_source_sql(
+        project, LabelSource("human", "majority", schema=_scope(project, filters).name)
+    )
     try:
         model, model_params = label_source_sql(
             project, LabelSource("model", filters.model_scorer, threshold=filters.model_threshold)
@@ -78,8 +101,14 @@ def human_model_condition(project: Project, filters: TrajectoryFilters) -> Q | N
 def first_error_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
     if not filters.first_error:
         return None
+    scope = _scope(project, filters)
+    newest = LabelSchema.objects.filter(pk__in=scope.ids).order_by("-version").first()
+    error = newest.error_value if newest is not None else None
     errors = StepLabel.objects.filter(
-        step__trajectory=OuterRef("pk"), status=StepLabel.Status.SUBMITTED, value=-1
+        step__trajectory=OuterRef("pk"),
+        status=StepLabel.Status.SUBMITTED,
+        schema_id__in=scope.ids,
+        value=error if error is not None else -1,
     )
     return Q(Exists(errors)) if filters.first_error == "yes" else ~Q(Exists(errors))
 
@@ -91,7 +120,9 @@ def advantage_disagrees_condition(project: Project, filters: TrajectoryFilters) 
     right (the credit the trainer gave against what people said)."""
     if filters.advantage_disagrees != "yes":
         return None
-    human, params = label_source_sql(project, LabelSource("human", "majority"))
+    human, params = label_source_sql(
+        project, LabelSource("human", "majority", schema=_scope(project, filters).name)
+    )
     disagreeing = RawSQL(
         f"SELECT s.trajectory_id FROM ({human}) h JOIN trajectories_step s ON s.id = h.step_id"
         " WHERE (s.advantage > 0 AND h.value < 0) OR (s.advantage < 0 AND h.value > 0)",

@@ -245,25 +245,32 @@ StepLabelEvent: Any = pghistory.create_event_model(
 
 
 class StepMajority(models.Model):
-    """The ``human:majority`` label of a step that human annotators labelled: the value
-    with the strictly highest count among their submitted labels (imported labels do not
-    vote), NULL on a tie. A row exists while the step has such a label.
+    """The ``human:majority`` label of a step under one label schema (by name: the votes
+    under every version of it count together, one per annotator as migration 0006 keeps
+    them): the value with the strictly highest count among human annotators' submitted
+    labels (imported labels do not vote), NULL on a tie. A row exists while the step has
+    such a label under the schema; a step labelled under two schemas has two rows, and
+    neither counts the other's votes.
 
-    Statement-level triggers on ``labeling_steplabel`` (migration 0003) keep it in the
+    Statement-level triggers on ``labeling_steplabel`` (migration 0008) keep it in the
     same transaction as every label write (upserts, undo, submit, ``COPY``, the ORM), so
     a comparison over a million steps reads the majority with one index scan instead of
-    aggregating every label. The triggers lock a step's row before they recount it, so
-    two annotators labelling one step at once are counted one after the other (at READ
-    COMMITTED, which label writes use). Renaming a user into or out of ``import:`` does
-    not recount their labels.
+    aggregating every label. The triggers lock a step's rows before they recount them,
+    so two annotators labelling one step at once are counted one after the other (at
+    READ COMMITTED, which label writes use). Renaming a user into or out of ``import:``
+    does not recount their labels.
 
     No foreign-key constraints: the triggers write a million rows in one statement when
     labels are copied in, and a step's labels (whose deletion removes its row) go before
     the step itself."""
 
-    step = models.OneToOneField(
-        Step, primary_key=True, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    pk = models.CompositePrimaryKey("step", "schema_name")
+    step = models.ForeignKey(
+        Step, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
+    # The schema's name (LabelSchema.name), not a version's id: a majority outlives an
+    # edit of the schema.
+    schema_name = models.CharField(max_length=100)
     project = models.ForeignKey(
         Project, on_delete=models.DO_NOTHING, db_constraint=False, db_index=False, related_name="+"
     )
@@ -272,15 +279,15 @@ class StepMajority(models.Model):
     class Meta:
         indexes: ClassVar = [
             models.Index(
-                fields=["project", "step"],
+                fields=["project", "schema_name", "step"],
                 include=["value"],
                 condition=models.Q(value__isnull=False),
-                name="stepmajority_project_step",
+                name="stepmajority_project_schema",
             )
         ]
 
     def __str__(self) -> str:
-        return f"majority {self.value} on {self.step_id}"
+        return f"majority {self.value} on {self.step_id} ({self.schema_name})"
 
 
 class TrajectoryLabel(models.Model):

@@ -20,6 +20,9 @@ class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
     trajectory = serializers.IntegerField(source="step.trajectory_id", read_only=True)
     step_index = serializers.IntegerField(source="step.index", read_only=True)
     schema_version = serializers.IntegerField(source="schema.version", read_only=True)
+    # The label's dimension: the schema's name, which every version of it shares and
+    # label sources name (``human:majority/<schema_name>``).
+    schema_name = serializers.CharField(source="schema.name", read_only=True)
 
     class Meta:
         model = StepLabel
@@ -30,6 +33,7 @@ class StepLabelSerializer(serializers.ModelSerializer[StepLabel]):
             "trajectory",
             "annotator",
             "schema",
+            "schema_name",
             "schema_version",
             "value",
             "tags",

@@ -184,6 +184,15 @@ class TrajectoryFilters:
         group="steps",
         aliases=("metadata",),
     )
+    # The label schema (by name) the label filters below read; empty: the project's one
+    # schema (a project with several must name one).
+    label_schema: str = text(
+        "Label schema",
+        "The label schema (a name) the label filters and human_model read; needed where"
+        " the project has several.",
+        group="labels",
+        max_length=100,
+    )
     # Submitted labels (anyone's) on the labelable steps.
     label_status: str = choice(
         "Label status",
@@ -202,7 +211,8 @@ class TrajectoryFilters:
     )
     first_error: str = choice(
         "Has a first error",
-        "yes: some step has a submitted label of -1 (a person's or an import's); no: none has.",
+        "yes: some step has a submitted label of the schema's error value (-1 in a ternary one),"
+        " a person's or an import's; no: none has.",
         ("yes", "no"),
         group="labels",
     )

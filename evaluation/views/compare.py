@@ -282,7 +282,7 @@ def compare_steps(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         return render(request, "evaluation/compare_steps.html", context, status=400)
     assert isinstance(which, StepFilterForm)
     query = form.query
-    scale = compare.scale_for(project)
+    scale = compare.scale_for(project, schema=query.schema)
     step_filter = which.step_filter()
     rows, more = behind.compare_steps_page(query, scale, step_filter, page=form.page_number)
     context.update(
@@ -343,7 +343,11 @@ def compare_first_errors(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     subset = which.cleaned_data.get("subset") or "all"
     outcome = which.cleaned_data.get("outcome") or "all"
     rows, more = behind.first_error_page(
-        query, compare.scale_for(project), subset=subset, outcome=outcome, page=form.page_number
+        query,
+        compare.scale_for(project, schema=query.schema),
+        subset=subset,
+        outcome=outcome,
+        page=form.page_number,
     )
     context.update(
         query=query,
@@ -367,11 +371,13 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         piece = compare.slice_parse(request.GET.get("slice", ""))
     except ValueError:
         piece = None
-    context = {
-        **base_context(request, project),
-        "humans": compare.human_agreement(project, piece),
-        "piece": piece,
-    }
+    context: dict[str, Any] = {**base_context(request, project), "piece": piece}
+    try:
+        context["humans"] = compare.human_agreement(
+            project, piece, schema=request.GET.get("schema", "").strip()
+        )
+    except ValueError as error:  # a schema the project lacks, or several to choose from
+        context["error"] = str(error)
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)
@@ -423,7 +429,7 @@ def compare_disagreements(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = {**base_context(request, project), "form": form, "which": which}
     if options.scorers and form.is_valid() and which.is_valid():
         query = form.query
-        scale = compare.scale_for(project)
+        scale = compare.scale_for(project, schema=query.schema)
         chosen = which.disagreement_filter()
         rows, more = disagreements.disagreements_page(query, scale, chosen, page=form.page_number)
         context.update(
@@ -461,7 +467,7 @@ def compare_disagreement_queue(request: HtmxHttpRequest, slug: str) -> HttpRespo
     try:
         queue = disagreements.disagreement_queue_create(
             query=form.query,
-            scale=compare.scale_for(project),
+            scale=compare.scale_for(project, schema=form.query.schema),
             which=which.disagreement_filter(),
             created_by=current_user(request),
         )

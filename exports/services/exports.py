@@ -37,7 +37,7 @@ from exports.writers import (
     write_export,
     write_manifest,
 )
-from labeling.sources import label_source_annotators_sql
+from labeling.sources import LabelSource, label_source_annotators_sql
 from scoring.selectors import scorer_id_for
 from stepscope.jobs.lifecycle import job_cancel
 from stepscope.locks import LockClass, session_lock_try
@@ -93,7 +93,7 @@ def export_manifest(
         result,
         selection={"name": request.selection_name, "definition": request.selection},
         label_source=str(request.labels),
-        schema_revision=_schema_revision(project),
+        schema_revision=_schema_revision(project, request.labels),
         scorer_revisions=_scorer_revisions(project, request),
         attribution_revisions=_attribution_revisions(project, request),
         # The lossless format lists the annotators of the labels it wrote out, under
@@ -121,8 +121,12 @@ def _source_annotators(project: Project, request: ExportRequest) -> list[str]:
         return sorted(username for (username,) in cursor.fetchall())
 
 
-def _schema_revision(project: Project) -> dict[str, Any] | None:
-    schema = project.label_schemas.filter(is_active=True).order_by("-version").first()
+def _schema_revision(project: Project, source: LabelSource) -> dict[str, Any] | None:
+    """The label schema the source reads (the one it names, else the active one)."""
+    schemas = project.label_schemas.filter(is_active=True)
+    if source.schema:
+        schemas = project.label_schemas.filter(name=source.schema)
+    schema = schemas.order_by("-version").first()
     if schema is None:
         return None
     return {"name": schema.name, "version": schema.version, "kind": schema.kind}

@@ -59,6 +59,7 @@ CASES: dict[str, dict[str, str]] = {
     "label_status": {"label_status": "partial"},
     "min_agreement": {"min_agreement": "1"},
     "first_error": {"first_error": "yes"},
+    "label_schema": {"first_error": "yes", "label_schema": "step quality"},
     "human_model": {"human_model": "disagree", "model_scorer": "prm"},
     "model_threshold": {
         "human_model": "disagree",
