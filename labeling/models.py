@@ -198,7 +198,13 @@ class LabelSchema(models.Model):
 
     @property
     def entries(self) -> list[dict[str, Any]]:
-        """The values as dicts with a safe colour, in schema order."""
+        """The values as dicts with a safe colour, in schema order. Kept on the instance
+        while ``values`` is the same object: the labeling page reads each schema's
+        entries once per step."""
+        kept = self.__dict__.get("_entries")
+        if kept is not None and kept[0] is self.values and kept[1] == self.kind:
+            return list(kept[2])
+        error_value = self.error_value
         entries = []
         for entry in self.values or []:
             if not isinstance(entry, dict) or not isinstance(entry.get("value"), int):
@@ -210,10 +216,11 @@ class LabelSchema(models.Model):
                     "name": str(entry.get("name") or entry["value"]),
                     "key": str(entry.get("key") or ""),
                     "color": color if _HEX_COLOR.fullmatch(color) else _FALLBACK_COLOR,
-                    "error": entry["value"] == self.error_value,
+                    "error": entry["value"] == error_value,
                 }
             )
-        return entries
+        self.__dict__["_entries"] = (self.values, self.kind, entries)
+        return list(entries)
 
     @property
     def allowed_values(self) -> set[int]:
