@@ -94,10 +94,55 @@ _HEX_COLOR = re.compile(r"#[0-9a-fA-F]{3,8}")
 _FALLBACK_COLOR = "#6b7280"
 
 
+APPLIES_TO_KEYS = ("kinds", "roles", "agents")
+
+
+def applies_to_error(applies_to: Any) -> str | None:
+    """What is wrong with a schema's ``applies_to``, or None: an object whose keys are
+    among ``APPLIES_TO_KEYS``, each a list of names (step kinds, roles, agents)."""
+    if not isinstance(applies_to, dict):
+        return "applies_to is an object of kinds, roles and agents"
+    for key, names in applies_to.items():
+        if key not in APPLIES_TO_KEYS:
+            return f"applies_to.{key} is not one of {', '.join(APPLIES_TO_KEYS)}"
+        if not isinstance(names, list) or not all(isinstance(n, str) and n for n in names):
+            return f"applies_to.{key} is a list of names"
+    kinds = set(applies_to.get("kinds") or []) - set(Step.Kind.values)
+    if kinds:
+        return (
+            f"applies_to.kinds: {', '.join(sorted(kinds))} is no step kind"
+            f" (kinds: {', '.join(Step.Kind.values)})"
+        )
+    return None
+
+
+def schema_keys_clash(values: Any, others: list[LabelSchema]) -> str | None:
+    """The first of ``values``' keys that another active schema of the project labels
+    with (in either case): on the labeling page one key labels one schema."""
+    taken: dict[str, LabelSchema] = {}
+    for other in others:
+        for entry in other.entries:
+            if entry["key"]:
+                taken.setdefault(entry["key"].lower(), other)
+    for position, entry in enumerate(values or []):
+        if not isinstance(entry, dict) or not entry.get("key"):
+            continue
+        other = taken.get(str(entry["key"]).lower())
+        if other is not None:
+            name = entry.get("name") or entry.get("value")
+            return (
+                f"values.{position} ({name}): key {entry['key']!r} labels {other.name!r}"
+                " already; each schema of a project needs its own keys"
+            )
+    return None
+
+
 class LabelSchema(models.Model):
-    """One version of a project's step-label schema. A schema is identified by project and
-    name; editing its values or tags makes a new version (the old row stays, with the labels
-    that point to it) and only the newest active version is offered for labeling."""
+    """One version of one of a project's step-label schemas (its label dimensions:
+    correctness, error type, severity, ...). A schema is identified by project and name;
+    editing its values or tags makes a new version (the old row stays, with the labels
+    that point to it) and only the newest active version of each name is offered for
+    labeling. A project may have several active schemas, each with its own keys."""
 
     class Kind(models.TextChoices):
         TERNARY = "ternary"
@@ -116,6 +161,9 @@ class LabelSchema(models.Model):
     error_tags = models.JSONField(default=list, blank=True)
     ask_rationale = models.BooleanField(default=False)
     first_error_mode = models.BooleanField(default=False)
+    # Which steps the schema asks about: {"kinds": [...], "roles": [...], "agents": [...]},
+    # each condition left out or empty meaning any; a step must meet all that are given.
+    applies_to = models.JSONField(default=dict, blank=True)
     version = models.PositiveIntegerField(default=1)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -135,10 +183,28 @@ class LabelSchema(models.Model):
         problem = schema_values_key_error(self.values)
         if problem is not None:
             raise ValidationError({"values": problem})
+        problem = applies_to_error(self.applies_to)
+        if problem is not None:
+            raise ValidationError({"applies_to": problem})
+
+    def applies(self, kind: str, role: str, agent: str) -> bool:
+        """Whether the schema asks about a step of this kind, role and agent."""
+        given = self.applies_to if isinstance(self.applies_to, dict) else {}
+        for key, have in (("kinds", kind), ("roles", role), ("agents", agent)):
+            wanted = given.get(key) or []
+            if wanted and have not in wanted:
+                return False
+        return True
 
     @property
     def entries(self) -> list[dict[str, Any]]:
-        """The values as dicts with a safe colour, in schema order."""
+        """The values as dicts with a safe colour, in schema order. Kept on the instance
+        while ``values`` is the same object: the labeling page reads each schema's
+        entries once per step."""
+        kept = self.__dict__.get("_entries")
+        if kept is not None and kept[0] is self.values and kept[1] == self.kind:
+            return list(kept[2])
+        error_value = self.error_value
         entries = []
         for entry in self.values or []:
             if not isinstance(entry, dict) or not isinstance(entry.get("value"), int):
@@ -150,10 +216,11 @@ class LabelSchema(models.Model):
                     "name": str(entry.get("name") or entry["value"]),
                     "key": str(entry.get("key") or ""),
                     "color": color if _HEX_COLOR.fullmatch(color) else _FALLBACK_COLOR,
-                    "error": entry["value"] == self.error_value,
+                    "error": entry["value"] == error_value,
                 }
             )
-        return entries
+        self.__dict__["_entries"] = (self.values, self.kind, entries)
+        return list(entries)
 
     @property
     def allowed_values(self) -> set[int]:

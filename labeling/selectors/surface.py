@@ -146,6 +146,10 @@ class LabelingState:
     labelled_to_first_error: int
     queue_progress: QueueProgress | None = None
     settings: LabelingSettings = field(default_factory=LabelingSettings)
+    # Every active schema of the project, the first made first (``schema`` is the first:
+    # progress and first-error mode follow it). A step is labelled under each that
+    # applies to it (``LabelSchema.applies``).
+    schemas: list[LabelSchema] = field(default_factory=list)
     # Flags other apps add to the page (``labeling_state_flag_register``), by name.
     flags: dict[str, bool] = field(default_factory=dict)
 
@@ -231,13 +235,21 @@ def _from_json(model: type[ModelT], data: dict[str, Any] | None) -> ModelT | Non
 
 
 _T = '"trajectories_trajectory"'
+# The project's first schema (the first made of those with an active version): the one
+# the progress counts and first-error mode follow.
 _ACTIVE_SCHEMA_ID = f"""(SELECT s.id FROM labeling_labelschema s
     WHERE s.project_id = {_T}."project_id" AND s.is_active
-    ORDER BY s.version DESC, s.id DESC LIMIT 1)"""
+    ORDER BY (SELECT min(o.id) FROM labeling_labelschema o
+              WHERE o.project_id = s.project_id AND o.name = s.name), s.version DESC, s.id DESC
+    LIMIT 1)"""
 _SQL_ROLE = f"""SELECT m.role FROM trajectories_membership m
     WHERE m.project_id = {_T}."project_id" AND m.user_id = %s"""
-_SQL_SCHEMA = f"""SELECT row_to_json(s) FROM labeling_labelschema s
-    WHERE s.id = {_ACTIVE_SCHEMA_ID}"""
+# Every active schema, the first made first (the newest version of each name is the
+# active one).
+_SQL_SCHEMAS = f"""SELECT json_agg(row_to_json(s) ORDER BY (
+        SELECT min(o.id) FROM labeling_labelschema o
+        WHERE o.project_id = s.project_id AND o.name = s.name), s.id)
+    FROM labeling_labelschema s WHERE s.project_id = {_T}."project_id" AND s.is_active"""
 _SQL_VERDICT = f"""SELECT row_to_json(tl) FROM labeling_trajectorylabel tl
     WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s"""
 _SQL_LEASE = f"""SELECT json_build_object('assignment_id', a.id, 'status', a.status,
@@ -301,7 +313,7 @@ def labeling_state_for_user(
         .filter(pk=trajectory_pk, project__in=projects_for_user(user))
         .annotate(
             _role=RawSQL(_SQL_ROLE, [uid]),
-            _schema=RawSQL(_SQL_SCHEMA, []),
+            _schemas=RawSQL(_SQL_SCHEMAS, []),
             _verdict=RawSQL(_SQL_VERDICT, [uid]),
             _lease=RawSQL(_SQL_LEASE, [uid, queue_id]),
             _progress=RawSQL(_SQL_PROGRESS, [uid, uid]),
@@ -333,11 +345,17 @@ def _state_from_row(trajectory: Trajectory, user_id: int) -> LabelingState:
         lease = Lease(**data)
     progress = row._progress or {}
     queue_progress = getattr(row, "_queue_progress", None)
+    schemas = [
+        schema
+        for schema in (_from_json(LabelSchema, data) for data in row._schemas or [])
+        if schema is not None
+    ]
     return LabelingState(
         trajectory=trajectory,
         user_id=user_id,
         role=row._role,
-        schema=_from_json(LabelSchema, row._schema),
+        schema=schemas[0] if schemas else None,
+        schemas=schemas,
         verdict=_from_json(TrajectoryLabel, row._verdict),
         lease=lease,
         labelable=progress.get("labelable", 0),
@@ -382,6 +400,16 @@ _ALTERNATIVES_WHERE = (
 ALTERNATIVES_SHOWN = 8
 
 
+@dataclass(frozen=True)
+class LabelForm:
+    """One schema's buttons on a step: the schema, this user's label under it, and
+    whether it is the project's first schema (the one first-error mode follows)."""
+
+    schema: LabelSchema
+    label: StepLabel | None
+    first: bool
+
+
 def step_rows(
     state: LabelingState,
     *,
@@ -390,13 +418,15 @@ def step_rows(
     step_ids: list[int] | None = None,
 ) -> tuple[list[Step], int | None]:
     """One page of the trajectory's steps from index ``start`` (or the given steps), with
-    their visible labels, in two queries. Each step carries ``my_label`` (this user's label
-    on the active schema), ``other_labels``, ``final_value`` (the adjudicated value, for
-    those allowed to see it), ``after_first_error``, and ``tree_parent`` / ``tree_depth``
-    (its parent step's index and its depth in a tree of spans, or None), and
-    ``alternatives`` / ``alternatives_count`` (the trajectories that branch from it: its
-    rollouts' continuations, PRM800K's alternative completions). Returns the
-    steps and the index the next page starts at (``None`` on the last page)."""
+    their visible labels, in two queries whatever the number of schemas. Each step carries
+    ``my_label`` (this user's label on the first schema), ``label_forms`` (a
+    :class:`LabelForm` per active schema that applies to the step), ``other_labels``,
+    ``final_value`` (the adjudicated value, for those allowed to see it),
+    ``after_first_error``, and ``tree_parent`` / ``tree_depth`` (its parent step's index
+    and its depth in a tree of spans, or None), and ``alternatives`` /
+    ``alternatives_count`` (the trajectories that branch from it: its rollouts'
+    continuations, PRM800K's alternative completions). Returns the steps and the index
+    the next page starts at (``None`` on the last page)."""
     schema_id = state.schema.pk if state.schema else None
     last = max(state.trajectory.step_count - 1, 0)
     queryset = (
@@ -436,15 +466,26 @@ def step_rows(
         steps = steps[:size]
     first_error = state.first_error_index
     stops = state.schema is not None and state.schema.first_error_mode
+    active = {schema.pk: schema for schema in state.schemas}
     for step in steps:
         row: Any = step
-        mine = [
+        mine = {
+            label.schema_id: label
+            for label in step.labels.all()
+            if label.annotator_id == state.user_id and label.schema_id in active
+        }
+        row.my_label = mine.get(schema_id) if schema_id is not None else None
+        # One form per schema that asks about the step, the first schema's first.
+        row.label_forms = [
+            LabelForm(schema, mine.get(schema.pk), first=schema.pk == schema_id)
+            for schema in state.schemas
+            if schema.applies(step.kind, step.role, step.agent)
+        ]
+        row.other_labels = [
             label
             for label in step.labels.all()
-            if label.annotator_id == state.user_id and label.schema_id == schema_id
+            if label.schema_id not in mine or mine[label.schema_id] is not label
         ]
-        row.my_label = mine[0] if mine else None
-        row.other_labels = [label for label in step.labels.all() if label not in mine]
         row.after_first_error = bool(stops and first_error is not None and step.index > first_error)
         if not hasattr(row, "final_value"):
             row.final_value = None

@@ -49,6 +49,7 @@ from labeling.services.queues import (
     queues_uncertainty_refresh,
 )
 from labeling.services.schemas import (
+    label_schema_create,
     label_schema_save,
     labeling_settings_set,
     project_guidelines_set,
@@ -71,6 +72,7 @@ __all__ = [
     "agent_steps_many",
     "decisive_failure_set",
     "final_label_set",
+    "label_schema_create",
     "label_schema_save",
     "labeling_settings_set",
     "project_guidelines_set",

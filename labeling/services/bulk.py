@@ -116,7 +116,7 @@ def _steps_for(user: AnyUser, items: list[dict[str, Any]]) -> dict[int, Step]:
         and item.get("index") is not None
     }
     visible = Step.objects.filter(trajectory__project__in=projects_for_user(user)).only(
-        "id", "trajectory_id", "index", "labelable"
+        "id", "trajectory_id", "index", "labelable", "kind", "role", "agent"
     )
     found_by_id = {s.pk: s for s in visible.filter(pk__in=by_id)} if by_id else {}
     found_by_position: dict[tuple[int, int], Step] = {}

@@ -146,11 +146,16 @@ def check_schema(state: LabelingState, schema_id: int | None) -> LabelSchema:
     assert schema is not None  # require_can_label checked it
     if schema_id is None or schema_id == schema.pk:
         return schema
-    other = LabelSchema.objects.filter(pk=schema_id).only("project_id", "version").first()
+    for active in state.schemas:
+        if active.pk == schema_id:
+            return active
+    other = LabelSchema.objects.filter(pk=schema_id).only("project_id", "name", "version").first()
     if other is None or other.project_id != state.project.pk:
         raise LabelingError("That label schema does not belong to this project.", field="schema")
+    newest = next((s for s in state.schemas if s.name == other.name), None)
+    now = f"the project now uses v{newest.version}" if newest else "it is no longer labelled"
     raise StaleSchema(
         field="schema",
-        message=f"The label schema changed (this page uses v{other.version}, the project now uses"
-        f" v{schema.version}). Reload the page to label with the new version.",
+        message=f"The label schema {other.name!r} changed (this page uses v{other.version},"
+        f" {now}). Reload the page to label with the new version.",
     )

@@ -64,6 +64,13 @@ def step_label_set(
         raise LabelingError("That step belongs to another trajectory.", field="step")
     if not step.labelable:
         raise LabelingError(f"Step {step.index} is not labelable.", field="step")
+    if not schema.applies(step.kind, step.role, step.agent):
+        raise LabelingError(
+            f"The schema {schema.name!r} does not ask about step {step.index} (a {step.kind}"
+            f" step{f' of {step.agent}' if step.agent else ''}); it applies to"
+            f" {schema.applies_to}.",
+            field="schema",
+        )
     if first_error:
         if schema.error_value is None:
             # Say which setting allows it: an ordinal or categorical schema has no error

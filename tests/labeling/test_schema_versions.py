@@ -206,7 +206,20 @@ def test_the_migration_ranks_the_labels_already_there(project: Project, owner: U
     executor = MigrationExecutor(connection)
     executor.migrate([("labeling", "0005_decisive_failure")])
     try:
-        newer = new_version(schema)
+        # The schema table as it was then (no later columns): a version 2 by hand.
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE labeling_labelschema SET is_active = false WHERE id = %s", [schema.pk]
+            )
+            cursor.execute(
+                "INSERT INTO labeling_labelschema (project_id, name, kind, values, error_tags,"
+                " ask_rationale, first_error_mode, version, is_active, created_at)"
+                " SELECT project_id, name, 'binary', %s, '[]', false, false, 2, true, now()"
+                " FROM labeling_labelschema WHERE id = %s RETURNING id",
+                [json.dumps(BINARY), schema.pk],
+            )
+            (newer_id,) = cursor.fetchone() or (None,)
+        newer = LabelSchema(pk=newer_id, project=project, name=schema.name, version=2)
         for step, old, new in ((first, -1, 1), (second, 1, 1)):
             StepLabel.objects.create(step=step, annotator=owner, schema=schema, value=old)
             StepLabel.objects.create(step=step, annotator=owner, schema=newer, value=new)

@@ -1,0 +1,156 @@
+"""Several label schemas at once in a project: each has its keys (a clash is refused when
+a schema is saved), may apply to some steps only, and gets its own buttons on the
+labeling surface; a label keypress costs the same queries whatever the number of
+schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+
+from labeling.models import LabelSchema, StepLabel
+from labeling.services import LabelingError, label_schema_create, label_schema_save, step_label_set
+from tests.labeling.conftest import state, step_at
+from trajectories.models import Project, Step, Trajectory
+
+pytestmark = pytest.mark.django_db
+
+HTMX = {"HX-Request": "true"}
+ERROR_TYPE = [
+    {"value": 1, "name": "math", "key": "4"},
+    {"value": 2, "name": "logic", "key": "5"},
+    {"value": 3, "name": "tool", "key": "6"},
+]
+SEVERITY = [
+    {"value": 1, "name": "minor", "key": "7"},
+    {"value": 2, "name": "major", "key": "8"},
+    {"value": 3, "name": "critical", "key": "9"},
+]
+PROGRESS = [{"value": v, "name": f"p{v}", "key": k} for v, k in ((0, "z"), (1, "x"), (2, "v"))]
+
+
+def add_schemas(project: Project) -> list[LabelSchema]:
+    return [
+        label_schema_create(
+            project=project, name="error_type", kind="categorical", values=ERROR_TYPE
+        ),
+        label_schema_create(project=project, name="severity", kind="ordinal", values=SEVERITY),
+        label_schema_create(project=project, name="progress", kind="ordinal", values=PROGRESS),
+    ]
+
+
+def keypress(client: Client, step: Step, schema: LabelSchema, value: int) -> tuple[Any, int]:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(
+            reverse("step-label", args=[step.pk]),
+            {"schema": schema.pk, "value": value},
+            headers=HTMX,
+        )
+    assert response.status_code == 200, response.content
+    return response, len(queries.captured_queries)
+
+
+def test_a_keypress_costs_the_same_queries_with_four_schemas_as_with_one(
+    client: Client, owner: User, project: Project, trajectory: Trajectory, schema: LabelSchema
+) -> None:
+    client.force_login(owner)
+    _, one = keypress(client, step_at(trajectory, 0), schema, 1)
+    _, severity, _ = add_schemas(project)
+    response, four = keypress(client, step_at(trajectory, 1), schema, 1)
+    assert four == one
+    # The row that comes back has each schema's buttons, its keys and this user's labels.
+    html = response.content.decode()
+    for name in ("step quality", "error_type", "severity", "progress"):
+        assert f'data-schema="{name}"' in html
+    _, other = keypress(client, step_at(trajectory, 1), severity, 3)
+    assert other == one
+    mine = dict(
+        StepLabel.objects.filter(step=step_at(trajectory, 1)).values_list("schema__name", "value")
+    )
+    assert mine == {"step quality": 1, "severity": 3}
+
+
+def test_keys_that_clash_with_another_schema_are_refused_at_save(
+    project: Project, schema: LabelSchema
+) -> None:
+    with pytest.raises(LabelingError) as clash:
+        label_schema_create(
+            project=project,
+            name="severity",
+            kind="ordinal",
+            values=[{"value": 1, "name": "minor", "key": "3"}],
+        )
+    assert clash.value.field == "values"
+    assert "key '3' labels 'step quality' already" in clash.value.message
+    (severity,) = [
+        label_schema_create(project=project, name="severity", kind="ordinal", values=SEVERITY)
+    ]
+    with pytest.raises(LabelingError, match="key '7' labels 'severity' already"):
+        label_schema_save(
+            schema=schema,
+            kind=schema.kind,
+            values=[*schema.values[:2], {"value": 1, "name": "good", "key": "7"}],
+            error_tags=schema.error_tags,
+            ask_rationale=False,
+            first_error_mode=False,
+        )
+    # A new version of one schema leaves the others active.
+    newer = label_schema_save(
+        schema=severity,
+        kind="ordinal",
+        values=[*SEVERITY[:2], {"value": 4, "name": "fatal", "key": "9"}],
+        error_tags=[],
+        ask_rationale=False,
+        first_error_mode=False,
+    )
+    assert newer.version == 2
+    active = set(LabelSchema.objects.filter(is_active=True).values_list("name", "version"))
+    assert active == {("step quality", 1), ("severity", 2)}
+    for name in ("", "a/b"):
+        with pytest.raises(LabelingError, match="without a slash"):
+            label_schema_create(project=project, name=name, kind="ordinal", values=[])
+    with pytest.raises(LabelingError, match="has a schema named 'severity' already"):
+        label_schema_create(project=project, name="severity", kind="ordinal", values=[])
+
+
+def test_a_schema_applies_to_the_steps_it_names(
+    client: Client, owner: User, project: Project, trajectory: Trajectory, schema: LabelSchema
+) -> None:
+    Step.objects.filter(trajectory=trajectory, index=4).update(kind="answer")
+    with pytest.raises(LabelingError, match=r"applies_to.kinds: essay is no step kind"):
+        label_schema_create(
+            project=project,
+            name="progress",
+            kind="ordinal",
+            values=PROGRESS,
+            applies_to={"kinds": ["essay"]},
+        )
+    progress = label_schema_create(
+        project=project,
+        name="progress",
+        kind="ordinal",
+        values=PROGRESS,
+        applies_to={"kinds": ["answer"]},
+    )
+    with pytest.raises(LabelingError, match="does not ask about step 0") as refused:
+        step_label_set(
+            state=state(owner, trajectory),
+            step=step_at(trajectory, 0),
+            schema_id=progress.pk,
+            value=1,
+        )
+    assert refused.value.field == "schema"
+    step_label_set(
+        state=state(owner, trajectory), step=step_at(trajectory, 4), schema_id=progress.pk, value=2
+    )
+    client.force_login(owner)
+    html = client.get(reverse("trajectory-detail", args=[trajectory.pk])).content.decode()
+    # The progress buttons are on the answer step only; every step has the first schema's.
+    assert html.count('data-schema="progress"') == 1
+    assert html.count('data-schema="step quality"') == 5
