@@ -6,6 +6,7 @@ gunicorn with a Celery worker, as deployed; optionally the same to Arize Phoenix
     .venv/bin/python bench/otlp.py                              # 4 exporters, 2,000 traces
     .venv/bin/python bench/otlp.py --traces 4000 --exporters 4 --web-workers 4
     .venv/bin/python bench/otlp.py --faults --seconds 120       # kill the worker, restart PG
+    .venv/bin/python bench/otlp.py --faults --seconds 600 --no-file-import   # ten minutes
     .venv/bin/python bench/otlp.py --phoenix /work/phoenix-venv/bin/phoenix
 
 Everything runs on a private PostgreSQL and Redis under a temporary data folder (the
@@ -182,6 +183,11 @@ def main() -> None:
     parser.add_argument("--faults", action="store_true")
     parser.add_argument("--phoenix", default="", help="the phoenix command, to compare with")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    parser.add_argument(
+        "--no-file-import",
+        action="store_true",
+        help="skip the file importer's run on the same spans (long after a long push)",
+    )
     parser.add_argument("--out", default="/tmp/bench-otlp.json", help="the figures as JSON")
     parser.add_argument(
         "--trace-memory",
@@ -471,7 +477,8 @@ def run_stepscope(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 flush=True,
             )
         result.update(check_each_span_once(project.pk, acked))
-        result.update(file_import_speed(project.pk, data_dir))
+        if not args.no_file_import:
+            result.update(file_import_speed(project.pk, data_dir))
         return result
     finally:
         stop_faults.set()

@@ -26,6 +26,9 @@ class LockClass(IntEnum):
     QUEUE_TAKE = 7304
     # One assembler builds a live trace's trajectory at a time (keyed by LiveTrace id).
     LIVE_TRACE = 7311
+    # One pass over a followed folder at a time (keyed by FollowSource id): the worker's
+    # and an `import_trajectories --follow` on the same folder never import a file twice.
+    FOLLOW_SOURCE = 7312
 
 
 def xact_lock(lock_class: LockClass, key: int) -> None:

@@ -145,7 +145,15 @@ CELERY_RESULT_EXPIRES = 3600
 # spans arrive).
 CELERY_BEAT_SCHEDULE = {
     "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": 10.0},
+    # A pass over each folder a project follows in the app (the followed folders page).
+    "followed-folders": {"task": "trajectories.follow_sweep", "schedule": 10.0},
 }
+# Folders a project admin may have the worker follow: a followed folder is accepted only
+# inside one of these (after symbolic links are resolved), so the page can make the
+# server read nothing else of its disk. Comma-separated; the default is <data dir>/follow.
+STEPSCOPE_FOLLOW_ROOTS = [
+    Path(root).resolve() for root in env_list("STEPSCOPE_FOLLOW_ROOTS", [str(DATA_DIR / "follow")])
+]
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Web requests that start a job give up on a dead broker within seconds
 # (stepscope.queueing); workers keep retrying their own connection as usual.

@@ -233,3 +233,29 @@ class ImportUploadForm(forms.Form):
             except (UnicodeDecodeError, json.JSONDecodeError) as error:
                 self.add_error("mapping", f"Not a JSON file: {error}")
         return cleaned
+
+
+class FollowSourceForm(forms.Form):
+    """A folder for the worker to follow (the followed folders page)."""
+
+    path = forms.CharField(
+        label="Folder",
+        max_length=1000,
+        help_text="An absolute path on the server, inside a folder it lets projects follow.",
+    )
+    # ``mapped`` needs a mapping file, which a followed folder has no place for.
+    source_format = forms.ChoiceField(
+        label="Format", choices=[choice for choice in FORMAT_CHOICES if choice[0] != "mapped"]
+    )
+    skip_invalid = forms.BooleanField(
+        label="Skip invalid records", required=False, help_text="Import a file's good records."
+    )
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        unknown = sorted(set(self.data) - set(self.fields) - {"csrfmiddlewaretoken"})
+        if unknown:
+            raise forms.ValidationError(
+                f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
+            )
+        return cleaned

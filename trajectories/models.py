@@ -342,14 +342,17 @@ class Step(models.Model):
 
 
 class FollowSource(models.Model):
-    """A folder that ``import_trajectories --follow`` watches for a trainer's files: each
-    pass imports every file of the format that is new or grew since (``FollowedFile``)."""
+    """A folder watched for a trainer's files: each pass imports every file of the format
+    that is new or grew since (``FollowedFile``). ``import_trajectories --follow`` runs
+    the passes of the folder it names; a folder a project admin added in the app
+    (``by_worker``) is passed over by the worker, every few seconds, from Celery beat."""
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="follow_sources")
     # The folder's absolute path on the machine that runs the command.
     path = models.CharField(max_length=1000)
     source_format = models.CharField(max_length=40)
     skip_invalid = models.BooleanField(default=False)
+    by_worker = models.BooleanField(default=False, db_default=False)
     created_at = models.DateTimeField(auto_now_add=True)
     # When a pass last looked at the folder, and what the latest pass found.
     last_pass_at = models.DateTimeField(null=True, blank=True)

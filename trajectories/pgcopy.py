@@ -118,10 +118,11 @@ STEP_COLUMNS = (
 )
 
 
-def step_rows(steps: Sequence[ParsedStep], hashes: Sequence[str]) -> str:
+def step_rows(steps: Sequence[ParsedStep], hashes: Sequence[str], first: int = 0) -> str:
     """One trajectory's rows for ``COPY trajectories_step (STEP_COLUMNS)`` as one
     string, each row without its first column (the trajectory id, not known yet): every
-    line starts with the tab that follows it.
+    line starts with the tab that follows it. Indexes start at ``first`` (steps
+    appended to a trajectory).
 
     Steps are most of what an import writes, so this is the hot loop: the columns that
     repeat (kind, role, agent, tool name, labelable) are escaped once and remembered,
@@ -146,7 +147,9 @@ def step_rows(steps: Sequence[ParsedStep], hashes: Sequence[str]) -> str:
         )
         training = step.training
         facts = _NO_TRAINING if training is None else training_text(training)
-        rows.append(f"\t{index}\t{hashes[index]}\t{middle}{values}{facts}{text(step.content)}\n")
+        rows.append(
+            f"\t{first + index}\t{hashes[index]}\t{middle}{values}{facts}{text(step.content)}\n"
+        )
     return "".join(rows)
 
 

@@ -6,8 +6,9 @@ from celery import shared_task
 
 from stepscope.statistics import analyze
 from trajectories.services import import_batch_run
-from trajectories.services.deletion import project_deletion_run
 from trajectories.services.assembly import live_traces_assemble
+from trajectories.services.deletion import project_deletion_run
+from trajectories.services.follow import follow_sweep
 from trajectories.services.live import live_sweep
 from trajectories.services.search import trajectory_search_index
 
@@ -42,3 +43,9 @@ def live_assemble() -> int:
 @shared_task(name="trajectories.live_sweep")
 def live_sweep_task() -> bool:
     return live_sweep()
+
+
+@shared_task(name="trajectories.follow_sweep")
+def follow_sweep_task() -> int:
+    """A pass over every folder followed in the app (Celery beat, every 10 s)."""
+    return len(follow_sweep())

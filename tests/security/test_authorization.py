@@ -80,6 +80,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # empty deletion form no slug typed: 400s, nothing changed or deleted.
     "project-settings": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
     "project-delete": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
+    "follow-sources": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
+    "follow-source-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     # A deletion's page is its starter's (the world's admin); for anyone else it is not there.
     "project-deletion": {"GET": "login 404 404 404 200", "POST": "login 405 405 405 405"},
     "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},

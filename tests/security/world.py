@@ -45,6 +45,7 @@ from tests.factories import MembershipFactory, TrajectoryFactory, UserFactory
 from trajectories.formats.base import ParsedStep
 from trajectories.hashing import prefix_hashes
 from trajectories.models import (
+    FollowSource,
     ImportBatch,
     Membership,
     MembershipInvite,
@@ -90,6 +91,8 @@ class World:
     api_token_key: str
     # A project deletion the admin started (of another project, already gone).
     deletion: ProjectDeletion
+    # A folder the project follows in the app.
+    follow_source: FollowSource
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -138,6 +141,7 @@ class World:
             ("projects/<slug:slug>/invites/", self.invite.pk),
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
+            ("p/<slug:slug>/follow/", self.follow_source.pk),
             ("project-deletions", self.deletion.pk),
             ("p/<slug:slug>/members/invites/", self.invite.pk),
             ("p/<slug:slug>/members/", self.membership.pk),
@@ -520,5 +524,8 @@ def build_world(
             created_by=users["admin"],
             status=ProjectDeletion.Status.DONE,
             removed={"trajectories": 1, "steps": 3},
+        ),
+        follow_source=FollowSource.objects.create(
+            project=project, path=f"/srv/follow/{slug}", source_format="verl", by_worker=True
         ),
     )

@@ -40,7 +40,7 @@ from trajectories.formats import spans as span_tree
 from trajectories.formats.base import FieldError, ParsedStep
 from trajectories.formats.spans import Placed, Span, Summary
 from trajectories.hashing import prefix_hashes
-from trajectories.models import LiveAssembly, Trajectory
+from trajectories.models import LiveAssembly
 
 logger = logging.getLogger(__name__)
 
@@ -282,44 +282,62 @@ def _assemble(traces: list[_Trace]) -> None:
     fresh = [item for item in built if item.trace.trajectory_id is None]
     made_ids: set[int | None] = set()
     if fresh:
-        made = Trajectory.objects.bulk_create(
-            [
-                Trajectory(
-                    project_id=item.trace.project_id,
-                    external_id=item.trace.trace_id,
-                    source_format=SOURCE_FORMAT,
-                    task=item.summary.task,
-                    model_name=item.summary.model[:200],
-                    metadata=item.metadata,
-                    step_count=item.summary.spans,
-                    content_hash=live_hash(item.trace.project_id, item.trace.trace_id),
-                )
-                for item in fresh
-            ]
-        )
-        for item, trajectory in zip(fresh, made, strict=True):
-            item.trace.trajectory_id = trajectory.pk
-            made_ids.add(trajectory.pk)
+        # One JSON document, not the ORM's parameters per field (see _COLUMNS).
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO trajectories_trajectory (project_id, external_id, source_format,"
+                " task_key, task, ground_truth, model_name, metadata, step_count, content_hash,"
+                " created_at, policy_version)"
+                " SELECT (u->>0)::bigint, u->>1, %s, '', u->>2, '', u->>3, u->4, (u->>5)::int,"
+                " u->>6, now(), '' FROM json_array_elements(%s::json) AS u"
+                " RETURNING project_id, external_id, id",
+                [
+                    SOURCE_FORMAT,
+                    orjson.dumps(
+                        [
+                            [
+                                item.trace.project_id,
+                                item.trace.trace_id,
+                                item.summary.task,
+                                item.summary.model[:200],
+                                item.metadata,
+                                item.summary.spans,
+                                live_hash(item.trace.project_id, item.trace.trace_id),
+                            ]
+                            for item in fresh
+                        ]
+                    ).decode(),
+                ],
+            )
+            made = {(project_id, trace_id): pk for project_id, trace_id, pk in cursor.fetchall()}
+        for item in fresh:
+            item.trace.trajectory_id = made[(item.trace.project_id, item.trace.trace_id)]
+        made_ids.update(made.values())
     old = [item for item in built if item.trace.trajectory_id not in made_ids]
     with connection.cursor() as cursor:
         if old:
+            # One JSON document, not arrays of text (see _COLUMNS).
             cursor.execute(
-                "UPDATE trajectories_trajectory t SET task = u.task, model_name = u.model,"
-                " metadata = u.metadata::jsonb, step_count = u.steps"
-                " FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::text[], %s::int[])"
-                " AS u(id, task, model, metadata, steps) WHERE t.id = u.id",
+                "UPDATE trajectories_trajectory t SET task = u->>1, model_name = u->>2,"
+                " metadata = u->3, step_count = (u->>4)::int"
+                " FROM json_array_elements(%s::json) AS u WHERE t.id = (u->>0)::bigint",
                 [
-                    [item.trace.trajectory_id for item in old],
-                    [item.summary.task for item in old],
-                    [item.summary.model[:200] for item in old],
-                    [orjson.dumps(item.metadata).decode() for item in old],
-                    [item.summary.spans for item in old],
+                    orjson.dumps(
+                        [
+                            [
+                                item.trace.trajectory_id,
+                                item.summary.task,
+                                item.summary.model[:200],
+                                item.metadata,
+                                item.summary.spans,
+                            ]
+                            for item in old
+                        ]
+                    ).decode()
                 ],
             )
         _labelable_update(cursor, [item for item in built if item.model_below])
-        _steps_insert(
-            cursor, [row for item in built if item.appended for row in _rows_of(item, item.steps)]
-        )
+        _steps_copy([item for item in built if item.appended])
         _steps_rewrite(cursor, [item for item in built if not item.appended])
         grown = [item.trace.trajectory_id for item in old]
         if grown:
@@ -334,19 +352,24 @@ def _assemble(traces: list[_Trace]) -> None:
                     "DELETE FROM trajectories_stepsearch WHERE trajectory_id = ANY(%s)", [rebuilt]
                 )
         cursor.execute(
-            "UPDATE trajectories_livetrace l SET assembled_count = u.n, trajectory_id = u.tid,"
-            " assembled_through = u.through, state = u.state::jsonb,"
-            " assembled_at = clock_timestamp(), errors = u.errors::jsonb"
-            " FROM unnest(%s::bigint[], %s::int[], %s::bigint[], %s::bigint[], %s::text[],"
-            " %s::text[]) AS u(id, n, tid, through, state, errors)"
-            " WHERE l.id = u.id",
+            "UPDATE trajectories_livetrace l SET assembled_count = (u->>1)::int,"
+            " trajectory_id = (u->>2)::bigint, assembled_through = (u->>3)::bigint,"
+            " state = u->4, errors = u->5, assembled_at = clock_timestamp()"
+            " FROM json_array_elements(%s::json) AS u WHERE l.id = (u->>0)::bigint",
             [
-                [item.trace.live_id for item in built],
-                [item.trace.count for item in built],
-                [item.trace.trajectory_id for item in built],
-                [item.trace.through for item in built],
-                [orjson.dumps(item.state).decode() for item in built],
-                [orjson.dumps(item.trace.errors[:100]).decode() for item in built],
+                orjson.dumps(
+                    [
+                        [
+                            item.trace.live_id,
+                            item.trace.count,
+                            item.trace.trajectory_id,
+                            item.trace.through,
+                            item.state,
+                            item.trace.errors[:100],
+                        ]
+                        for item in built
+                    ]
+                ).decode()
             ],
         )
     for item in built:
@@ -525,14 +548,14 @@ _INSERTED = (
 )
 
 
-def _rows_of(item: _Built, steps: list[ParsedStep]) -> list[_StepRow]:
+def _rows_of(item: _Built) -> list[_StepRow]:
+    """A rebuilt trajectory's rows."""
     trajectory_id = item.trace.trajectory_id
     assert trajectory_id is not None
-    first = item.summary.spans - len(steps) if item.appended else 0
     return [
         (
             trajectory_id,
-            first + n,
+            n,
             prefix_hash,
             step.kind,
             step.role,
@@ -543,8 +566,26 @@ def _rows_of(item: _Built, steps: list[ParsedStep]) -> list[_StepRow]:
             step.metadata,
             step.content,
         )
-        for n, (step, prefix_hash) in enumerate(zip(steps, item.hashes, strict=True))
+        for n, (step, prefix_hash) in enumerate(zip(item.steps, item.hashes, strict=True))
     ]
+
+
+def _steps_copy(built: list[_Built]) -> None:
+    """The appended steps, with COPY as the importer writes steps (``pgcopy``)."""
+    if not any(item.steps for item in built):
+        return
+    with (
+        connection.cursor() as wrapper,
+        wrapper.cursor.copy(f"COPY trajectories_step ({pgcopy.STEP_COLUMNS}) FROM STDIN") as copy,
+    ):
+        for item in built:
+            trajectory_id = item.trace.trajectory_id
+            assert trajectory_id is not None
+            for step in item.steps:
+                step.agent, step.tool_name = step.agent[:100], step.tool_name[:200]
+            first = item.summary.spans - len(item.steps)
+            rows = pgcopy.step_rows(item.steps, item.hashes, first).encode()
+            copy.write(pgcopy.first_column_filled(rows, trajectory_id))
 
 
 def _steps_insert(cursor: Any, rows: list[_StepRow]) -> None:
@@ -577,7 +618,7 @@ def _steps_rewrite(cursor: Any, built: list[_Built]) -> None:
     moved: list[int] = []
     for item in built:
         have = existing.pop(item.trace.trajectory_id or 0, {})
-        rows = _rows_of(item, item.steps)
+        rows = _rows_of(item)
         matched = [(have.get(str(step.metadata.get("span_id", ""))), step) for step in item.steps]
         shifted = any(
             before is not None and before[1] != index for index, (before, _) in enumerate(matched)

@@ -13,6 +13,13 @@ file's own lines. Any other change (another format, a file rewritten or truncate
 the whole file again, which adds only the trajectories it did not have (the import skips
 one whose content hash the project has). A file whose import failed is tried again once
 it changes. So a restart, or two passes over an unchanged folder, imports nothing twice.
+A pass holds an advisory lock on its source, so two never run at once on one folder.
+
+A project admin may add a folder in the app (:func:`follow_source_add`, the followed
+folders page); the worker then passes over it every few seconds (:func:`follow_sweep`,
+from Celery beat). Such a folder must lie inside ``STEPSCOPE_FOLLOW_ROOTS`` once symbolic
+links are resolved, checked when it is added and before each pass: the page cannot
+make the server read anything else of its disk.
 """
 
 from __future__ import annotations
@@ -23,9 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from stepscope.locks import LockClass, session_lock_try
 from trajectories.formats import import_units
 from trajectories.models import FollowedFile, FollowSource, Project
 from trajectories.services.imports import ImportRejected, parser_get, trajectory_import
@@ -48,6 +57,17 @@ class FollowPass:
     unchanged: int = 0
     rejected: int = 0
     steps: int = 0
+    # Another pass held the folder: this one did nothing.
+    skipped: bool = False
+
+
+class FollowRefused(Exception):
+    """A folder that cannot be followed, naming the field at fault."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
 
 
 def follow_source_set(
@@ -71,10 +91,85 @@ def follow_source_set(
     return source
 
 
+def follow_source_add(
+    *, project: Project, path: str, source_format: str, skip_invalid: bool = False
+) -> FollowSource:
+    """A folder for the worker to follow into ``project``. Refused (FollowRefused) for an
+    unknown format, a path that is not absolute, outside ``STEPSCOPE_FOLLOW_ROOTS`` (its
+    links resolved), not a folder, or followed already."""
+    try:
+        parser_get(source_format)
+    except ValueError as error:
+        raise FollowRefused("source_format", str(error)) from None
+    if not Path(path).is_absolute():
+        raise FollowRefused("path", f"{path!r} is not an absolute path")
+    folder = Path(path).resolve()
+    outside = _outside_roots(folder)
+    if outside:
+        raise FollowRefused("path", outside)
+    if not folder.is_dir():
+        raise FollowRefused("path", f"{folder} is not a folder")
+    source, made = FollowSource.objects.get_or_create(
+        project=project,
+        path=str(folder),
+        source_format=source_format,
+        defaults={"skip_invalid": skip_invalid, "by_worker": True},
+    )
+    if not made:
+        if source.by_worker:
+            raise FollowRefused("path", f"{folder} is followed already as {source_format}")
+        # Followed so far by `import_trajectories --follow`: the worker takes it over,
+        # with what was imported from it.
+        source.by_worker, source.skip_invalid = True, skip_invalid
+        source.save(update_fields=["by_worker", "skip_invalid"])
+    return source
+
+
+def follow_source_remove(*, source: FollowSource) -> None:
+    """Stop following the folder. What was imported from it stays; its files' progress
+    goes, so following it again imports what the project does not have."""
+    source.delete()
+
+
+def _outside_roots(folder: Path) -> str:
+    """Why ``folder`` (resolved) may not be followed from the app, or "" if it may."""
+    roots: list[Path] = settings.STEPSCOPE_FOLLOW_ROOTS
+    if any(folder == root or folder.is_relative_to(root) for root in roots):
+        return ""
+    allowed = ", ".join(str(root) for root in roots) or "none"
+    return (
+        f"{folder} is not inside a folder the server lets projects follow"
+        f" (STEPSCOPE_FOLLOW_ROOTS: {allowed})"
+    )
+
+
+def follow_sweep() -> list[FollowPass]:
+    """A pass over each folder followed in the app, of projects not being deleted (the
+    worker's periodic task). A folder outside the roots now is not read; its source
+    says why."""
+    done = []
+    sources = FollowSource.objects.filter(by_worker=True, project__deleting_since__isnull=True)
+    for source in sources.select_related("project").order_by("pk"):
+        outside = _outside_roots(Path(source.path).resolve())
+        if outside:
+            source.last_pass_at, source.last_error = timezone.now(), outside
+            source.save(update_fields=["last_pass_at", "last_error"])
+            continue
+        done.append(follow_pass_run(source=source))
+    return done
+
+
 def follow_pass_run(*, source: FollowSource) -> FollowPass:
     """One pass over the source's folder, in sorted order: each file that is new or has
     changed since the last pass is imported (or its new lines are), each in its own
-    transaction with its row."""
+    transaction with its row. Skipped while another pass holds the folder."""
+    with session_lock_try(LockClass.FOLLOW_SOURCE, source.pk) as taken:
+        if not taken:
+            return FollowPass(skipped=True)
+        return _pass(source)
+
+
+def _pass(source: FollowSource) -> FollowPass:
     result = FollowPass()
     folder = Path(source.path)
     known = {row.path: row for row in source.files.all()}
