@@ -22,6 +22,6 @@ def _rebuild(document: str) -> list[str]:
 
 
 class Migration(migrations.Migration):
-    dependencies = [("trajectories", "0019_live_assembly_state")]
+    dependencies = [("trajectories", "0020_follow_by_worker")]
 
     operations = [migrations.RunSQL(_rebuild(_NEW), reverse_sql=_rebuild(_OLD))]
