@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.db.models import Subquery
 
 from labeling.models import LabelSchema
 from trajectories.models import Project
@@ -92,10 +93,8 @@ def label_schema_first(project: Project) -> LabelSchema | None:
     """The newest active version of the project's first schema (the first made): what a
     view that shows one dimension alone (the list's first-error column) shows."""
     active = LabelSchema.objects.filter(project=project, is_active=True)
-    first = active.order_by("id").values_list("name", flat=True).first()
-    if first is None:
-        return None
-    return active.filter(name=first).order_by("-version", "-id").first()
+    first = active.order_by("id").values("name")[:1]
+    return active.filter(name=Subquery(first)).order_by("-version", "-id").first()
 
 
 def label_schema_scope(project: Project, name: str | None = None) -> SchemaScope:

@@ -144,6 +144,8 @@ FULL = TrajectoryFilters(
     min_advantage=-0.5,
     max_advantage=0.5,
     advantage_disagrees="yes",
+    origin="imported",
+    label_schema="correctness",
 )
 
 
