@@ -86,9 +86,11 @@ def autoanalysed() -> dict[str, Any]:
         return dict(cursor.fetchall())
 
 
-def scoped_always(project: Project, source: Any, *, scoped: bool = True) -> tuple[str, list[Any]]:
+def scoped_always(
+    project: Project, source: Any, *, scoped: bool = True, schema: str | None = None
+) -> tuple[str, list[Any]]:
     """The label source as the preview read it before: scoped to the project."""
-    return label_source_sql(project, source)
+    return label_source_sql(project, source, schema=schema)
 
 
 def dropped(project: Project) -> None:

@@ -53,7 +53,7 @@ from evaluation.compare import (  # noqa: E402
 )
 from labeling import sources  # noqa: E402
 from labeling.models import LabelSchema  # noqa: E402
-from labeling.sources import label_source_parse, label_source_sql  # noqa: E402
+from labeling.sources import SchemaScope, label_source_parse, label_source_sql  # noqa: E402
 from scoring import prm  # noqa: E402
 from scoring.models import Scorer  # noqa: E402
 from trajectories.models import Project, Step, Trajectory  # noqa: E402
@@ -219,22 +219,22 @@ def _backend_cpu() -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def counted_majority_sql(project: Project) -> tuple[str, list[Any]]:
+def counted_majority_sql(project: Project, scope: SchemaScope) -> tuple[str, list[Any]]:
     """The baseline: ``human:majority`` counted from the submitted human labels at query
     time, one ``mode()`` aggregate per step (what labeling/sources.py did before the
-    majority was kept per step)."""
+    majority was kept per step), under the scope's schema versions."""
     return (
         "SELECT l.step_id, mode() WITHIN GROUP (ORDER BY l.value) AS value"
         " FROM labeling_steplabel l"
         " JOIN auth_user u ON u.id = l.annotator_id"
         " JOIN trajectories_step s ON s.id = l.step_id"
         " JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
-        " WHERE t.project_id = %s AND l.status = 'submitted'"
+        " WHERE t.project_id = %s AND l.status = 'submitted' AND l.schema_id = ANY(%s)"
         "   AND u.username NOT LIKE 'import:%%'"
         " GROUP BY l.step_id"
         " HAVING mode() WITHIN GROUP (ORDER BY l.value)"
         "    = mode() WITHIN GROUP (ORDER BY l.value DESC)",
-        [project.pk],
+        [project.pk, list(scope.ids)],
     )
 
 

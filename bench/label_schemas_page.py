@@ -29,17 +29,17 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.page_open import free_port, server_start, trajectory_make  # noqa: E402
-from django.conf import settings  # noqa: E402
-from django.contrib.auth.models import User  # noqa: E402
-from django.db import connection  # noqa: E402
-from django.test import Client  # noqa: E402
-from django.test.utils import CaptureQueriesContext  # noqa: E402
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
-from labeling.models import LabelSchema, StepLabel  # noqa: E402
-from labeling.services import label_schema_create  # noqa: E402
-from trajectories.models import Membership, Project, Trajectory  # noqa: E402
-from trajectories.services import project_create  # noqa: E402
+from bench.page_open import free_port, server_start, trajectory_make
+from labeling.models import LabelSchema, StepLabel
+from labeling.services import label_schema_create
+from trajectories.models import Membership, Project, Trajectory
+from trajectories.services import project_create
 
 MORE = [
     ("error_type", "categorical", [("math", "4"), ("logic", "5"), ("tool", "6")]),
@@ -71,8 +71,7 @@ def project_make(slug: str, user: User, steps: int, schemas: int) -> Trajectory:
 
 def summary(values: list[float]) -> str:
     return (
-        f"median {statistics.median(values):.1f} ms"
-        f" (range {min(values):.1f} to {max(values):.1f})"
+        f"median {statistics.median(values):.1f} ms (range {min(values):.1f} to {max(values):.1f})"
     )
 
 

@@ -127,11 +127,11 @@ def schema_keys_clash(values: Any, others: list[LabelSchema]) -> str | None:
     for position, entry in enumerate(values or []):
         if not isinstance(entry, dict) or not entry.get("key"):
             continue
-        other = taken.get(str(entry["key"]).lower())
-        if other is not None:
+        holder = taken.get(str(entry["key"]).lower())
+        if holder is not None:
             name = entry.get("name") or entry.get("value")
             return (
-                f"values.{position} ({name}): key {entry['key']!r} labels {other.name!r}"
+                f"values.{position} ({name}): key {entry['key']!r} labels {holder.name!r}"
                 " already; each schema of a project needs its own keys"
             )
     return None

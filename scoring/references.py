@@ -61,8 +61,12 @@ def reference_owner(
     project: Project | None = data.get("project")
     if project is not None:
         project = managed_project(project.slug)
-    elif not user.is_staff:
+    elif not getattr(user, "is_staff", False):
         raise PermissionDenied(f"Only staff may add a {noun} for every project.")
-    if data.get("trust_remote_code") and model_policy().allow_remote_code and not user.is_staff:
+    if (
+        data.get("trust_remote_code")
+        and model_policy().allow_remote_code
+        and not getattr(user, "is_staff", False)
+    ):
         raise PermissionDenied("Only staff may allow a model to run its own code.")
     return project

@@ -13,9 +13,9 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from functools import cache
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -40,7 +40,7 @@ def params_build(
     ``error`` naming the parameter and its type. An int is taken for a float, a bool is
     never taken for an int, ``X | None`` takes null; ``convert`` checks and converts the
     fields whose type is a container (raising ``error`` itself)."""
-    fields = _field_types(cls)
+    fields = _field_types(cast(Hashable, cls))  # a class is hashable; mypy cannot see it of type[T]
     values: dict[str, Any] = dict(defaults or {})
     for name, value in (raw or {}).items():
         if name not in fields:

@@ -155,8 +155,8 @@ def test_a_researcher_saves_lists_exports_and_deletes_a_selection(
     # The trajectory list's "Save as selection" link carries its filters along.
     listing = client.get(f"/p/{project.slug}/trajectories/?outcome=success&max_steps=5")
     # (with the origin the list showed by default: its imported trajectories)
-    saved = f'href="{page}?outcome=success&amp;max_steps=5&amp;origin=imported"'
-    assert saved in listing.content.decode()
+    link = f'href="{page}?outcome=success&amp;max_steps=5&amp;origin=imported"'
+    assert link in listing.content.decode()
     form = client.get(f"{page}?outcome=success&max_steps=5").context["form"]
     assert (form["outcome"].value(), form["max_steps"].value()) == ("success", "5")
 
