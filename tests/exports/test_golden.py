@@ -27,7 +27,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from exports.services import export_request_build, export_write, selection_save
+from exports.services import export_plan_build, export_write, selection_save
 from labeling.models import LabelSchema, StepLabel, TrajectoryLabel
 from scoring import services as scoring
 from scoring.models import AttributionRun, JudgePrompt, JudgeReply, Scorer, ScoringRun, StepScore
@@ -43,7 +43,7 @@ TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
 # Ids the fixture's rows start from (well above what other tests use).
 FIRST_ID = 7_000_000
 
-# name: the export's parameters (export_request_build's, less the project). A credit
+# name: the export's parameters (export_plan_build's, less the project). A credit
 # run of ``True`` is the fixture's attribution run.
 CASES: dict[str, dict[str, Any]] = {
     "stepscope": dict(format="stepscope", labels="human:alice", neutral="keep"),
@@ -258,9 +258,9 @@ def test_every_format_writes_the_bytes_it_wrote_before(
         parameters = dict(case)
         if parameters.get("credit_run"):
             parameters["credit_run"] = run.pk
-        request = export_request_build(project=project, **parameters)
+        plan = export_plan_build(project=project, **parameters)
         out = tmp_path / name
-        manifest = export_write(project=project, request=request, out_dir=out)
+        manifest = export_write(plan, out_dir=out)
         assert manifest["counts"]["trajectories"] > 0, name
         found[name] = {"rows": manifest["counts"]["records"], "files": digests(out)}
     if os.environ.get("STEPSCOPE_GOLDEN_WRITE"):
