@@ -14,7 +14,7 @@ attribution run (``group-relative``: each rollout's outcome against its task's o
 gives every step a credit, which the ``rl`` rows carry. Setup is not timed.
 
 Each measurement runs in a child process of its own, so its peak RSS (``VmHWM``; see
-``_peak_rss_mb``) is its own: the export service (``export_request_build`` +
+``_peak_rss_mb``) is its own: the export service (``export_plan_build`` +
 ``export_write``: one snapshot, labels and credits resolved in PostgreSQL; both formats
 measured here take the bulk paths of ``exports/services/bulk.py``, rl
 Parquet parsed from one CSV COPY and trl-stepwise records built by PostgreSQL, which
@@ -51,7 +51,7 @@ django.setup()
 from django.db import connection  # noqa: E402
 
 from bench.cleanup import project_drop  # noqa: E402
-from exports.services import export_request_build, export_write  # noqa: E402
+from exports.services import export_plan_build, export_write  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project  # noqa: E402
 from trajectories.services import project_create, trajectory_import  # noqa: E402
@@ -104,7 +104,7 @@ def child_export(slug: str, format_name: str, out: Path, credit_run: int) -> dic
     project = Project.objects.get(slug=slug)
     ready_mb = _peak_rss_mb()
     start = time.perf_counter()
-    request = export_request_build(
+    plan = export_plan_build(
         project=project,
         format=format_name,
         labels=LABELS,
@@ -112,7 +112,7 @@ def child_export(slug: str, format_name: str, out: Path, credit_run: int) -> dic
         container=EXPORTS[format_name],
         credit_run=credit_run if format_name == "rl" else None,
     )
-    manifest = export_write(project=project, request=request, out_dir=out)
+    manifest = export_write(plan, out_dir=out)
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,

@@ -102,22 +102,19 @@ result = {
 
 START_BACKGROUND = """
 from django.contrib.auth.models import User
-from labeling.sources import label_source_parse
 from scoring.models import Scorer
 from scoring.services import scoring_run_start
-from exports.writers import ExportOptions, Neutral
 from trajectories.models import Project
-from exports.services import ExportRequest, export_start
+from exports.services import export_plan_build, export_start
 
 owner = User.objects.get(username="owner")
 work = Project.objects.get(slug="work")
 run = scoring_run_start(project=work, scorer=Scorer.objects.get(pk=SCORER), user=owner)
 job = export_start(
-    project=work, user=owner,
-    request=ExportRequest(
-        format="rl", labels=label_source_parse("import:synthetic-truth"),
-        options=ExportOptions(neutral=Neutral.KEEP),
+    plan=export_plan_build(
+        project=work, format="rl", labels="import:synthetic-truth", neutral="keep"
     ),
+    user=owner,
 )
 result = {"run": run.pk, "export": job.pk}
 """

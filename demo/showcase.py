@@ -19,7 +19,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 
 from exports.models import ExportJob
-from exports.services import export_request_build, export_start
+from exports.services import export_plan_build, export_start
 from labeling.models import Queue
 from labeling.services import queue_create, queue_item_take
 from scoring.models import AttributionRun, Scorer, ScoringRun
@@ -134,13 +134,13 @@ def _exports(project: Project, user: User, labels: str, runs: dict[str, Attribut
     """One export of each main format, started once; True when all have ended."""
     for name in EXPORTS:
         if not ExportJob.objects.filter(project=project, format=name).exists():
-            request = export_request_build(
+            plan = export_plan_build(
                 project=project,
                 format=name,
                 labels=labels,
                 neutral="drop",
                 credit_run=runs["prm-delta"].pk if name == "rl" else None,
             )
-            export_start(project=project, user=user, request=request)
+            export_start(plan=plan, user=user)
     jobs = ExportJob.objects.filter(project=project, format__in=EXPORTS)
     return not jobs.filter(status__in=ExportJob.ACTIVE).exists()

@@ -70,12 +70,10 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
         if not can_manage_data(request.user, project):
             raise PermissionDenied("Only researchers and admins export data.")
         try:
-            export_request = services.export_request_build(project=project, **data)
+            plan = services.export_plan_build(project=project, **data)
         except (ValueError, TypeError) as error:
             raise ValidationError({"detail": str(error)}) from None
-        job = services.export_start(
-            project=project, user=cast(User, request.user), request=export_request
-        )
+        job = services.export_start(plan=plan, user=cast(User, request.user))
         return Response(ExportJobSerializer(job).data, status=202)
 
     @action(detail=True, methods=["get"], url_path=r"files/(?P<name>[^/]+)")

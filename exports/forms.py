@@ -8,6 +8,7 @@ from django import forms
 from django.db.models import Count
 
 from exports.selectors import export_choices
+from exports.writers import FORMATS
 from labeling.decisive_sources import decisive_source_choices
 from scoring import prm
 from scoring.models import JudgeReply
@@ -30,17 +31,8 @@ class SelectionForm(TrajectoryFilterForm):
         del self.fields["after"]
 
 
-EXPORT_FORMAT_CHOICES = [
-    ("trl-stepwise", "TRL stepwise (prompt, completions, labels)"),
-    ("stepscope", "Stepscope JSONL (lossless)"),
-    ("prm800k", "PRM800K-style"),
-    ("processbench", "ProcessBench-style"),
-    ("dpo", "DPO pairs (prompt, chosen, rejected)"),
-    ("kto", "KTO (prompt, completion, label)"),
-    ("sft", "SFT chat messages"),
-    ("critique", "Critiques: a judge's replies as SFT rows (prompt, completion)"),
-    ("rl", "RL batch with per-step rewards (Parquet)"),
-]
+# Each format's page label, as the format declares it (exports.writers.export.FORMATS).
+EXPORT_FORMAT_CHOICES = [(name, export.label) for name, export in FORMATS.items()]
 
 
 class ExportForm(forms.Form):

@@ -39,11 +39,9 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     if request.method == "POST":
         if not can_export:
             raise PermissionDenied("Only researchers and admins export data.")
-        export_request = _export_request(project, form)
-        if export_request is not None:
-            job = services.export_start(
-                project=project, user=cast(User, request.user), request=export_request
-            )
+        plan = _export_plan(project, form)
+        if plan is not None:
+            job = services.export_start(plan=plan, user=cast(User, request.user))
             return redirect("export-detail", pk=job.pk)
         status = 400
     jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
@@ -65,23 +63,23 @@ def export_preview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     form = ExportForm(request.GET, project=project, counted=False)
     preview = None
     error = ""
-    export_request = _export_request(project, form)
-    if export_request is not None:
+    plan = _export_plan(project, form)
+    if plan is not None:
         try:
-            preview = services.export_preview(project, export_request)
+            preview = services.export_preview(plan)
         except ValueError as problem:
             error = str(problem)
     context = {"project": project, "form": form, "preview": preview, "error": error}
     return render(request, "exports/export_list.html#export-preview", context)
 
 
-def _export_request(project: Project, form: ExportForm) -> services.ExportRequest | None:
-    """The form's export request, or None with the form's errors said."""
+def _export_plan(project: Project, form: ExportForm) -> services.ExportPlan | None:
+    """The form's export, planned, or None with the form's errors said."""
     if not form.is_valid():
         return None
     data = form.cleaned_data
     try:
-        return services.export_request_build(
+        return services.export_plan_build(
             project=project,
             format=data["format"],
             labels=data["labels"],

@@ -1,6 +1,7 @@
-"""Writes of the exports app, by topic: an export's request (``requests.py``), reading
-its trajectories in one snapshot (``reading.py``, and ``bulk.py`` for the formats read in
-one statement), writing it and running it as a job (``exports.py``), saved selections
+"""Writes of the exports app, by topic: an export's request (``requests.py``) resolved
+once into its plan (``plan.py``), reading its trajectories in one snapshot
+(``reading.py``, and ``bulk.py`` for the formats read in one statement), writing it and
+running it as a job (``exports.py``), the preview (``preview.py``), saved selections
 (``selections.py``). The names below are the app's service interface; callers import
 them from here."""
 
@@ -12,20 +13,23 @@ from exports.services.exports import (
     export_write,
     manifest_json,
 )
+from exports.services.plan import ExportPlan, export_plan_build, export_plan_of
 from exports.services.preview import ExportPreview, export_preview
 from exports.services.reading import ExportCancelled, export_trajectories
-from exports.services.requests import ExportRequest, export_request_build
+from exports.services.requests import ExportRequest
 from exports.services.selections import selection_delete, selection_save
 
 __all__ = [
     "ExportCancelled",
+    "ExportPlan",
     "ExportPreview",
     "ExportRequest",
     "export_cancel",
     "export_job_run",
     "export_manifest",
+    "export_plan_build",
+    "export_plan_of",
     "export_preview",
-    "export_request_build",
     "export_start",
     "export_trajectories",
     "export_write",

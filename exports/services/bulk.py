@@ -22,22 +22,17 @@ from pathlib import Path
 import pyarrow as pa
 from django.db import connection
 
+from exports.services.plan import ExportPlan
 from exports.services.reading import (
     HEADS_SQL,
     TWO_SCHEMAS,
     ordered_ids,
     trajectories_from_rows,
 )
-from exports.services.requests import ExportRequest
 from exports.writers import ExportResult, ExportTrajectory, TaskGroup, task_groups
 from exports.writers.columnar import STEP_CSV, PlannedGroup, csv_tables, write_rl_parquet
 from exports.writers.encoded import EncodedTrajectory, write_trl_stepwise_encoded
-from exports.writers.export import export_format
 from exports.writers.labels import Neutral
-from exports.writers.splits import parse_split_spec
-from labeling.sources import label_source_sql
-from scoring.selectors import scorer_id_for
-from trajectories.models import Project
 
 # The group key as exports.writers.inputs.task_group_key computes it (the task key,
 # or for a trajectory without one a hash of its task text).
@@ -58,53 +53,39 @@ PROMPT_CHUNK = 500
 FETCH_ROWS = 2000
 
 
+Progress = Callable[[int], None] | None
+
+
 def bulk_export_write(
-    project: Project,
-    request: ExportRequest,
-    *,
-    out_dir: Path,
-    progress: Callable[[int], None] | None = None,
+    plan: ExportPlan, *, out_dir: Path, progress: Progress = None
 ) -> ExportResult | None:
-    """Write the export into ``out_dir`` when one of the bulk paths serves it, else
-    None (the caller writes it with the row builders). Runs inside the export's
-    transaction."""
-    container = request.container or export_format(request.format).containers[0]
-    if request.format == "rl" and container == "parquet":
-        order = ordered_ids(project, request)
-        return _rl_parquet_write(project, request, order, out_dir, progress)
+    """Write the export into ``out_dir`` when one of the bulk paths serves it (``BULK``,
+    by format and container), else None (the caller writes it with the row builders).
+    Runs inside the export's transaction."""
+    write = BULK.get((plan.export.name, plan.container))
     # A judge's critiques and decisive failures are added by the row builders only.
-    extras = request.options.critiques or request.options.decisive
-    if request.format == "trl-stepwise" and container in ("jsonl", "json") and not extras:
-        order = ordered_ids(project, request)
-        if _has_labelable_tool_calls(order):
-            return None
-        return _trl_stepwise_write(project, request, order, out_dir, progress, container)
-    return None
+    if write is None or plan.judge_id is not None or plan.request.options.decisive:
+        return None
+    return write(plan, out_dir, progress)
 
 
-def _rl_parquet_write(
-    project: Project,
-    request: ExportRequest,
-    order: list[int],
-    out_dir: Path,
-    progress: Callable[[int], None] | None,
-) -> ExportResult:
-    splits = parse_split_spec(request.split) if request.split else None
-    groups = _planned_groups(order, request)
-    split_names = splits.names if splits is not None else ("train",)
+def _rl_parquet_write(plan: ExportPlan, out_dir: Path, progress: Progress) -> ExportResult:
+    order = ordered_ids(plan)
+    groups = _planned_groups(order, plan)
+    split_names = plan.splits.names if plan.splits is not None else ("train",)
     return write_rl_parquet(
         groups,
-        _step_tables(project, request, groups, split_names),
-        _prompt_groups(groups, request),
-        options=request.options,
+        _step_tables(plan, groups, split_names),
+        _prompt_groups(groups, plan),
+        options=plan.request.options,
         out_dir=out_dir,
-        splits=splits,
-        seed=request.seed,
+        splits=plan.splits,
+        seed=plan.request.seed,
         progress=progress,
     )
 
 
-def _planned_groups(order: list[int], request: ExportRequest) -> list[PlannedGroup]:
+def _planned_groups(order: list[int], plan: ExportPlan) -> list[PlannedGroup]:
     """The task groups of the export with their splits, as ``task_groups`` forms them
     (it checks that each task's rollouts come together), from each trajectory's id,
     external id and group key alone."""
@@ -130,16 +111,15 @@ def _planned_groups(order: list[int], request: ExportRequest) -> list[PlannedGro
         )
         for group in task_groups(
             stubs,
-            splits=parse_split_spec(request.split) if request.split else None,
-            seed=request.seed,
+            splits=plan.splits,
+            seed=plan.request.seed,
             whole_tasks=True,
         )
     ]
 
 
 def _step_tables(
-    project: Project,
-    request: ExportRequest,
+    plan: ExportPlan,
     groups: Sequence[PlannedGroup],
     split_names: Sequence[str],
 ) -> Iterator[pa.Table]:
@@ -147,7 +127,7 @@ def _step_tables(
     generator, so the COPY is over (and the connection free) once it is exhausted."""
     ids, split_of = _trajectory_arrays(groups, split_names)
     keys = [group.key for group in groups for _ in group.trajectory_ids]
-    sql, params = _rl_steps_sql(project, request)
+    sql, params = _rl_steps_sql(plan)
     with connection.cursor() as wrapper:
         cursor = wrapper.cursor
         # Floats as their shortest exact text, whatever the server's default.
@@ -157,12 +137,12 @@ def _step_tables(
         with cursor.copy(f"COPY ({sql}) TO STDOUT (FORMAT csv)", arguments) as copy:
             last: tuple[int, int] | None = None
             for table in csv_tables(copy, STEP_CSV):
-                last = _check_one_row_per_step(table, last, request)
+                last = _check_one_row_per_step(table, last, plan)
                 yield table
 
 
 def _check_one_row_per_step(
-    table: pa.Table, last: tuple[int, int] | None, request: ExportRequest
+    table: pa.Table, last: tuple[int, int] | None, plan: ExportPlan
 ) -> tuple[int, int] | None:
     """A label source that gives a step two labels (two label schemas) would repeat its
     row; refuse it, as the other formats do. Returns the table's last (trajectory, index)."""
@@ -175,7 +155,7 @@ def _check_one_row_per_step(
     ) or (last == (int(trajectories[0]), int(indexes[0])))
     if repeated:
         raise ValueError(
-            f"label source {request.labels} gives some step more than one label{TWO_SCHEMAS}"
+            f"label source {plan.request.labels} gives some step more than one label{TWO_SCHEMAS}"
         )
     return int(trajectories[-1]), int(indexes[-1])
 
@@ -189,35 +169,35 @@ def _finite(expression: str) -> str:
     )
 
 
-def _rl_steps_sql(
-    project: Project, request: ExportRequest
-) -> tuple[str, tuple[list[object], list[object]]]:
+def _rl_steps_sql(plan: ExportPlan) -> tuple[str, tuple[list[object], list[object]]]:
     """The columns of ``STEP_CSV`` for the steps of the trajectories given as three
     arrays (ids in order, split positions, group keys), and the parameters that go
     before and after those arrays. The labels and credits are joined in the same query
     (hash joins, one pass): cheaper here than the indexed table the chunked reads use."""
+    options = plan.request.options
     before: list[object] = []
-    if request.options.step_reward == "score":
+    if options.step_reward == "score":
         reward = "NULL::float8"
-        if request.scorer:
+        if plan.scorer_id is not None:
             reward = _finite(
                 "(SELECT sc.value FROM scoring_stepscore sc"
                 " WHERE sc.step_id = s.id AND sc.scorer_id = %s)"
             )
-            before.append(scorer_id_for(project, request.scorer))
+            before.append(plan.scorer_id)
     else:
-        neutral = _NEUTRAL_REWARD[request.options.neutral]
+        neutral = _NEUTRAL_REWARD[options.neutral]
         reward = (
             "CASE v.value WHEN 1 THEN 1.0::float8 WHEN -1 THEN -1.0::float8"
             f" WHEN 0 THEN {neutral}::float8 END"
         )
     # Labels and credits are joined on the steps as they are, one hash join each (the
     # label rows of other projects never match, so the source need not scope them).
-    labels_sql, after = label_source_sql(project, request.labels, scoped=False)
+    labels_sql, after = plan.labels_sql_joined
+    credit_run = plan.request.credit_run
     credits = "NULL::float8"
-    if request.credit_run is not None:
+    if credit_run is not None:
         credits = "c.value"
-        after = [*after, request.credit_run]
+        after = [*after, credit_run]
     sql = (
         "SELECT o.split, s.trajectory_id, t.external_id, o.task_key, s.index, s.role, s.kind,"
         f" s.labelable, s.content, {reward}, {_finite(credits)},"
@@ -231,7 +211,7 @@ def _rl_steps_sql(
         f" LEFT JOIN ({labels_sql}) v ON v.step_id = s.id"
         + (
             " LEFT JOIN scoring_stepcredit c ON c.step_id = s.id AND c.run_id = %s"
-            if request.credit_run is not None
+            if credit_run is not None
             else ""
         )
         + " ORDER BY o.position, s.index"
@@ -239,11 +219,11 @@ def _rl_steps_sql(
     return sql, (before, list(after))
 
 
-def _prompt_groups(groups: Sequence[PlannedGroup], request: ExportRequest) -> Iterator[TaskGroup]:
+def _prompt_groups(groups: Sequence[PlannedGroup], plan: ExportPlan) -> Iterator[TaskGroup]:
     """The groups as TaskGroups for the verl prompt builder: the trajectories it reads
     (each group's first, or all of them with prompts per trajectory), each with the steps
     before its first labelable step."""
-    per_task = request.options.prompts_per == "task"
+    per_task = plan.request.options.prompts_per == "task"
     for first in range(0, len(groups), PROMPT_CHUNK):
         chunk = groups[first : first + PROMPT_CHUNK]
         wanted = [
@@ -296,40 +276,34 @@ def _has_labelable_tool_calls(order: list[int]) -> bool:
     return bool(row and row[0])
 
 
-def _trl_stepwise_write(
-    project: Project,
-    request: ExportRequest,
-    order: list[int],
-    out_dir: Path,
-    progress: Callable[[int], None] | None,
-    container: str,
-) -> ExportResult:
-    splits = parse_split_spec(request.split) if request.split else None
-    groups = _planned_groups(order, request)
-    split_names = splits.names if splits is not None else ("train",)
+def _trl_stepwise_write(plan: ExportPlan, out_dir: Path, progress: Progress) -> ExportResult | None:
+    order = ordered_ids(plan)
+    if _has_labelable_tool_calls(order):
+        return None
+    groups = _planned_groups(order, plan)
+    split_names = plan.splits.names if plan.splits is not None else ("train",)
     return write_trl_stepwise_encoded(
         groups,
-        _encoded_trajectories(project, request, groups, split_names),
-        options=request.options,
+        _encoded_trajectories(plan, groups, split_names),
+        options=plan.request.options,
         out_dir=out_dir,
-        container=container,  # type: ignore[arg-type]
-        compress=request.compress,
-        splits=splits,
-        seed=request.seed,
+        container=plan.container,
+        compress=plan.request.compress,
+        splits=plan.splits,
+        seed=plan.request.seed,
         progress=progress,
     )
 
 
 def _encoded_trajectories(
-    project: Project,
-    request: ExportRequest,
+    plan: ExportPlan,
     groups: Sequence[PlannedGroup],
     split_names: Sequence[str],
 ) -> Iterator[EncodedTrajectory]:
     """Each trajectory of ``groups``, in order, with its record built by PostgreSQL,
     read through a server-side cursor (memory stays bounded)."""
     ids, split_of = _trajectory_arrays(groups, split_names)
-    sql, params = _trl_stepwise_sql(project, request)
+    sql, params = _trl_stepwise_sql(plan)
     connection.ensure_connection()
     raw = connection.connection
     assert raw is not None
@@ -339,7 +313,7 @@ def _encoded_trajectories(
         for split, steps, bad, neutral, good, unlabelled, cut, repeated, record in cursor:
             if repeated:
                 raise ValueError(
-                    f"label source {request.labels} gives some step more than one label"
+                    f"label source {plan.request.labels} gives some step more than one label"
                     + TWO_SCHEMAS
                 )
             yield EncodedTrajectory(
@@ -364,7 +338,7 @@ def _trajectory_arrays(
     return ids, split_of
 
 
-def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, list[object]]:
+def _trl_stepwise_sql(plan: ExportPlan) -> tuple[str, list[object]]:
     """Per trajectory (parameters: the ids, the label source's, the ids in order and
     their split positions): its split, step count, labelable steps per resolved label,
     whether its record ends at an unlabelled step, whether a step came twice (two labels
@@ -375,9 +349,10 @@ def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, li
     with ``stop_at_first_error``, no labelable step before it is bad; the record is cut
     at the first unlabelled labelable step that is reached that way.
     """
-    labels_sql, params = label_source_sql(project, request.labels, scoped=False)
-    good = _NEUTRAL_GOOD[request.options.neutral]
-    after_error = " AND m.bad_before = 0" if request.options.stop_at_first_error else ""
+    labels_sql, params = plan.labels_sql_joined
+    options = plan.request.options
+    good = _NEUTRAL_GOOD[options.neutral]
+    after_error = " AND m.bad_before = 0" if options.stop_at_first_error else ""
     kept = f"m.labelable AND m.good IS NOT NULL AND m.unlabelled_upto = 0{after_error}"
     cut = f"m.labelable AND m.good IS NULL AND m.unlabelled_upto = 1{after_error}"
     sql = (
@@ -416,3 +391,11 @@ def _trl_stepwise_sql(project: Project, request: ExportRequest) -> tuple[str, li
         " ORDER BY o.position"
     )
     return sql, params
+
+
+# The bulk paths, by format and container.
+BULK: dict[tuple[str, str], Callable[[ExportPlan, Path, Progress], ExportResult | None]] = {
+    ("rl", "parquet"): _rl_parquet_write,
+    ("trl-stepwise", "jsonl"): _trl_stepwise_write,
+    ("trl-stepwise", "json"): _trl_stepwise_write,
+}

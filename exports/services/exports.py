@@ -22,37 +22,18 @@ from django.utils import timezone
 
 from exports.models import ExportJob
 from exports.services import bulk
+from exports.services.plan import ExportPlan, export_plan_of
 from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
-from exports.services.requests import (
-    ExportRequest,
-    credit_run_for,
-    request_filters,
-    request_from_job,
-    request_json,
-)
-from exports.writers import (
-    ExportResult,
-    build_manifest,
-    parse_split_spec,
-    write_export,
-    write_manifest,
-)
-from labeling.sources import LabelSource, label_source_annotators_sql
-from scoring.selectors import scorer_id_for
+from exports.services.requests import request_json
+from exports.writers import ExportResult, build_manifest, write_export, write_manifest
 from stepscope.jobs.lifecycle import job_cancel
 from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
-from trajectories import selectors
-from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 
 
 def export_write(
-    *,
-    project: Project,
-    request: ExportRequest,
-    out_dir: Path,
-    progress: ProgressWriter | None = None,
+    plan: ExportPlan, *, out_dir: Path, progress: ProgressWriter | None = None
 ) -> dict[str, Any]:
     """Write the export's files and manifest into ``out_dir``; return the manifest."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -64,53 +45,51 @@ def export_write(
             with connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         result = bulk.bulk_export_write(
-            project, request, out_dir=out_dir, progress=lambda done: progress_tick(progress, done)
+            plan, out_dir=out_dir, progress=lambda done: progress_tick(progress, done)
         )
         if result is None:
             result = write_export(
-                export_trajectories(project, request, progress=progress, read_ahead=not nested),
-                format_name=request.format,
-                options=request.options,
+                export_trajectories(plan, progress=progress, read_ahead=not nested),
+                format_name=plan.export.name,
+                options=plan.request.options,
                 out_dir=out_dir,
-                container=request.container or None,  # type: ignore[arg-type]
-                compress=request.compress,
-                splits=parse_split_spec(request.split) if request.split else None,
-                seed=request.seed,
+                container=plan.container,
+                compress=plan.request.compress,
+                splits=plan.splits,
+                seed=plan.request.seed,
             )
         # In the snapshot the files were read from: the manifest's annotators are those
         # of the labels written.
-        manifest = export_manifest(project, request, result)
+        manifest = export_manifest(plan, result)
     write_manifest(out_dir, manifest)
     return manifest
 
 
-def export_manifest(
-    project: Project, request: ExportRequest, result: ExportResult
-) -> dict[str, Any]:
-    """The manifest of an export that wrote ``result`` (selection, label source and
-    every revision the request names)."""
+def export_manifest(plan: ExportPlan, result: ExportResult) -> dict[str, Any]:
+    """The manifest of an export that wrote ``result``: the selection, the label source
+    and the revisions, as the plan resolved them."""
+    request = plan.request
+    revisions = plan.revisions
     return build_manifest(
         result,
         selection={"name": request.selection_name, "definition": request.selection},
         label_source=str(request.labels),
-        schema_revision=_schema_revision(project, request.labels),
-        scorer_revisions=_scorer_revisions(project, request),
-        attribution_revisions=_attribution_revisions(project, request),
+        schema_revision=revisions["label_schema"],
+        scorer_revisions=revisions["scorers"],
+        attribution_revisions=revisions["attribution"],
         # The lossless format lists the annotators of the labels it wrote out, under
         # the names it wrote them; the other formats, whose labels a source resolved.
-        annotators=None if result.annotators else _source_annotators(project, request),
+        annotators=None if result.annotators else _source_annotators(plan),
     )
 
 
-def _source_annotators(project: Project, request: ExportRequest) -> list[str]:
+def _source_annotators(plan: ExportPlan) -> list[str]:
     """The people (or imports) whose labels the export's label source resolved on the
     labelable steps of the selected trajectories."""
-    found = label_source_annotators_sql(project, request.labels)
-    if found is None:
+    if plan.annotators_sql is None:
         return []
-    sql, params = found
-    chosen = selectors.trajectories_filtered(project, request_filters(request.selection))
-    chosen_sql, chosen_params = chosen.values("id").query.sql_with_params()
+    sql, params = plan.annotators_sql
+    chosen_sql, chosen_params = plan.chosen.values("id").query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT DISTINCT a.username FROM ({sql}) a"
@@ -121,66 +100,26 @@ def _source_annotators(project: Project, request: ExportRequest) -> list[str]:
         return sorted(username for (username,) in cursor.fetchall())
 
 
-def _schema_revision(project: Project, source: LabelSource) -> dict[str, Any] | None:
-    """The label schema the source reads (the one it names, else the active one)."""
-    schemas = project.label_schemas.filter(is_active=True)
-    if source.schema:
-        schemas = project.label_schemas.filter(name=source.schema)
-    schema = schemas.order_by("-version").first()
-    if schema is None:
-        return None
-    return {"name": schema.name, "version": schema.version, "kind": schema.kind}
-
-
-def _scorer_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
-    from scoring.models import Scorer
-
-    names = {n for n in (request.scorer, request.labels.scorer) if n}
-    if request.labels.kind == "model":
-        names.add(request.labels.name)
-    revisions: dict[str, Any] = {}
-    for name in sorted(names):
-        scorer = Scorer.objects.get(pk=scorer_id_for(project, name))
-        revisions[name] = {"kind": scorer.kind, "revision": scorer.revision}
-    return revisions
-
-
-def _attribution_revisions(project: Project, request: ExportRequest) -> dict[str, Any]:
-    if request.credit_run is None:
-        return {}
-    run = credit_run_for(project, request.credit_run)
-    return {
-        str(run.pk): {
-            "method": run.method,
-            "parameters": run.parameters,
-            "scorer": run.scorer.name if run.scorer else None,
-            "scorer_revision": run.scorer_revision,
-            "label_source": run.label_source,
-            "key": run.key,
-        }
-    }
-
-
-def export_start(*, project: Project, user: User, request: ExportRequest) -> ExportJob:
+def export_start(*, plan: ExportPlan, user: User) -> ExportJob:
+    """Queue ``plan``'s export; the job keeps the plan for the worker."""
     from exports.tasks import export_run
 
+    request = plan.request
     broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
         job = ExportJob.objects.create(
-            project=project,
+            project=plan.project,
             format=request.format,
             container=request.container,
             compress=request.compress,
             label_source=str(request.labels),
             neutral=request.options.neutral.value,
-            options=request_json(request),
+            options={**request_json(request), "plan": plan.to_json()},
             selection_name=request.selection_name,
             selection=request.selection,
             split=request.split,
             seed=request.seed,
-            total=selectors.trajectories_filtered(
-                project, request_filters(request.selection)
-            ).count(),
+            total=plan.chosen.count(),
             created_by=user,
         )
         transaction.on_commit(lambda: export_run.delay(job.pk))
@@ -210,10 +149,7 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
     ExportJob.objects.filter(pk=job.pk).update(status=ExportJob.Status.RUNNING, done=0)
     progress = ProgressWriter("trajectories_exportjob", job.pk, "done")
     try:
-        request = request_from_job(job)
-        manifest = export_write(
-            project=job.project, request=request, out_dir=out_dir, progress=progress
-        )
+        manifest = export_write(export_plan_of(job), out_dir=out_dir, progress=progress)
     except ExportCancelled:
         shutil.rmtree(out_dir, ignore_errors=True)
         job.refresh_from_db()

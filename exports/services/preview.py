@@ -11,20 +11,16 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from django.db import connection, transaction
 from django.db.models.functions import MD5
 
+from exports.services.plan import ExportPlan
 from exports.services.reading import read_chunks, trajectories_from_rows
-from exports.services.requests import ExportRequest, request_filters
-from exports.writers import ExportTrajectory, build_records, export_format, parse_split_spec
+from exports.writers import ExportTrajectory, build_records
 from exports.writers.export import DEFAULT_SPLIT, check_export
-from exports.writers.output import Container
 from exports.writers.splits import split_for
-from labeling.sources import label_source_sql
-from trajectories import selectors
-from trajectories.models import Project
 
 # The sample: the selection's first tasks, and at most this many of their trajectories.
 SAMPLE_TASKS = 5
@@ -64,13 +60,13 @@ class ExportPreview:
     records: list[ShownRecord] = field(default_factory=list)
 
 
-def export_preview(project: Project, request: ExportRequest) -> ExportPreview:
-    """The preview of ``request``; ValueError says what the export would refuse."""
-    export = export_format(request.format)
-    container = cast(Container, request.container or export.containers[0])
-    check_export(export, request.options, container, request.compress)
-    splits = parse_split_spec(request.split) if request.split else None
-    chosen = selectors.trajectories_filtered(project, request_filters(request.selection))
+def export_preview(plan: ExportPlan) -> ExportPreview:
+    """The preview of ``plan``'s export; ValueError says what the export would refuse."""
+    request = plan.request
+    export = plan.export
+    check_export(export, request.options, plan.container, request.compress)
+    splits = plan.splits
+    chosen = plan.chosen
     ids_sql, ids_params = chosen.values("id").query.sql_with_params()
     with transaction.atomic():
         keys = _task_keys(ids_sql, ids_params)
@@ -80,12 +76,12 @@ def export_preview(project: Project, request: ExportRequest) -> ExportPreview:
             tasks, members = per_split.get(split, (0, 0))
             per_split[split] = (tasks + 1, members + count)
         steps, labelable = _step_counts(ids_sql, ids_params)
-        labels = _label_counts(project, request, ids_sql, ids_params)
+        labels = _label_counts(plan, ids_sql, ids_params)
         sample = _sample_ids(chosen)
         tally: Counter[str] = Counter()
         made: Counter[str] = Counter()
         shown: list[ShownRecord] = []
-        trajectories = list(_sample_trajectories(project, request, sample))
+        trajectories = list(_sample_trajectories(plan, sample))
         for output, split, record in build_records(
             request.format,
             trajectories,
@@ -146,15 +142,13 @@ def _step_counts(ids_sql: str, ids_params: tuple[Any, ...]) -> tuple[int, int]:
     return int(steps), int(labelable)
 
 
-def _label_counts(
-    project: Project, request: ExportRequest, ids_sql: str, ids_params: tuple[Any, ...]
-) -> dict[int, int]:
+def _label_counts(plan: ExportPlan, ids_sql: str, ids_params: tuple[Any, ...]) -> dict[int, int]:
     """The label source's values on the selection's labelable steps, counted. The source
     is read unscoped: the selection's steps keep other projects' labels out, and a second
     walk of the project's trajectories, estimated at one row for a project the
     statistics have not seen yet (new in a large table), was joined with the first
     row by row: 12 s for 2,000 trajectories (``bench/after_import.py``)."""
-    labels_sql, labels_params = label_source_sql(project, request.labels, scoped=False)
+    labels_sql, labels_params = plan.labels_sql_joined
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT l.value, count(*) FROM ({labels_sql}) l"
@@ -183,12 +177,10 @@ def _sample_ids(chosen: Any) -> list[int]:
     return ids[:SAMPLE_TRAJECTORIES]
 
 
-def _sample_trajectories(
-    project: Project, request: ExportRequest, ids: list[int]
-) -> Iterator[ExportTrajectory]:
+def _sample_trajectories(plan: ExportPlan, ids: list[int]) -> Iterator[ExportTrajectory]:
     if not ids:
         return
-    lossless = request.format == "stepscope"
-    with closing(read_chunks(project, request, ids, sample=True)) as chunks:
+    lossless = "annotators" in plan.reads
+    with closing(read_chunks(plan, ids, sample=True)) as chunks:
         for chunk_ids, heads, rows, first_errors in chunks:
             yield from trajectories_from_rows(chunk_ids, heads, rows, lossless, first_errors)

@@ -19,17 +19,12 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 from django.db.models.functions import MD5
 
-from exports.services.requests import ExportRequest, request_filters
+from exports.services.plan import ExportPlan
 from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
-from labeling.decisive_sources import decisive_source_parse
-from labeling.sources import LabelSource, label_source_annotator, label_source_sql
-from scoring.selectors import scorer_id_for
-from trajectories import selectors
 from trajectories.formats.base import ParsedDecisive, StepTraining
-from trajectories.models import Project
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
 
@@ -65,25 +60,6 @@ VERDICTS_SQL = (
 )
 
 
-# The trajectories' decisive failures from the export's decisive-failure source (the
-# last parameter, an id array): one annotator's submitted verdicts' (``human:<user>``,
-# ``import:<source>``; the first parameter, a username), or a model's failure
-# attributions (``model:<scorer>``; the first parameter, a scorer id). A verdict that
-# names neither an agent nor a step has none.
-DECISIVE_LABEL_SQL = (
-    "SELECT tl.trajectory_id, tl.decisive_agent, tl.decisive_step, tl.decisive_reason"
-    " FROM labeling_trajectorylabel tl JOIN auth_user u ON u.id = tl.annotator_id"
-    " WHERE u.username = %s AND tl.status = 'submitted'"
-    " AND (tl.decisive_agent <> '' OR tl.decisive_step IS NOT NULL)"
-    " AND tl.trajectory_id = ANY(%s)"
-)
-DECISIVE_MODEL_SQL = (
-    "SELECT v.trajectory_id, v.agent, v.step, v.reason FROM scoring_failureverdict v"
-    " WHERE v.scorer_id = %s AND (v.agent <> '' OR v.step IS NOT NULL)"
-    " AND v.trajectory_id = ANY(%s)"
-)
-
-
 @dataclass(frozen=True, slots=True)
 class TrajectoryVerdict:
     """What a chunk reads per trajectory beside its steps: the first error (for the
@@ -97,33 +73,8 @@ class ExportCancelled(Exception):
     pass
 
 
-def decisive_source_of(request: ExportRequest) -> LabelSource | None:
-    """Whose decisive failures the export writes: the ``decisive`` option's source, or
-    for the lossless format the label source's own (one annotator, an import, a model);
-    None for none."""
-    if request.options.decisive:
-        return decisive_source_parse(request.options.decisive)
-    if request.format != "stepscope":
-        return None
-    if request.labels.kind == "model" or label_source_annotator(request.labels) is not None:
-        return request.labels
-    return None
-
-
-def decisive_query(project: Project, source: LabelSource) -> tuple[str, list[Any]]:
-    """The SQL of ``source``'s decisive failures and its parameters but the id array;
-    ValueError for a scorer that does not exist."""
-    if source.kind == "model":
-        return DECISIVE_MODEL_SQL, [scorer_id_for(project, source.name)]
-    username = label_source_annotator(source)
-    if username is None:
-        raise ValueError(f"{source} names no one whose decisive failures could be written")
-    return DECISIVE_LABEL_SQL, [username]
-
-
 def export_trajectories(
-    project: Project,
-    request: ExportRequest,
+    plan: ExportPlan,
     *,
     progress: ProgressWriter | None = None,
     read_ahead: bool = False,
@@ -136,15 +87,15 @@ def export_trajectories(
     records from the last: it imports this transaction's snapshot, so both see exactly
     the same data, and PostgreSQL's work overlaps with Python's.
     """
-    order = ordered_ids(project, request)
-    lossless = request.format == "stepscope"
+    order = ordered_ids(plan)
+    lossless = "annotators" in plan.reads
     if read_ahead:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_export_snapshot()")
             snapshot = cursor.fetchone()[0]
-        chunks = _read_ahead(project, request, order, snapshot)
+        chunks = _read_ahead(plan, order, snapshot)
     else:
-        chunks = read_chunks(project, request, order)
+        chunks = read_chunks(plan, order)
     try:
         for ids, heads, rows, verdicts in chunks:
             yield from trajectories_from_rows(ids, heads, rows, lossless, verdicts)
@@ -168,16 +119,15 @@ _SNAPSHOT_ID = re.compile(r"[0-9A-Fa-f-]+")
 
 
 def read_chunks(
-    project: Project, request: ExportRequest, order: list[int], *, sample: bool = False
+    plan: ExportPlan, order: list[int], *, sample: bool = False
 ) -> Generator[Chunk, None, None]:
     """The rows of ``order``'s trajectories, a chunk at a time, on this thread's
     connection, with each step's values from :func:`step_values_table` (for a
     ``sample``, only those of ``order``'s steps)."""
-    verdicts_of = label_source_annotator(request.labels) if request.format == "stepscope" else None
-    decisive_source = decisive_source_of(request)
-    decisive = None if decisive_source is None else decisive_query(project, decisive_source)
-    with step_values_table(project, request, only=order if sample else None) as table:
-        steps_sql, extra_params = _steps_sql(project, request, table)
+    verdicts_of = plan.first_errors_of
+    decisive = plan.decisive_sql
+    with step_values_table(plan, only=order if sample else None) as table:
+        steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
             with connection.cursor() as cursor:
@@ -205,15 +155,13 @@ def read_chunks(
 
 
 @contextlib.contextmanager
-def step_values_table(
-    project: Project, request: ExportRequest, *, only: list[int] | None = None
-) -> Iterator[str]:
+def step_values_table(plan: ExportPlan, *, only: list[int] | None = None) -> Iterator[str]:
     """A temporary table of ``(step_id, label, credit)``: the resolved labels and the
     chosen run's credits, a row per step, indexed, so that each step's values are one
     index lookup. With ``only`` (trajectory ids), just their steps' rows. Yields its
     name; dropped at the end (or with the transaction)."""
     table = f"export_values_{uuid.uuid4().hex[:12]}"
-    values_sql, values_params = step_values_sql(project, request)
+    values_sql, values_params = step_values_sql(plan)
     if only is not None:
         values_sql = (
             f"SELECT * FROM ({values_sql}) v WHERE v.step_id IN"
@@ -228,7 +176,7 @@ def step_values_table(
         except IntegrityError as error:
             detail = getattr(error.__cause__, "diag", None)
             raise ValueError(
-                f"label source {request.labels} gives some step more than one label"
+                f"label source {plan.request.labels} gives some step more than one label"
                 f" ({detail.message_detail if detail else error}){TWO_SCHEMAS}"
             ) from None
     # No ANALYZE: every read of the table is an index lookup by step (see _steps_sql).
@@ -239,9 +187,7 @@ def step_values_table(
             cursor.execute(f"DROP TABLE IF EXISTS {table}")
 
 
-def _read_ahead(
-    project: Project, request: ExportRequest, order: list[int], snapshot: str
-) -> Generator[Chunk, None, None]:
+def _read_ahead(plan: ExportPlan, order: list[int], snapshot: str) -> Generator[Chunk, None, None]:
     """``read_chunks`` on a thread of its own, in a transaction that imports
     ``snapshot``, handing chunks over through a bounded queue. Closing this generator
     (the export finished, failed or was cancelled) stops the thread and waits for it."""
@@ -265,7 +211,7 @@ def _read_ahead(
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
                 cursor.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
-                with closing(read_chunks(project, request, order)) as chunks:
+                with closing(read_chunks(plan, order)) as chunks:
                     for chunk in chunks:
                         if not hand(chunk):
                             return
@@ -287,10 +233,10 @@ def _read_ahead(
         reader.join()
 
 
-def ordered_ids(project: Project, request: ExportRequest) -> list[int]:
-    chosen = selectors.trajectories_filtered(project, request_filters(request.selection))
+def ordered_ids(plan: ExportPlan) -> list[int]:
+    """The selected trajectories' ids in the export's order (task key, task text, id)."""
     return list(
-        chosen.annotate(task_digest=MD5("task"))
+        plan.chosen.annotate(task_digest=MD5("task"))
         .order_by("task_key", "task_digest", "id")
         .values_list("id", flat=True)
     )
@@ -448,12 +394,13 @@ def progress_tick(progress: ProgressWriter | None, amount: int) -> None:
         raise ExportCancelled
 
 
-def step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list[Any]]:
+def step_values_sql(plan: ExportPlan) -> tuple[str, list[Any]]:
     """``(step_id, label, credit)`` for every step the label source labels or the credit
     run credits: one pass over each (hash joins), so that reading a step's values later
     is one lookup instead of one per table."""
-    labels_sql, params = label_source_sql(project, request.labels)
-    if request.credit_run is None:
+    labels_sql, params = plan.labels_sql
+    credit_run = plan.request.credit_run
+    if credit_run is None:
         return (
             f"SELECT l.step_id, l.value AS label, NULL::float AS credit FROM ({labels_sql}) l",
             params,
@@ -463,13 +410,11 @@ def step_values_sql(project: Project, request: ExportRequest) -> tuple[str, list
         f" FROM ({labels_sql}) l FULL JOIN"
         " (SELECT step_id, value FROM scoring_stepcredit WHERE run_id = %s) c"
         " ON c.step_id = l.step_id",
-        [*params, request.credit_run],
+        [*params, credit_run],
     )
 
 
-def _steps_sql(
-    project: Project, request: ExportRequest, values_table: str
-) -> tuple[str, list[Any]]:
+def _steps_sql(plan: ExportPlan, values_table: str) -> tuple[str, list[Any]]:
     """Steps of a chunk of trajectories (the last parameter, an id array) in order, with
     the resolved label, the chosen scorer's score, the chosen attribution run's credit, a
     correction and per-annotator labels when the format uses them."""
@@ -479,13 +424,13 @@ def _steps_sql(
     # tables for every chunk: quadratic in the export's size.)
     params: list[Any] = []
     score = "NULL::float"
-    if request.scorer:
+    if plan.scorer_id is not None:
         score = (
             "(SELECT sc.value FROM scoring_stepscore sc"
             " WHERE sc.step_id = s.id AND sc.scorer_id = %s)"
         )
-        params.append(scorer_id_for(project, request.scorer))
-    wants_corrections = request.format == "dpo" and request.options.corrections
+        params.append(plan.scorer_id)
+    wants_corrections = "corrections" in plan.reads and plan.request.options.corrections
     correction = (
         "(SELECT c.correction FROM ("
         "   SELECT f.correction, 0 AS rank FROM labeling_finallabel f"
@@ -501,18 +446,18 @@ def _steps_sql(
         "(SELECT json_agg(json_build_array(u.username, l.value) ORDER BY u.username)"
         " FROM labeling_steplabel l JOIN auth_user u ON u.id = l.annotator_id"
         " WHERE l.step_id = s.id AND l.status = 'submitted')"
-        if request.format == "stepscope"
+        if "annotators" in plan.reads
         else "NULL"
     )
     # Step metadata (tool call ids, token logprobs) and prefix hashes are read only by the
     # formats that use them: chat messages and the lossless format, and sibling pairs.
-    metadata = "s.metadata" if request.format in ("stepscope", "sft", "rl") else "NULL"
-    prefix_hash = "s.prefix_hash" if request.format == "dpo" else "''"
+    metadata = "s.metadata" if "metadata" in plan.reads else "NULL"
+    prefix_hash = "s.prefix_hash" if "prefix_hashes" in plan.reads else "''"
     # The chosen judge's newest reply on the step that gave a verdict (a reply it could
     # not parse has none), through the (scorer, step) index.
     judge = "NULL, NULL, NULL::int"
     judge_join = ""
-    if request.options.critiques:
+    if plan.judge_id is not None:
         judge = "j.critique, j.text, j.verdict"
         judge_join = (
             " LEFT JOIN LATERAL (SELECT jr.critique, jr.text, jr.verdict"
@@ -520,8 +465,8 @@ def _steps_sql(
             " AND jr.parse_error = '' AND jr.verdict IS NOT NULL"
             " ORDER BY jr.id DESC LIMIT 1) j ON true"
         )
-        params.append(scorer_id_for(project, request.options.critiques))
-    training = STEP_TRAINING_SQL if request.format == "stepscope" else "NULL"
+        params.append(plan.judge_id)
+    training = STEP_TRAINING_SQL if "training" in plan.reads else "NULL"
     sql = (
         "SELECT s.trajectory_id, s.index, s.kind, s.role, s.agent, s.content, s.tool_name,"
         f" s.tool_args, {metadata}, s.labelable, {prefix_hash}, v.label,"

@@ -50,21 +50,54 @@ Builder = Callable[[TaskGroup, ExportOptions, Counter[str]], Iterator[Record]]
 DEFAULT_SPLIT = "train"
 
 
+# What a format's records can carry beyond each step's text and resolved label: the
+# reading code reads these only for a format that declares them.
+#   metadata        each step's metadata (tool call ids, token logprobs)
+#   prefix_hashes   each step's prefix hash (sibling steps of rollouts that share a prefix)
+#   corrections     an annotator's corrected text for a step
+#   annotators      every annotator's label on each step, and the label source's own
+#                   first error and decisive failure per trajectory (the lossless format)
+#   training        what an RL trainer knew of each step (policy version, logprobs, ...)
+#   critiques       an LLM judge's critique of each step (``options.critiques``)
+#   decisive        a trajectory's decisive failure (``options.decisive``)
+#   pairs           sibling steps compared by ``options.pair_value``
+Reads = frozenset[str]
+READS = frozenset(
+    {
+        "metadata",
+        "prefix_hashes",
+        "corrections",
+        "annotators",
+        "training",
+        "critiques",
+        "decisive",
+        "pairs",
+    }
+)
+
+
 @dataclass(frozen=True)
 class Output:
-    """One file set of a format: ``rl`` writes step rows and verl prompts."""
+    """One file set of a format: ``rl`` writes step rows and verl prompts. ``columns``:
+    which of ``critiques`` and ``decisive`` add a column to its records when the
+    options ask (records.py adds the keys; output_schema the Parquet columns)."""
 
     name: str
     build: Builder
     schema: pa.Schema | None = None
+    columns: Reads = frozenset()
 
 
 @dataclass(frozen=True)
 class ExportFormat:
     name: str
+    # What the export page calls it.
+    label: str
     outputs: tuple[Output, ...]
     # The containers the format can be written in; the first is the default.
     containers: tuple[Container, ...]
+    # What its records carry beside the steps' text and labels (``READS``).
+    reads: Reads = frozenset()
     # Needs every rollout of a task in one group (sibling pairs, one prompt per task).
     whole_tasks: bool = False
     # Writes labels as booleans, so a neutral label must become one (no ``keep``).
@@ -72,11 +105,9 @@ class ExportFormat:
     # Its rows are a judge's replies: an export names the judge (``options.critiques``).
     needs_critiques: bool = False
 
-
-# The outputs whose records take a judge's critiques, and a decisive failure, when the
-# options ask (records.py adds the keys; output_schema the Parquet columns).
-CRITIQUE_OUTPUTS = ("trl-stepwise",)
-DECISIVE_OUTPUTS = ("trl-stepwise", "prm800k", "processbench")
+    def __post_init__(self) -> None:
+        unknown = self.reads - READS
+        assert not unknown, f"{self.name} reads {sorted(unknown)}: not in READS"
 
 
 def output_schema(output: Output, options: ExportOptions) -> pa.Schema | None:
@@ -84,61 +115,108 @@ def output_schema(output: Output, options: ExportOptions) -> pa.Schema | None:
     schema = output.schema
     if schema is None:
         return None
-    if options.critiques and output.name in CRITIQUE_OUTPUTS:
+    if options.critiques and "critiques" in output.columns:
         schema = schema.append(schemas.CRITIQUES)
-    if options.decisive and output.name in DECISIVE_OUTPUTS:
+    if options.decisive and "decisive" in output.columns:
         schema = schema.append(schemas.DECISIVE)
     return schema
 
 
+# In the export page's order.
 FORMATS: dict[str, ExportFormat] = {
     export_format.name: export_format
     for export_format in (
-        ExportFormat("stepscope", (Output("stepscope", stepscope_records),), ("jsonl",)),
         ExportFormat(
             "trl-stepwise",
-            (Output("trl-stepwise", trl_stepwise_records, schemas.TRL_STEPWISE),),
+            "TRL stepwise (prompt, completions, labels)",
+            (
+                Output(
+                    "trl-stepwise",
+                    trl_stepwise_records,
+                    schemas.TRL_STEPWISE,
+                    columns=frozenset({"critiques", "decisive"}),
+                ),
+            ),
             ("jsonl", "parquet", "json"),
+            reads=frozenset({"critiques", "decisive"}),
             boolean_labels=True,
         ),
-        ExportFormat("prm800k", (Output("prm800k", prm800k_records),), ("jsonl",)),
+        ExportFormat(
+            "stepscope",
+            "Stepscope JSONL (lossless)",
+            (Output("stepscope", stepscope_records),),
+            ("jsonl",),
+            reads=frozenset({"metadata", "annotators", "training", "decisive"}),
+        ),
+        ExportFormat(
+            "prm800k",
+            "PRM800K-style",
+            (Output("prm800k", prm800k_records, columns=frozenset({"decisive"})),),
+            ("jsonl",),
+            reads=frozenset({"decisive"}),
+        ),
         ExportFormat(
             "processbench",
-            (Output("processbench", processbench_records, schemas.PROCESSBENCH),),
+            "ProcessBench-style",
+            (
+                Output(
+                    "processbench",
+                    processbench_records,
+                    schemas.PROCESSBENCH,
+                    columns=frozenset({"decisive"}),
+                ),
+            ),
             ("json", "jsonl", "parquet"),
+            reads=frozenset({"decisive"}),
         ),
         ExportFormat(
             "dpo",
+            "DPO pairs (prompt, chosen, rejected)",
             (Output("dpo", dpo_records, schemas.DPO),),
             ("jsonl", "parquet", "json"),
+            reads=frozenset({"prefix_hashes", "corrections", "pairs"}),
             whole_tasks=True,
         ),
         ExportFormat(
             "kto",
+            "KTO (prompt, completion, label)",
             (Output("kto", kto_records, schemas.KTO),),
             ("jsonl", "parquet", "json"),
             boolean_labels=True,
         ),
         ExportFormat(
-            "sft", (Output("sft", sft_records, schemas.SFT),), ("jsonl", "parquet", "json")
+            "sft",
+            "SFT chat messages",
+            (Output("sft", sft_records, schemas.SFT),),
+            ("jsonl", "parquet", "json"),
+            reads=frozenset({"metadata"}),
         ),
         ExportFormat(
             "critique",
+            "Critiques: a judge's replies as SFT rows (prompt, completion)",
             (Output("critique", critique_records, schemas.CRITIQUE),),
             ("jsonl", "parquet", "json"),
+            reads=frozenset({"critiques"}),
             needs_critiques=True,
         ),
         ExportFormat(
             "rl",
+            "RL batch with per-step rewards (Parquet)",
             (
                 Output("rl", rl_step_rows, schemas.RL_STEPS),
                 Output("rl-prompts", verl_prompt_records, schemas.RL_PROMPTS),
             ),
             ("parquet", "jsonl"),
+            reads=frozenset({"metadata"}),
             whole_tasks=True,
         ),
     )
 }
+
+
+def formats_reading(read: str) -> list[str]:
+    """The names of the formats whose records can carry ``read`` (one of ``READS``)."""
+    return [name for name, export in FORMATS.items() if read in export.reads]
 
 
 def export_format(name: str) -> ExportFormat:

@@ -17,9 +17,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db.models import Count
 
 from exports.models import ExportJob
-from exports.services import ExportRequest, export_start
-from exports.writers import ExportOptions, Neutral
-from labeling.sources import label_source_parse
+from exports.services import export_plan_build, export_start
 from tests.scoring.conftest import Workers
 from tests.waiting import wait_until
 from trajectories import synthetic
@@ -95,13 +93,10 @@ def test_killed_workers_lose_no_import_and_no_export(
     workers.stop_all()
     first = workers.start(["default"], "kill-export-a")
     job = export_start(
-        project=project,
-        user=owner,
-        request=ExportRequest(
-            format="stepscope",
-            labels=label_source_parse("human:majority"),
-            options=ExportOptions(neutral=Neutral.DROP),
+        plan=export_plan_build(
+            project=project, format="stepscope", labels="human:majority", neutral="drop"
         ),
+        user=owner,
     )
 
     def exporting() -> bool:

@@ -18,13 +18,13 @@ from django.db import connection, transaction
 
 from exports.services import (
     ExportCancelled,
-    ExportRequest,
+    ExportPlan,
     export_manifest,
-    export_request_build,
+    export_plan_build,
     export_trajectories,
     export_write,
 )
-from exports.writers import parse_split_spec, write_export
+from exports.writers import write_export
 from exports.writers.columnar import STEP_CSV, csv_tables
 from labeling.models import LabelSchema, StepLabel
 from scoring import prm
@@ -41,21 +41,21 @@ TAU_BENCH = REALDATA / "tau_bench" / "gpt-4o-airline.json"
 PROCESSBENCH = REALDATA / "processbench" / "gsm8k.json"
 
 
-def row_by_row(project: Project, request: ExportRequest, out_dir: Path) -> dict[str, Any]:
+def row_by_row(plan: ExportPlan, out_dir: Path) -> dict[str, Any]:
     """The export through the row builders (exports.writers.write_export), with the
     manifest export_write builds around it."""
     with transaction.atomic():
         result = write_export(
-            export_trajectories(project, request),
-            format_name=request.format,
-            options=request.options,
+            export_trajectories(plan),
+            format_name=plan.export.name,
+            options=plan.request.options,
             out_dir=out_dir,
-            container=request.container or None,  # type: ignore[arg-type]
-            compress=request.compress,
-            splits=parse_split_spec(request.split) if request.split else None,
-            seed=request.seed,
+            container=plan.container,
+            compress=plan.request.compress,
+            splits=plan.splits,
+            seed=plan.request.seed,
         )
-    return export_manifest(project, request, result)
+    return export_manifest(plan, result)
 
 
 @pytest.fixture
@@ -138,12 +138,10 @@ def test_columnar_rl_parquet_is_the_row_builders_files_byte_for_byte(
     mixed: tuple[Project, AttributionRun], tmp_path: Path, case: str
 ) -> None:
     project, run = mixed
-    request = export_request_build(
-        project=project, format="rl", credit_run=run.pk, seed=4, **CASES[case]
-    )
+    plan = export_plan_build(project=project, format="rl", credit_run=run.pk, seed=4, **CASES[case])
     with transaction.atomic():
-        columnar = export_write(project=project, request=request, out_dir=tmp_path / "columnar")
-    reference = row_by_row(project, request, tmp_path / "rows")
+        columnar = export_write(plan, out_dir=tmp_path / "columnar")
+    reference = row_by_row(plan, tmp_path / "rows")
     assert columnar == reference
     steps = Step.objects.filter(trajectory__project=project).count()
     assert columnar["counts"]["steps"] == steps
@@ -158,10 +156,10 @@ def test_tool_call_steps_read_as_the_other_formats_write_them(
     mixed: tuple[Project, AttributionRun], tmp_path: Path
 ) -> None:
     project, run = mixed
-    request = export_request_build(
+    plan = export_plan_build(
         project=project, format="rl", labels="human:alice", neutral="keep", credit_run=run.pk
     )
-    export_write(project=project, request=request, out_dir=tmp_path)
+    export_write(plan, out_dir=tmp_path)
     table = pq.read_table(tmp_path / "rl.parquet")
     step = (
         Step.objects.filter(trajectory__project=project, kind="tool_call")
@@ -193,11 +191,11 @@ def test_a_step_with_two_labels_from_the_source_is_refused(
     second = LabelSchema.objects.create(project=project, name="other")
     StepLabel.objects.create(step=step.step, annotator=step.annotator, schema=second, value=1)
     with pytest.raises(ValueError, match=r"several schemas \('other', 'step quality'\)"):
-        export_request_build(project=project, format="rl", labels="human:alice", neutral="keep")
-    request = export_request_build(
+        export_plan_build(project=project, format="rl", labels="human:alice", neutral="keep")
+    plan = export_plan_build(
         project=project, format="rl", labels="human:alice/step quality", neutral="keep"
     )
-    export_write(project=project, request=request, out_dir=tmp_path)
+    export_write(plan, out_dir=tmp_path)
     assert list(tmp_path.glob("*.parquet"))
 
 
@@ -206,13 +204,9 @@ def test_a_cancelled_columnar_export_leaves_no_file(
 ) -> None:
     project, _ = mixed
 
-    request = export_request_build(
-        project=project, format="rl", labels="human:alice", neutral="keep"
-    )
+    plan = export_plan_build(project=project, format="rl", labels="human:alice", neutral="keep")
     with pytest.raises(ExportCancelled):
-        export_write(
-            project=project, request=request, out_dir=tmp_path / "out", progress=CancelledProgress()
-        )
+        export_write(plan, out_dir=tmp_path / "out", progress=CancelledProgress())
     assert list((tmp_path / "out").iterdir()) == []
 
 
@@ -234,10 +228,8 @@ def test_progress_counts_every_trajectory_once(
             reported.append(amount)
             return False
 
-    request = export_request_build(
-        project=project, format="rl", labels="human:alice", neutral="keep"
-    )
-    export_write(project=project, request=request, out_dir=tmp_path, progress=Counting())
+    plan = export_plan_build(project=project, format="rl", labels="human:alice", neutral="keep")
+    export_write(plan, out_dir=tmp_path, progress=Counting())
     assert len(reported) > 10
     assert sum(reported) == Trajectory.objects.filter(project=project).count()
 
@@ -363,10 +355,10 @@ TRL_CASES: dict[str, dict[str, Any]] = {
 def test_trl_stepwise_built_by_postgresql_is_the_row_builders_files_byte_for_byte(
     plain: Project, tmp_path: Path, case: str
 ) -> None:
-    request = export_request_build(project=plain, format="trl-stepwise", seed=2, **TRL_CASES[case])
+    plan = export_plan_build(project=plain, format="trl-stepwise", seed=2, **TRL_CASES[case])
     with transaction.atomic():
-        bulk = export_write(project=plain, request=request, out_dir=tmp_path / "bulk")
-    reference = row_by_row(plain, request, tmp_path / "rows")
+        bulk = export_write(plan, out_dir=tmp_path / "bulk")
+    reference = row_by_row(plan, tmp_path / "rows")
     assert bulk == reference
     assert bulk["counts"]["records"]["trl-stepwise"] > 0
     for name in bulk["files"]:
@@ -379,11 +371,11 @@ def test_trl_stepwise_records_end_where_the_row_builders_end_them(
     """The bulk path was taken (no tool calls), and its cuts and skips are counted."""
     from exports.services import bulk
 
-    request = export_request_build(
+    plan = export_plan_build(
         project=plain, format="trl-stepwise", labels="human:alice", neutral="drop"
     )
     with transaction.atomic():
-        result = bulk.bulk_export_write(plain, request, out_dir=tmp_path)
+        result = bulk.bulk_export_write(plan, out_dir=tmp_path)
     assert result is not None
     assert result.notes["cut_at_unlabelled_step"] > 0
     assert result.notes["skipped_no_labelled_step"] > 0
@@ -404,13 +396,13 @@ def test_trl_stepwise_with_tool_calls_takes_the_row_builders(
     from exports.services import bulk
 
     project, _ = mixed
-    request = export_request_build(
+    plan = export_plan_build(
         project=project, format="trl-stepwise", labels="human:alice", neutral="drop"
     )
     with transaction.atomic():
-        assert bulk.bulk_export_write(project, request, out_dir=tmp_path / "b") is None
-        written = export_write(project=project, request=request, out_dir=tmp_path / "out")
-    assert written == row_by_row(project, request, tmp_path / "rows")
+        assert bulk.bulk_export_write(plan, out_dir=tmp_path / "b") is None
+        written = export_write(plan, out_dir=tmp_path / "out")
+    assert written == row_by_row(plan, tmp_path / "rows")
 
 
 def test_trl_stepwise_refuses_a_step_with_two_labels_from_the_source(
@@ -421,11 +413,11 @@ def test_trl_stepwise_refuses_a_step_with_two_labels_from_the_source(
     second = LabelSchema.objects.create(project=plain, name="other")
     StepLabel.objects.create(step=label.step, annotator=label.annotator, schema=second, value=1)
     with pytest.raises(ValueError, match="several schemas"):
-        export_request_build(
+        export_plan_build(
             project=plain, format="trl-stepwise", labels="human:alice", neutral="positive"
         )
-    request = export_request_build(
+    plan = export_plan_build(
         project=plain, format="trl-stepwise", labels="human:alice/other", neutral="positive"
     )
-    export_write(project=plain, request=request, out_dir=tmp_path / "out")
+    export_write(plan, out_dir=tmp_path / "out")
     assert list((tmp_path / "out").iterdir())

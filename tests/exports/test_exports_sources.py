@@ -22,7 +22,7 @@ from exports.models import ExportJob, Selection
 from exports.services import (
     ExportCancelled,
     export_job_run,
-    export_request_build,
+    export_plan_build,
     export_write,
 )
 from labeling.models import FinalLabel, LabelSchema, StepLabel
@@ -266,7 +266,7 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
     project = rollouts_project(tmp_path)
     run = finished_run(project)
     # (As JSON Lines: rl's Parquet is read in one COPY instead, test_exports_rl.py.)
-    request = export_request_build(
+    plan = export_plan_build(
         project=project,
         format="rl",
         labels="import:synthetic-truth",
@@ -274,17 +274,16 @@ def test_reading_ahead_on_a_second_connection_gives_the_same_bytes(tmp_path: Pat
         credit_run=run.pk,
         container="jsonl",
     )
-    ahead = export_write(project=project, request=request, out_dir=tmp_path / "ahead")
+    ahead = export_write(plan, out_dir=tmp_path / "ahead")
     with transaction.atomic():
-        inline = export_write(project=project, request=request, out_dir=tmp_path / "inline")
+        inline = export_write(plan, out_dir=tmp_path / "inline")
     assert ahead["files"] == inline["files"]
     assert ahead["files"]["rl.jsonl"]["rows"] == 24
 
     threads = threading.active_count()
     with pytest.raises(ExportCancelled):
         export_write(
-            project=project,
-            request=request,
+            plan,
             out_dir=tmp_path / "cancelled",
             progress=CancelledProgress(),
         )

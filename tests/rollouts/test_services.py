@@ -465,12 +465,12 @@ def test_an_export_takes_mc_labels(
     tmp_path: Path,
 ) -> None:
     """``--labels mc``: a stepwise export labels each step with its hard MC estimate."""
-    from exports.services import export_request_build, export_write
+    from exports.services import export_plan_build, export_write
 
     trajectory = arithmetic(project, slip=2, task_key="only")
     scripted(continue_correctly)
     run_job(start(project, make_policy(), k=2, trajectory_ids=[trajectory.pk], mode="all"))
-    request = export_request_build(
+    plan = export_plan_build(
         project=project,
         format="trl-stepwise",
         labels="mc",
@@ -478,7 +478,7 @@ def test_an_export_takes_mc_labels(
         selection="",
         options={"stop_at_first_error": False},
     )
-    manifest = export_write(project=project, request=request, out_dir=tmp_path)
+    manifest = export_write(plan, out_dir=tmp_path)
     assert manifest["label_source"] == "mc:"
     rows = [json.loads(line) for line in (tmp_path / "trl-stepwise.jsonl").read_text().splitlines()]
     contents = list(trajectory.steps.order_by("index").values_list("content", flat=True))

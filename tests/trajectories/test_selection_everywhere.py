@@ -20,7 +20,7 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 
-from exports.services import export_request_build, selection_save
+from exports.services import export_plan_build, selection_save
 from exports.services.reading import ordered_ids
 from labeling.models import LabelSchema, QueueItem, StepLabel
 from labeling.services import queue_create
@@ -267,14 +267,14 @@ def queue_chosen(world: dict[str, Any], filters: TrajectoryFilters) -> set[int]:
 def export_chosen(world: dict[str, Any], filters: TrajectoryFilters) -> set[int]:
     project = world["project"]
     selection_save(project=project, name="picked", filters=filters, user=None)
-    request = export_request_build(
+    plan = export_plan_build(
         project=project,
         format="stepscope",
         labels="human:majority",
         neutral="drop",
         selection="picked",
     )
-    return set(ordered_ids(project, request))
+    return set(ordered_ids(plan))
 
 
 def saved_selection_chosen(world: dict[str, Any], filters: TrajectoryFilters) -> set[int]:

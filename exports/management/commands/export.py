@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from exports.services import export_request_build, export_write
+from exports.services import export_plan_build, export_write
 from exports.writers import FORMATS
 from trajectories.models import Project
 
@@ -103,7 +103,7 @@ class Command(BaseCommand):
             if options[name] is not None
         }
         try:
-            request = export_request_build(
+            plan = export_plan_build(
                 project=project,
                 format=options["format"],
                 labels=options["labels"],
@@ -118,7 +118,7 @@ class Command(BaseCommand):
                 credit_run=options["credit_run"],
                 options=extra,
             )
-            manifest = export_write(project=project, request=request, out_dir=options["out"])
+            manifest = export_write(plan, out_dir=options["out"])
         except ValueError as error:
             raise CommandError(str(error)) from None
         files = manifest["files"]
