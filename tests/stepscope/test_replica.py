@@ -35,7 +35,7 @@ from trajectories.models import Project
 
 pytestmark = [pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
-PIN_SECONDS = 3
+PIN_SECONDS = 5
 BEFORE = "Demo"
 AFTER = "Renamed on the primary"
 
