@@ -3,7 +3,8 @@
 ``/healthz``: the process answers (no database, no broker).
 ``/readyz``: the database answers, every migration is applied and the broker answers;
 the Celery workers listening on each queue are reported, and ``?require=default,gpu``
-makes a queue without a worker fail the check too.
+makes a queue without a worker fail the check too. With a read replica configured, it
+answers and is a standby, and how far its replay is behind is reported.
 ``/admin/status/``: queue depths, workers per queue and the jobs that are queued or
 running, for staff.
 """
@@ -23,6 +24,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 from kombu.exceptions import ChannelError
 
+from stepscope import db_router
 from stepscope.celery import app as celery_app
 
 QUEUES = ("default", "gpu")
@@ -60,6 +62,8 @@ def readyz(request: HttpRequest) -> JsonResponse:
     checks: dict[str, Any] = {}
     checks["database"] = _check(database_ok)
     checks["migrations"] = _check(migrations_applied) if checks["database"]["ok"] else _skip()
+    if db_router.replica_configured():
+        checks["replica"] = replica_check()
     checks["broker"] = _check(broker_ok)
     workers = workers_per_queue() if checks["broker"]["ok"] else {}
     checks["workers"] = {
@@ -90,6 +94,38 @@ def _skip() -> dict[str, Any]:
 def database_ok() -> None:
     with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
         cursor.execute("SELECT 1")
+
+
+def replica_check() -> dict[str, Any]:
+    """The read replica answers and is a standby (not a promoted primary, whose data
+    would drift from the primary's); how far its replay is behind the primary's WAL, in
+    bytes, and whether replay is paused. Lag is reported, never a failure: pages read
+    the replica whatever its lag, and a client that wrote reads the primary."""
+    started = time.perf_counter()
+    try:
+        with connections[db_router.REPLICA].cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_is_in_recovery(),"
+                " CASE WHEN pg_is_in_recovery() THEN pg_is_wal_replay_paused() END,"
+                " CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() END"
+            )
+            in_recovery, paused, replayed = cursor.fetchone()
+        if not in_recovery:
+            raise RuntimeError(
+                "DATABASE_REPLICA_URL reaches a server that is not in recovery: a primary"
+                " (a promoted replica?), whose data no longer follows DATABASE_URL's"
+            )
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s::pg_lsn)", [replayed])
+            behind = cursor.fetchone()[0]
+    except Exception as error:  # any failure means "not ready", said how
+        return {"ok": False, "error": f"{type(error).__name__}: {error}"[:500]}
+    return {
+        "ok": True,
+        "ms": round((time.perf_counter() - started) * 1000, 1),
+        "replay_paused": bool(paused),
+        "behind_bytes": None if behind is None else max(0, int(behind)),
+    }
 
 
 def migrations_applied() -> None:

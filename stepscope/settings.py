@@ -5,11 +5,20 @@ from __future__ import annotations
 import sys
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
 from stepscope import embedded
-from stepscope.env import ConfigError, env_bool, env_choice, env_int, env_list, env_str
+from stepscope.env import (
+    ConfigError,
+    env_bool,
+    env_choice,
+    env_database_replica,
+    env_int,
+    env_list,
+    env_str,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(env_str("STEPSCOPE_DATA_DIR", str(BASE_DIR / ".stepscope"))).resolve()
@@ -119,10 +128,32 @@ else:
 _DEV_SERVER = sys.argv[1:2] == ["runserver"]
 _database["CONN_MAX_AGE"] = env_int("STEPSCOPE_DB_CONN_MAX_AGE", 0 if _DEV_SERVER else 60)
 _database["CONN_HEALTH_CHECKS"] = True
+_DATABASE_NAME_CONFIGURED = _database["NAME"]
 # A Celery worker started by the tests must use the test database the tests created.
 if env_str("STEPSCOPE_DATABASE_NAME"):
     _database["NAME"] = env_str("STEPSCOPE_DATABASE_NAME")
-DATABASES = {"default": _database}
+DATABASES: dict[str, Any] = {"default": _database}
+
+# --- A streaming replica for page reads (stepscope/db_router.py, docs/operating.md). -----
+# Safe requests of clients that have not written in the last PIN_SECONDS read through
+# the replica; writes, transactions, workers, commands and migrations use the primary.
+STEPSCOPE_REPLICA_PIN_SECONDS = env_int("STEPSCOPE_REPLICA_PIN_SECONDS", 10)
+if STEPSCOPE_REPLICA_PIN_SECONDS < 0:
+    raise ConfigError(
+        f"STEPSCOPE_REPLICA_PIN_SECONDS={STEPSCOPE_REPLICA_PIN_SECONDS} is negative; 0 or"
+        " more seconds"
+    )
+_replica = env_database_replica("DATABASE_REPLICA_URL", _database, _DATABASE_NAME_CONFIGURED)
+DATABASE_ROUTERS: list[str] = []
+if _replica is not None:
+    DATABASES["replica"] = _replica
+    DATABASE_ROUTERS = ["stepscope.db_router.ReplicaRouter"]
+    # After the static files (no database), before the session and authentication
+    # middleware, so that their reads follow the routing too.
+    MIDDLEWARE.insert(
+        MIDDLEWARE.index("django.contrib.sessions.middleware.SessionMiddleware"),
+        "stepscope.db_router.ReplicaReadsMiddleware",
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Celery: the broker in CELERY_BROKER_URL, else the embedded Redis. --------------------

@@ -32,6 +32,7 @@ PYTHON = sys.executable
 # What the test process may carry that must not reach the stack's processes.
 _PRIVATE = (
     "DATABASE_URL",
+    "DATABASE_REPLICA_URL",
     "CELERY_BROKER_URL",
     "CELERY_RESULT_BACKEND",
     "STEPSCOPE_DATABASE_NAME",
