@@ -45,7 +45,7 @@ from django.db import connection  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
-from exports.services import preview  # noqa: E402
+from exports.services import plan  # noqa: E402
 from labeling.sources import label_source_sql  # noqa: E402
 from trajectories.models import Project, ProjectDeletion  # noqa: E402
 from trajectories.services import imports, project_create, project_deletion_run  # noqa: E402
@@ -112,7 +112,7 @@ def one_way(
     try:
         if not now:
             imports.analyze_when_grown = lambda later=None: []
-            preview.label_source_sql = scoped_always
+            plan.label_source_sql = scoped_always
         start = time.perf_counter()
         imports.trajectory_import(project=project, source_format="stepscope", path=path)
         imported = time.perf_counter() - start
@@ -126,7 +126,7 @@ def one_way(
                 raise RuntimeError(f"preview answered {response.status_code}")
     finally:
         imports.analyze_when_grown = kept
-        preview.label_source_sql = label_source_sql
+        plan.label_source_sql = label_source_sql
     autovacuum = autoanalysed() != before
     dropped(project)
     path.unlink()

@@ -160,7 +160,7 @@ class Walk:
 def setup(project: Project) -> int:
     """The rollouts, scores, credits, critiques and decisive failures; the credit run's id."""
     from labeling.models import LabelSchema  # noqa: F401  (the app's models are loaded)
-    from scoring import tasks
+    from scoring import prm, tasks
     from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringRun, StepScore
     from scoring.services import (
         VerdictInput,
@@ -187,11 +187,11 @@ def setup(project: Project) -> int:
     finally:
         tasks.attribution_plan.apply_async, tasks.attribution_chunk.apply_async = originals
     steps = list(Step.objects.filter(trajectory__project=project).order_by("id"))
-    prm = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    external = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     StepScore.objects.bulk_create(
-        StepScore(step=step, scorer=prm, value=(step.pk % 7) / 7) for step in steps
+        StepScore(step=step, scorer=external, value=(step.pk % 7) / 7) for step in steps
     )
-    judge = Scorer.objects.create(project=project, name="judge", kind=Scorer.Kind.LLM_JUDGE)
+    judge = Scorer.objects.create(project=project, name="judge", kind=prm.LLM_JUDGE)
     prompt = JudgePrompt.objects.create(scorer=judge, version=1, template="{task} {step}")
     judged = ScoringRun.objects.create(project=project, scorer=judge, prompt=prompt, status="done")
     JudgeReply.objects.bulk_create(

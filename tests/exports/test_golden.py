@@ -29,6 +29,7 @@ from django.db import connection
 
 from exports.services import export_plan_build, export_write, selection_save
 from labeling.models import LabelSchema, StepLabel, TrajectoryLabel
+from scoring import prm
 from scoring import services as scoring
 from scoring.models import AttributionRun, JudgePrompt, JudgeReply, Scorer, ScoringRun, StepScore
 from scoring.services import VerdictInput, failure_verdicts_write
@@ -185,14 +186,14 @@ def world(db: None, tmp_path: Path) -> tuple[Project, AttributionRun]:
                     )
                 )
     StepLabel.objects.bulk_create(labels)
-    prm = Scorer.objects.create(project=project, name="prm", kind=Scorer.Kind.EXTERNAL)
+    external = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     StepScore.objects.bulk_create(
-        StepScore(step=step, scorer=prm, value=round(rng.random(), 3))
+        StepScore(step=step, scorer=external, value=round(rng.random(), 3))
         for step in steps
         if rng.random() < 0.8
     )
     judge = Scorer.objects.create(
-        project=project, name="judge", kind=Scorer.Kind.LLM_JUDGE, model_ref="tiny"
+        project=project, name="judge", kind=prm.LLM_JUDGE, model_ref="tiny"
     )
     prompt = JudgePrompt.objects.create(scorer=judge, version=1, template="{task} {step}")
     judged = ScoringRun.objects.create(project=project, scorer=judge, prompt=prompt, status="done")
