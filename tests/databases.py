@@ -11,6 +11,15 @@ connection to the server's ``postgres`` database. A test database whose lock nob
 belongs to a run that is gone (killed, or stopped in a debugger), and the next run drops
 it; so do templates of other migrations. Template work happens under one more lock, so
 two runs starting together make the template once.
+
+The template's tables have autovacuum off (``TABLE_OPTIONS``), and so have their copies.
+Most tests write in a transaction that is rolled back, so a table autovacuum visits
+holds only dead rows: it records the table as empty, and a later test's queries are
+planned for empty tables. The labeling triggers' recount then ran as nested loops over
+whole tables: inserting 200 labels took from 6 s to minutes (tests/exports/test_bulk.py's
+fixtures, at random, whenever autovacuum had just passed). A copy that is never
+vacuumed keeps PostgreSQL's estimate from the table's size instead. A copy lives for one
+run, so the dead rows it gathers stay few.
 """
 
 from __future__ import annotations
@@ -30,6 +39,8 @@ from django.db import connections
 TEST_PREFIX = "test_stepscope_"
 TEMPLATE_PREFIX = "stepscope_tpl_"
 TEMPLATE_LOCK = "stepscope-test-template"
+# Set on every table of the template (see above); part of the template's name.
+TABLE_OPTIONS = "autovacuum_enabled = false, toast.autovacuum_enabled = false"
 
 
 def migrations_digest() -> str:
@@ -38,6 +49,7 @@ def migrations_digest() -> str:
     digest = hashlib.sha256()
     modules = getattr(settings, "MIGRATION_MODULES", {})
     digest.update(repr(sorted(modules.items())).encode())
+    digest.update(TABLE_OPTIONS.encode())
     for config in sorted(apps.get_app_configs(), key=lambda config: config.label):
         if config.label in modules and modules[config.label] is None:
             continue
@@ -99,6 +111,13 @@ def _template_ensure(conn: psycopg.Connection[Any], template: str) -> None:
     connection.settings_dict["NAME"] = building
     try:
         call_command("migrate", interactive=False, verbosity=0)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT quote_ident(schemaname) || '.' || quote_ident(tablename)"
+                " FROM pg_tables WHERE schemaname = 'public'"
+            )
+            for (table,) in cursor.fetchall():
+                cursor.execute(f"ALTER TABLE {table} SET ({TABLE_OPTIONS})")
     finally:
         connections.close_all()
     conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{template}"')
