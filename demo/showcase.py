@@ -23,7 +23,7 @@ from exports.services import export_request_build, export_start
 from labeling.models import Queue
 from labeling.services import queue_create, queue_item_take
 from scoring.models import AttributionRun, Scorer, ScoringRun
-from scoring.prm import tiny
+from scoring.prm import STEP_TAG_LM, tiny
 from scoring.services import (
     attribution_run_start,
     scorer_create,
@@ -98,7 +98,7 @@ def _prm_scored(project: Project, user: User) -> Scorer | None:
         prm = scorer_create(
             project=project,
             name=PRM,
-            kind=prm.STEP_TAG_LM,
+            kind=STEP_TAG_LM,
             model_ref=str(path),
             queue="default",
             user=user,
