@@ -10,7 +10,7 @@ from django.contrib import admin
 from rollouts import generation
 from rollouts.models import Policy, RolloutJob, StepMC
 from rollouts.services.policies import POLICY_NEEDS_MODEL
-from scoring.admin import ModelReferenceForm
+from scoring.admin import ModelReferenceAdmin, ModelReferenceForm
 from trajectories.admin import BigTableAdmin
 
 
@@ -29,14 +29,8 @@ class PolicyForm(ModelReferenceForm):
 
 
 @admin.register(Policy)
-class PolicyAdmin(admin.ModelAdmin):
+class PolicyAdmin(ModelReferenceAdmin):
     form = PolicyForm
-    list_display = ["name", "project", "queue", "model_ref", "created_at"]
-    list_filter = ["queue"]
-    search_fields = ["name", "model_ref", "project__slug"]
-    list_select_related = ["project"]
-    raw_id_fields = ["project", "created_by"]
-    readonly_fields = ["created_at", "updated_at"]
 
 
 @admin.register(RolloutJob)

@@ -13,7 +13,7 @@ from typing import Any
 from django.db.models import QuerySet
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.utils import extend_schema
-from rest_framework import generics, mixins, status, viewsets
+from rest_framework import generics, mixins, status
 from rest_framework.exceptions import PermissionDenied, ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,7 +30,8 @@ from rollouts.serializers import (
     RolloutJobSerializer,
     StepMCSerializer,
 )
-from scoring.references import reference_owner
+from scoring.api import ModelReferenceViewSet
+from scoring.references import ReferenceFields
 from stepscope.jobs.api import JobViewSet
 from stepscope.pagination import ByIdCursor
 from stepscope.web import current_user
@@ -46,17 +47,12 @@ def _managed_project(request: Request, slug: str) -> Project:
     return project
 
 
-class PolicyViewSet(
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
-    mixins.CreateModelMixin,
-    viewsets.GenericViewSet,
-):
+class PolicyViewSet(ModelReferenceViewSet):
     """``?project=SLUG`` lists the policies that project may use. A policy for every
     project (no ``project``) and ``trust_remote_code`` need a staff account."""
 
     serializer_class = PolicySerializer
-    pagination_class = ByIdCursor
+    NOUN = "policy"
 
     def get_queryset(self) -> QuerySet[Policy]:
         slug = self.request.query_params.get("project")
@@ -66,30 +62,14 @@ class PolicyViewSet(
             return selectors.policies_for_project(project).select_related("project")
         return selectors.policies_for_user(self.request.user).select_related("project")
 
-    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        serializer = PolicySerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        project = reference_owner(
-            request.user,
-            data,
-            noun="policy",
-            managed_project=lambda slug: _managed_project(request, slug),
-        )
+    def managed_project(self, slug: str) -> Project:
+        return _managed_project(self.request, slug)
+
+    def reference_save(self, data: dict[str, Any], fields: ReferenceFields) -> Policy:
         try:
-            policy = services.policy_create(
-                project=project,
-                name=data["name"],
-                model_ref=data["model_ref"],
-                revision=data.get("revision", ""),
-                parameters=data.get("parameters") or {},
-                queue=data.get("queue", "gpu"),
-                trust_remote_code=data.get("trust_remote_code", False),
-                user=current_user(request),
-            )
+            return services.policy_create(**fields)
         except services.RolloutError as error:
             raise ValidationError({"detail": str(error)}) from None
-        return Response(PolicySerializer(policy).data, status=status.HTTP_201_CREATED)
 
 
 class RolloutJobViewSet(

@@ -7,31 +7,19 @@ from rest_framework import serializers
 from rollouts import answers
 from rollouts.models import Policy, RolloutJob, RolloutSearch, StepMC
 from rollouts.services import MAX_K
+from scoring.serializers import ModelReferenceSerializer
 from trajectories.models import Project
 from trajectories.serializers import TrajectoryFiltersField
 
 
-class PolicySerializer(serializers.ModelSerializer[Policy]):
-    project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
-        slug_field="slug", queryset=Project.objects.all(), required=False, allow_null=True
-    )
-
-    class Meta:
+class PolicySerializer(ModelReferenceSerializer):
+    class Meta(ModelReferenceSerializer.Meta):
         model = Policy
         fields = [
-            "id",
-            "project",
-            "name",
-            "model_ref",
-            "revision",
-            "parameters",
-            "trust_remote_code",
-            "queue",
+            *ModelReferenceSerializer.HEAD,
+            *ModelReferenceSerializer.REFERENCE,
             "created_at",
         ]
-        read_only_fields = ["id", "created_at"]
-        # The service checks uniqueness with a message; the constraints are conditional.
-        validators: list[Any] = []
 
 
 class RolloutSearchSerializer(serializers.ModelSerializer[RolloutSearch]):

@@ -67,6 +67,18 @@ class ModelReferenceForm(forms.ModelForm):
         return cleaned
 
 
+class ModelReferenceAdmin(admin.ModelAdmin):
+    """The admin of a model reference (a scorer, a policy): found by name, model or
+    project, its project and creator picked by id."""
+
+    list_display = ["name", "project", "queue", "model_ref", "created_at"]
+    list_filter = ["queue"]
+    search_fields = ["name", "model_ref", "project__slug"]
+    list_select_related = ["project"]
+    raw_id_fields = ["project", "created_by"]
+    readonly_fields = ["created_at", "updated_at"]
+
+
 class ScorerForm(ModelReferenceForm):
     PARAMETER_ERRORS = (prm.ScorerError,)
 
@@ -83,13 +95,10 @@ class ScorerForm(ModelReferenceForm):
 
 
 @admin.register(Scorer)
-class ScorerAdmin(admin.ModelAdmin):
+class ScorerAdmin(ModelReferenceAdmin):
     form = ScorerForm
     list_display = ["name", "revision", "kind", "project", "queue", "model_ref", "created_at"]
     list_filter = ["kind", "queue"]
-    search_fields = ["name", "model_ref", "project__slug"]
-    list_select_related = ["project"]
-    raw_id_fields = ["project", "created_by"]
     readonly_fields = ["artifact", "created_at", "updated_at"]
 
 

@@ -27,7 +27,7 @@ from labeling.models import Queue
 from labeling.selectors import LabelingState, can_compare, labeling_state_for_user
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
-from scoring.references import reference_owner
+from scoring.references import ReferenceFields, reference_owner, reference_request
 from scoring.serializers import (
     AttributionRunCreateSerializer,
     AttributionRunSerializer,
@@ -67,17 +67,44 @@ def _managed_project(request: Request, slug: str) -> Project:
     return project
 
 
-class ScorerViewSet(
+# The API of a model reference (scorers here, rollouts' policies): list, read, and create
+# (``reference_owner`` says who may, ``reference_save`` saves through the service). No
+# docstring: the schema would show it for every subclass.
+class ModelReferenceViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     mixins.CreateModelMixin,
     viewsets.GenericViewSet,
 ):
+    pagination_class = ByIdCursor
+    # "scorer", "policy": in the refusal of one for every project.
+    NOUN = ""
+
+    def managed_project(self, slug: str) -> Project:
+        """The project, where the user may add references to it (else 403 / 404)."""
+        raise NotImplementedError
+
+    def reference_save(self, data: dict[str, Any], fields: ReferenceFields) -> Any:
+        """The new reference from the service, or ValidationError with its refusal."""
+        raise NotImplementedError
+
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        serializer_class = self.get_serializer_class()
+        serializer = serializer_class(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        user = current_user(request)
+        project = reference_owner(user, data, noun=self.NOUN, managed_project=self.managed_project)
+        saved = self.reference_save(data, reference_request(data, project=project, user=user))
+        return Response(serializer_class(saved).data, status=status.HTTP_201_CREATED)
+
+
+class ScorerViewSet(ModelReferenceViewSet):
     """``?project=SLUG`` lists the scorers that project may use. A scorer for every project
     (no ``project``) and ``trust_remote_code`` need a staff account."""
 
     serializer_class = ScorerSerializer
-    pagination_class = ByIdCursor
+    NOUN = "scorer"
 
     def get_queryset(self) -> QuerySet[Scorer]:
         queryset = selectors.scorers_for_user(self.request.user).select_related("project")
@@ -86,32 +113,14 @@ class ScorerViewSet(
             queryset = queryset.filter(Q(project__slug=slug) | Q(project__isnull=True))
         return queryset
 
-    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        serializer = ScorerSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        project = reference_owner(
-            request.user,
-            data,
-            noun="scorer",
-            managed_project=lambda slug: _managed_project(request, slug),
-        )
+    def managed_project(self, slug: str) -> Project:
+        return _managed_project(self.request, slug)
+
+    def reference_save(self, data: dict[str, Any], fields: ReferenceFields) -> Scorer:
         try:
-            scorer = services.scorer_create(
-                project=project,
-                name=data["name"],
-                kind=data["kind"],
-                model_ref=data.get("model_ref", ""),
-                revision=data.get("revision", ""),
-                parameters=data.get("parameters") or {},
-                queue=data.get("queue", "gpu"),
-                trust_remote_code=data.get("trust_remote_code", False),
-                user=current_user(request),
-                prompt=data.get("prompt"),
-            )
+            return services.scorer_create(kind=data["kind"], prompt=data.get("prompt"), **fields)
         except services.ScoringError as error:
             raise ValidationError({error.field or "detail": str(error)}) from None
-        return Response(ScorerSerializer(scorer).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
         request=JudgePromptCreateSerializer,

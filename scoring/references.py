@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Required, TypedDict, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import User
+from django.db import models, transaction
 from rest_framework.exceptions import PermissionDenied
 
 from scoring.model_policy import model_policy
@@ -23,6 +24,66 @@ from scoring.prm.model_refs import ModelRefError, model_ref_resolve, remote_code
 from trajectories.models import Project
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,50}")
+
+R = TypeVar("R", bound=models.Model)
+
+
+class ReferenceFields(TypedDict, total=False):
+    """What a service creating a model reference takes (``scorer_create``,
+    ``policy_create``), besides what its own kind adds; :func:`reference_values` fills in
+    the defaults."""
+
+    name: Required[str]
+    model_ref: str
+    project: Project | None
+    revision: str
+    parameters: dict[str, Any] | None
+    queue: str
+    trust_remote_code: bool
+    user: User | None
+
+
+def reference_values(fields: ReferenceFields) -> dict[str, Any]:
+    """``fields`` with the defaults of what they leave out: the model's columns."""
+    return {
+        "project": fields.get("project"),
+        "name": fields["name"],
+        "model_ref": fields.get("model_ref", ""),
+        "revision": fields.get("revision", ""),
+        "parameters": dict(fields.get("parameters") or {}),
+        "queue": fields.get("queue", "gpu"),
+        "trust_remote_code": fields.get("trust_remote_code", False),
+        "created_by": fields.get("user"),
+    }
+
+
+def reference_request(
+    data: Mapping[str, Any], *, project: Project | None, user: User
+) -> ReferenceFields:
+    """The reference fields of an API request's validated data, for ``project`` (see
+    :func:`reference_owner`) and by ``user``."""
+    return {
+        "project": project,
+        "user": user,
+        "name": data["name"],
+        "model_ref": data.get("model_ref", ""),
+        "revision": data.get("revision", ""),
+        "parameters": data.get("parameters") or {},
+        "queue": data.get("queue", "gpu"),
+        "trust_remote_code": data.get("trust_remote_code", False),
+    }
+
+
+def reference_create(
+    model: type[R], values: Mapping[str, Any], *, unique: tuple[str, ...]
+) -> R | None:
+    """A new row of ``model`` (a checked reference), or None where one with the same
+    ``unique`` values exists (the caller says so its own way). Runs in the caller's
+    transaction, or its own."""
+    with transaction.atomic():
+        if model._default_manager.filter(**{name: values[name] for name in unique}).exists():
+            return None
+        return model._default_manager.create(**values)
 
 
 def reference_check(
@@ -48,7 +109,7 @@ def reference_check(
 
 
 def reference_owner(
-    user: AbstractBaseUser | AnonymousUser,
+    user: User,
     data: Mapping[str, Any],
     *,
     noun: str,

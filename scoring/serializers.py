@@ -36,10 +36,25 @@ class JudgePromptSerializer(serializers.ModelSerializer[JudgePrompt]):
         read_only_fields = fields
 
 
-class ScorerSerializer(serializers.ModelSerializer[Scorer]):
+# What a scorer's and a policy's serializers share: the project by slug (none: every
+# project), the reference's fields, and no model-level uniqueness validators (the
+# constraints are conditional; the service refuses a taken name with a message). No
+# docstring: the API schema would show it as each subclass's description.
+class ModelReferenceSerializer(serializers.ModelSerializer[Any]):
     project: serializers.SlugRelatedField[Project] = serializers.SlugRelatedField(
         slug_field="slug", queryset=Project.objects.all(), required=False, allow_null=True
     )
+
+    # In the order the API shows them; a subclass puts its own among them.
+    HEAD = ["id", "project", "name"]
+    REFERENCE = ["model_ref", "revision", "parameters", "trust_remote_code", "queue"]
+
+    class Meta:
+        read_only_fields = ["id", "created_at"]
+        validators: list[Any] = []
+
+
+class ScorerSerializer(ModelReferenceSerializer):
     metrics = serializers.SerializerMethodField()
     prompt = JudgePromptCreateSerializer(
         required=False,
@@ -47,25 +62,17 @@ class ScorerSerializer(serializers.ModelSerializer[Scorer]):
         help_text="an llm-judge's prompt version 1 (default: the mode's default prompt)",
     )
 
-    class Meta:
+    class Meta(ModelReferenceSerializer.Meta):
         model = Scorer
         fields = [
-            "id",
-            "project",
-            "name",
+            *ModelReferenceSerializer.HEAD,
             "kind",
-            "model_ref",
-            "revision",
-            "parameters",
-            "trust_remote_code",
-            "queue",
+            *ModelReferenceSerializer.REFERENCE,
             "metrics",
             "prompt",
             "created_at",
         ]
         read_only_fields = ["id", "metrics", "created_at"]
-        # The service checks uniqueness with a message; the constraints are conditional.
-        validators: list[Any] = []
 
     def get_metrics(self, scorer: Scorer) -> dict[str, Any] | None:
         metrics: dict[str, Any] | None = (scorer.artifact or {}).get("metrics")

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from django.contrib.auth.models import User
-from django.db import transaction
+from typing import Any, Unpack
 
 from rollouts import generation
 from rollouts.models import Policy
 from scoring.prm.model_refs import ModelRefError
-from scoring.references import reference_check
-from trajectories.models import Project
+from scoring.references import (
+    ReferenceFields,
+    reference_check,
+    reference_create,
+    reference_values,
+)
 
 POLICY_NEEDS_MODEL = "a policy needs a model reference (directory or hub id)"
 
@@ -39,38 +40,19 @@ def policy_check(
         raise RolloutError(str(error)) from None
 
 
-def policy_create(
-    *,
-    name: str,
-    model_ref: str,
-    project: Project | None = None,
-    revision: str = "",
-    parameters: dict[str, Any] | None = None,
-    queue: str = "gpu",
-    trust_remote_code: bool = False,
-    user: User | None = None,
-) -> Policy:
+def policy_create(**fields: Unpack[ReferenceFields]) -> Policy:
     """A policy; its parameters are checked before it is saved."""
-    parameters = dict(parameters or {})
+    values = reference_values(fields)
     policy_check(
-        model_ref=model_ref,
-        parameters=parameters,
-        queue=queue,
-        trust_remote_code=trust_remote_code,
+        model_ref=values["model_ref"],
+        parameters=values["parameters"],
+        queue=values["queue"],
+        trust_remote_code=values["trust_remote_code"],
     )
-    with transaction.atomic():
-        if Policy.objects.filter(name=name, project=project).exists():
-            raise RolloutError(f"a policy {name!r} exists already")
-        return Policy.objects.create(
-            project=project,
-            name=name,
-            model_ref=model_ref,
-            revision=revision,
-            parameters=parameters,
-            queue=queue,
-            trust_remote_code=trust_remote_code,
-            created_by=user,
-        )
+    policy = reference_create(Policy, values, unique=("name", "project"))
+    if policy is None:
+        raise RolloutError(f"a policy {values['name']!r} exists already")
+    return policy
 
 
 def policy_spec(policy: Policy) -> generation.PolicySpec:

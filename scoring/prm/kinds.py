@@ -192,7 +192,7 @@ def _judge_parameters(raw: Mapping[str, Any] | None) -> Any:
     from scoring.judges.config import JudgeError, judge_params
 
     try:
-        return judge_params(dict(raw) if raw is not None else None)
+        return judge_params(dict(raw or {}))
     except JudgeError as error:
         raise ScorerError(str(error)) from None
 

@@ -13,17 +13,21 @@ import hashlib
 import json
 import types
 import typing
-from collections.abc import Callable, Hashable, Mapping
-from functools import cache
-from typing import Any, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 
-@cache
+_FIELD_TYPES: dict[type, dict[str, Any]] = {}
+
+
 def _field_types(cls: type) -> dict[str, Any]:
-    hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+    """The type of each field of dataclass ``cls``, annotations resolved (once)."""
+    if cls not in _FIELD_TYPES:
+        hints = typing.get_type_hints(cls)
+        _FIELD_TYPES[cls] = {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+    return _FIELD_TYPES[cls]
 
 
 def params_build(
@@ -40,7 +44,7 @@ def params_build(
     ``error`` naming the parameter and its type. An int is taken for a float, a bool is
     never taken for an int, ``X | None`` takes null; ``convert`` checks and converts the
     fields whose type is a container (raising ``error`` itself)."""
-    fields = _field_types(cast(Hashable, cls))  # a class is hashable; mypy cannot see it of type[T]
+    fields = _field_types(cls)
     values: dict[str, Any] = dict(defaults or {})
     for name, value in (raw or {}).items():
         if name not in fields:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -52,6 +52,7 @@ from scoring.judges.modes import (
 )
 from scoring.judges.verdicts import Verdict, verdict_read
 from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringChunk, ScoringRun
+from scoring.references import ReferenceFields
 from scoring.services.runners import (
     ChunkOutcome,
     RunOptions,
@@ -64,7 +65,7 @@ from scoring.services.scores import scorer_create
 from scoring.services.verdicts import VerdictInput
 from stepscope.jobs.models import ACTIVE
 from trajectories.agents import agent_name, step_agent
-from trajectories.models import Project, Step, Trajectory
+from trajectories.models import Step, Trajectory
 
 
 class JudgeStopped(RunStopped):
@@ -96,29 +97,13 @@ def judge_spec(scorer: Scorer) -> JudgeSpec:
 
 def judge_create(
     *,
-    name: str,
-    model_ref: str,
-    project: Project | None = None,
-    parameters: dict[str, Any] | None = None,
     system: str | None = None,
     template: str | None = None,
-    queue: str = "gpu",
-    revision: str = "",
-    trust_remote_code: bool = False,
-    user: User | None = None,
+    **fields: Unpack[ReferenceFields],
 ) -> Scorer:
     """A judge and its prompt version 1 (the mode's default prompt where none is given)."""
     return scorer_create(
-        name=name,
-        kind=prm.LLM_JUDGE,
-        model_ref=model_ref,
-        project=project,
-        revision=revision,
-        parameters=parameters,
-        queue=queue,
-        trust_remote_code=trust_remote_code,
-        user=user,
-        prompt={"system": system, "template": template},
+        kind=prm.LLM_JUDGE, prompt={"system": system, "template": template}, **fields
     )
 
 

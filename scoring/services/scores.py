@@ -12,7 +12,7 @@ functions that run on workers, so the web process never loads them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -24,7 +24,12 @@ from labeling.services import queues_uncertainty_refresh
 from scoring import prm, tasks
 from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.model_refs import ModelRefError
-from scoring.references import reference_check
+from scoring.references import (
+    ReferenceFields,
+    reference_check,
+    reference_create,
+    reference_values,
+)
 from scoring.selectors import latest_trained_head
 from scoring.services.runners import (
     SKIPPED_LISTED,
@@ -47,49 +52,34 @@ from trajectories.selectors import selection_check, trajectories_filtered
 
 def scorer_create(
     *,
-    name: str,
     kind: str,
-    model_ref: str = "",
-    project: Project | None = None,
-    revision: str = "",
-    parameters: dict[str, Any] | None = None,
-    queue: str = "gpu",
-    trust_remote_code: bool = False,
-    user: User | None = None,
     prompt: Mapping[str, Any] | None = None,
+    **fields: Unpack[ReferenceFields],
 ) -> Scorer:
     """A scorer; its parameters are checked against the kind before it is saved. A kind
     with prompt versions (an llm-judge) gets its version 1 from ``prompt`` (``system``,
     ``template``; the mode's default text where left out) in the same transaction."""
-    parameters = dict(parameters or {})
+    values = reference_values(fields)
     runner = kind_runner(kind)
     if prompt is not None and not prm.kind_get(kind).prompts:
         raise ScoringError("only an llm-judge has a prompt", field="prompt")
     scorer_check(
         kind=kind,
-        model_ref=model_ref,
-        parameters=parameters,
-        queue=queue,
-        trust_remote_code=trust_remote_code,
+        model_ref=values["model_ref"],
+        parameters=values["parameters"],
+        queue=values["queue"],
+        trust_remote_code=values["trust_remote_code"],
     )
     with transaction.atomic():
-        taken = Scorer.objects.filter(name=name, revision=revision, project=project).exists()
-        if taken:
-            raise ScoringError(
-                f"a scorer {name!r} revision {revision!r} exists already", field="name"
-            )
-        scorer = Scorer.objects.create(
-            project=project,
-            name=name,
-            kind=kind,
-            model_ref=model_ref,
-            revision=revision,
-            parameters=parameters,
-            queue=queue,
-            trust_remote_code=trust_remote_code,
-            created_by=user,
+        scorer = reference_create(
+            Scorer, {**values, "kind": kind}, unique=("name", "revision", "project")
         )
-        runner.created(scorer, prompt=prompt, user=user)
+        if scorer is None:
+            raise ScoringError(
+                f"a scorer {values['name']!r} revision {values['revision']!r} exists already",
+                field="name",
+            )
+        runner.created(scorer, prompt=prompt, user=values["created_by"])
     return scorer
 
 
