@@ -221,6 +221,26 @@ def celery_worker(
             worker.kill()
 
 
+def _xdist_groups_apply(items: list[pytest.Item]) -> None:
+    """``--dist loadgroup`` sends the tests of one ``xdist_group`` to one worker by the
+    ``@group`` suffix of their ids, which pytest-xdist 3.8 sets as ``item._nodeid``;
+    pytest 9 reads the id from ``item._id`` instead, so without this every group was
+    spread over the workers (two deployment stacks at once, the Django-free probe run
+    on each worker). Run on each worker after xdist's own hook; a no-op once it works."""
+    from _pytest.nodeid import NodeId
+
+    for item in items:
+        names = sorted(
+            {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+        )
+        suffix = "@" + "_".join(names)
+        if names and not item.nodeid.endswith(suffix):
+            item._id = NodeId.parse(item.nodeid + suffix)
+
+
 # Fixtures and marks that mean a test needs a server: PostgreSQL, the broker, a Celery
 # worker, a browser or the deployed stack.
 NEEDS_SERVERS = {"django_db_setup", "db", "transactional_db", "live_server", "celery_worker"}
@@ -235,7 +255,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if getattr(config.option, "loadgroup", False):
+        _xdist_groups_apply(items)
     if not config.getoption("--fast"):
         return
     fast: list[pytest.Item] = []

@@ -135,6 +135,7 @@ def main() -> None:
             with state.lock:
                 state.requests += 1
                 state.in_flight += 1
+                self.in_flight = True
                 state.max_in_flight = max(state.max_in_flight, state.in_flight)
                 control = state.control
                 failure = control["fail"].pop(0) if control["fail"] else None
@@ -149,7 +150,15 @@ def main() -> None:
                 time.sleep(delay)
                 self._complete(body, failure, fixed, retry_after, context)
             finally:
-                with state.lock:
+                self._leave()
+
+        def _leave(self) -> None:
+            """The request stops counting as in flight before its answer is written: once
+            written, the client may send its next request before this thread goes on, and
+            the two would count together on a busy machine (4 in flight at a limit of 3)."""
+            with state.lock:
+                if getattr(self, "in_flight", False):
+                    self.in_flight = False
                     state.in_flight -= 1
 
         def _tokenize(self, body: dict[str, Any]) -> None:
@@ -257,6 +266,8 @@ def main() -> None:
             counted: bool = True,
         ) -> None:
             data = json.dumps(payload).encode()
+            if counted:
+                self._leave()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
