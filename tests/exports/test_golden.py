@@ -26,8 +26,16 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
-from exports.services import export_plan_build, export_write, selection_save
+from exports.models import ExportJob
+from exports.services import (
+    export_plan_build,
+    export_plan_of,
+    export_start,
+    export_write,
+    selection_save,
+)
 from labeling.models import LabelSchema, StepLabel, TrajectoryLabel
 from scoring import prm
 from scoring import services as scoring
@@ -270,3 +278,33 @@ def test_every_format_writes_the_bytes_it_wrote_before(
     for name in CASES:
         assert found[name] == expected[name], name
     assert set(expected) == set(CASES)
+
+
+@pytest.mark.django_db
+def test_the_plan_a_job_keeps_writes_the_same_bytes(
+    world: tuple[Project, AttributionRun], tmp_path: Path
+) -> None:
+    """The worker reads the plan back from its job (``export_plan_of``), without looking
+    anything up again; a job queued before plans were kept is resolved from its request.
+    Either way the files are the same."""
+    project, run = world
+    expected = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    user = User.objects.get(username="alice")
+    for name in ("stepscope-decisive-model", "trl-rows-critiques", "prm800k", "rl-bulk"):
+        parameters = dict(CASES[name])
+        if parameters.get("credit_run"):
+            parameters["credit_run"] = run.pk
+        job = export_start(plan=export_plan_build(project=project, **parameters), user=user)
+        job = ExportJob.objects.select_related("project").get(pk=job.pk)
+        with CaptureQueriesContext(connection) as reading:
+            kept = export_plan_of(job)
+        assert not reading.captured_queries, "a kept plan looks nothing up"
+        assert json.loads(json.dumps(kept.to_json())) == job.options["plan"], name
+        export_write(kept, out_dir=tmp_path / name / "kept")
+        assert digests(tmp_path / name / "kept") == expected[name]["files"], name
+
+        del job.options["plan"]
+        with CaptureQueriesContext(connection) as resolving:
+            again = export_plan_of(job)
+        assert resolving.captured_queries, "a job without a plan is resolved again"
+        assert again.to_json() == kept.to_json(), name
