@@ -173,40 +173,36 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
     pagination_class = SortedCursor
 
     def get_queryset(self) -> QuerySet[Trajectory]:
-        queryset = Trajectory.objects.filter(
-            project__in=projects_for_user(self.request.user)
-        ).select_related("project")
         params = self.request.query_params
-        project = None
-        if params.get("project") and self.action == "list":
-            # By its id, known before the query is planned: the (project, id) index
-            # then serves the newest-first page (by slug, a join, every trajectory of
-            # the project was read and sorted: 0.2 s at 58,000).
+        if self.action != "list" or not params.get("project"):
+            queryset = Trajectory.objects.filter(project__in=projects_for_user(self.request.user))
+            if params.get("project"):
+                queryset = queryset.filter(project__slug=params["project"])
+            project = None
+        else:
             project = project_get_for_user(self.request.user, params["project"])
-            queryset = queryset.filter(project_id=project.pk)
-        elif params.get("project"):
-            queryset = queryset.filter(project__slug=params["project"])
-        if params.get("external_id"):
-            queryset = queryset.filter(external_id=params["external_id"])
-        if self.action != "list":
-            return queryset
-        given = {
-            name: values[0] if len(values) == 1 else values
-            for name, values in params.lists()
-            if name not in LIST_PARAMETERS
-        }
-        try:
-            filters = selection_parse(given)
-        except SelectionError as error:
-            raise ValidationError(error.by_name()) from None
-        if not filters.is_empty():
-            if project is None:
-                raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
+        if self.action == "list":
+            given = {
+                name: values[0] if len(values) == 1 else values
+                for name, values in params.lists()
+                if name not in LIST_PARAMETERS
+            }
             try:
-                queryset = queryset.filter(pk__in=trajectories_filtered(project, filters))
+                filters = selection_parse(given)
+                if project is not None:
+                    # The project's own query, its id a constant the planner sees: the
+                    # (project, id) index serves the newest-first page (joined by slug,
+                    # every trajectory of the project was read and sorted: 0.2 s at
+                    # 58,000), and the filters apply without a second walk (pk IN).
+                    queryset = trajectories_filtered(project, filters)
+                elif not filters.is_empty():
+                    raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})
             except SelectionError as error:
                 raise ValidationError(error.by_name()) from None
-        if params.get("ordering"):
+        queryset = queryset.select_related("project")
+        if params.get("external_id"):
+            queryset = queryset.filter(external_id=params["external_id"])
+        if self.action == "list" and params.get("ordering"):
             queryset = self._sorted(queryset, project, params["ordering"])
         return queryset
 
