@@ -166,24 +166,13 @@ def run_child(*args: str) -> dict[str, Any]:
     return result
 
 
-def setup(project: Project, steps: int, per_trajectory: int, seed: int) -> tuple[int, int]:
-    """Import the rollouts and credit them; returns (steps imported, attribution run id)."""
+def credited(project: Project) -> Any:
+    """A finished group-relative attribution run over the project. Its plan and chunks
+    go through Celery in production; here they run in this process (setup, not
+    measured)."""
     from scoring import tasks
     from scoring.services import attribution_chunk_run, attribution_run_plan, attribution_run_start
 
-    tasks_needed = -(-steps // (ROLLOUTS_PER_TASK * per_trajectory))
-    records = synthetic.rollouts(
-        tasks=tasks_needed,
-        rollouts_per_task=ROLLOUTS_PER_TASK,
-        steps_per_task=per_trajectory - 1,
-        seed=seed,
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "rollouts.jsonl"
-        synthetic.write_jsonl(path, records)
-        batch = trajectory_import(project=project, source_format="stepscope", path=path)
-    # The run's plan and chunk go through Celery in production; here they run in this
-    # process (setup, not measured).
     originals = (tasks.attribution_plan.apply_async, tasks.attribution_chunk.apply_async)
     tasks.attribution_plan.apply_async = lambda *a, **k: None
     tasks.attribution_chunk.apply_async = lambda *a, **k: None
@@ -197,6 +186,23 @@ def setup(project: Project, steps: int, per_trajectory: int, seed: int) -> tuple
     run.refresh_from_db()
     if run.status != "done":
         raise RuntimeError(f"the attribution run ended {run.status}: {run.error}")
+    return run
+
+
+def setup(project: Project, steps: int, per_trajectory: int, seed: int) -> tuple[int, int]:
+    """Import the rollouts and credit them; returns (steps imported, attribution run id)."""
+    tasks_needed = -(-steps // (ROLLOUTS_PER_TASK * per_trajectory))
+    records = synthetic.rollouts(
+        tasks=tasks_needed,
+        rollouts_per_task=ROLLOUTS_PER_TASK,
+        steps_per_task=per_trajectory - 1,
+        seed=seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "rollouts.jsonl"
+        synthetic.write_jsonl(path, records)
+        batch = trajectory_import(project=project, source_format="stepscope", path=path)
+    run = credited(project)
     with connection.cursor() as cursor:
         for table in (
             "trajectories_trajectory",

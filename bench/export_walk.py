@@ -46,6 +46,7 @@ django.setup()
 from django.contrib.auth.models import User  # noqa: E402
 
 from bench.cleanup import project_drop  # noqa: E402
+from bench.export import credited  # noqa: E402
 from exports.services import export_plan_build, export_write  # noqa: E402
 from trajectories import synthetic  # noqa: E402
 from trajectories.models import Project, Step, Trajectory  # noqa: E402
@@ -160,15 +161,9 @@ class Walk:
 def setup(project: Project) -> int:
     """The rollouts, scores, credits, critiques and decisive failures; the credit run's id."""
     from labeling.models import LabelSchema  # noqa: F401  (the app's models are loaded)
-    from scoring import prm, tasks
+    from scoring import prm
     from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringRun, StepScore
-    from scoring.services import (
-        VerdictInput,
-        attribution_chunk_run,
-        attribution_run_plan,
-        attribution_run_start,
-        failure_verdicts_write,
-    )
+    from scoring.services import VerdictInput, failure_verdicts_write
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "rollouts.jsonl"
@@ -176,16 +171,7 @@ def setup(project: Project) -> int:
             path, synthetic.rollouts(tasks=4, rollouts_per_task=3, steps_per_task=4, seed=1)
         )
         trajectory_import(project=project, source_format="stepscope", path=path)
-    originals = (tasks.attribution_plan.apply_async, tasks.attribution_chunk.apply_async)
-    tasks.attribution_plan.apply_async = lambda *a, **k: None
-    tasks.attribution_chunk.apply_async = lambda *a, **k: None
-    try:
-        run = attribution_run_start(project=project, method="group-relative")
-        attribution_run_plan(run_id=run.pk)
-        for chunk_id in run.chunks.values_list("pk", flat=True):
-            attribution_chunk_run(chunk_id=chunk_id)
-    finally:
-        tasks.attribution_plan.apply_async, tasks.attribution_chunk.apply_async = originals
+    run = credited(project)
     steps = list(Step.objects.filter(trajectory__project=project).order_by("id"))
     external = Scorer.objects.create(project=project, name="prm", kind=prm.EXTERNAL)
     StepScore.objects.bulk_create(
