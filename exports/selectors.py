@@ -14,7 +14,12 @@ from django.http import Http404
 
 from exports.models import ExportJob, Selection
 from labeling.models import StepLabel
-from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
+from labeling.sources import (
+    IMPORTED_PREFIX,
+    label_schema_names,
+    label_source_parse,
+    label_source_sql,
+)
 from rollouts.changes import changed_since, project_marks
 from rollouts.models import Policy, StepMC
 from scoring.models import AttributionRun, StepScore
@@ -100,11 +105,10 @@ def export_choices(project: Project, *, counted: bool = True) -> ExportChoices:
         )
     counts = choice_counts(project)
     labelling = [text for text, _, count in counts.labels if count]
+    majority = counts.labels[0][0]  # the humans' majority (of the first schema)
     return ExportChoices(
         label_sources=[(text, f"{name} · {count:,} steps") for text, name, count in counts.labels],
-        default_labels="human:majority"
-        if "human:majority" in labelling or not labelling
-        else labelling[0],
+        default_labels=majority if majority in labelling or not labelling else labelling[0],
         scorers=[(name, f"{name} · {count:,} steps scored") for name, count in counts.scored],
         credit_runs=[
             (str(pk), f"#{pk} {method} · {count:,} steps credited")
@@ -224,10 +228,22 @@ def _label_sources(project: Project, scored: list[str]) -> list[tuple[str, str]]
         .order_by("name")
         .values_list("name", flat=True)[:CHOICES_SHOWN]
     )
-    return [
+    people = [
         *FIXED_SOURCES,
         *((f"human:{name}", f"annotator {name}") for name in members),
         *((name, f"imported: {name.removeprefix(IMPORTED_PREFIX)}") for name in imported),
+    ]
+    schemas = label_schema_names(project)
+    if len(schemas) > 1:
+        # People's labels are read one schema at a time where a project has several
+        # (labeling.sources: an unnamed source there is refused).
+        people = [
+            (f"{text}/{schema}", f"{name} · {schema}")
+            for text, name in people
+            for schema in schemas
+        ]
+    return [
+        *people,
         *((f"model:{name}", f"scorer {name} (thresholded)") for name in scored),
         *(
             (f"mc{suffix}", f"Monte Carlo{label}")

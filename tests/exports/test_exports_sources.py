@@ -26,6 +26,7 @@ from exports.services import (
     export_write,
 )
 from labeling.models import FinalLabel, LabelSchema, StepLabel
+from labeling.services import label_schema_create
 from rollouts.models import Policy, StepMC
 from scoring import services as scoring
 from scoring.models import AttributionRun, StepCredit
@@ -408,3 +409,36 @@ def test_the_manifest_names_the_annotators_a_resolved_source_drew_on(
     StepLabel.objects.filter(annotator=people["carol"]).update(status="submitted")
     assert annotators("human:majority") == ["alice", "bob", "carol"]
     assert annotators("human:majority", "first") == ["alice", "bob"]
+
+
+@pytest.mark.django_db
+def test_a_project_with_several_schemas_offers_each_source_per_schema(
+    tmp_path: Path, researcher: User
+) -> None:
+    """People's labels are read one schema at a time where a project has several, so the
+    export page offers each such source per schema (it answered 500 while it offered the
+    unnamed ones), counted under that schema, and opens on the first schema's majority."""
+    project = rollouts_project(tmp_path)
+    label_schema_create(
+        project=project,
+        name="severity",
+        kind="ordinal",
+        values=[
+            {"value": 1, "name": "minor", "key": "7"},
+            {"value": 2, "name": "major", "key": "8"},
+        ],
+    )
+    MembershipFactory.create(user=researcher, project=project, role=Membership.Role.RESEARCHER)
+    client = Client()
+    client.force_login(researcher)
+    response = client.get(f"/p/{project.slug}/exports/")
+    assert response.status_code == 200
+    choices = dict(response.context["form"].fields["labels"].choices)
+    truth = "import:synthetic-truth"
+    assert {f"human:majority/{name}" for name in ("severity", "step quality")} <= set(choices)
+    assert "human:majority" not in choices and truth not in choices
+    labelled = StepLabel.objects.filter(annotator__username=truth).count()
+    assert labelled
+    assert choices[f"{truth}/step quality"].endswith(f"· {labelled:,} steps")
+    assert choices[f"{truth}/severity"].endswith("· 0 steps")
+    assert response.context["form"]["labels"].initial == f"{truth}/step quality"
