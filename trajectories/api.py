@@ -24,6 +24,7 @@ from stepscope.parsers import JSONParser
 from stepscope.throttling import BULK_THROTTLES
 from trajectories import services
 from trajectories.columns import trajectory_list_columns
+from trajectories.follow_api import urlpatterns as follow_urls
 from trajectories.formats import stepscope_typed
 from trajectories.members_api import urlpatterns as members_urls
 from trajectories.models import (
@@ -327,4 +328,8 @@ router.register("trajectories", TrajectoryViewSet, basename="trajectory")
 router.register("steps", StepViewSet, basename="step")
 router.register("imports", ImportViewSet, basename="import")
 
-urlpatterns: list[URLPattern | URLResolver] = [*members_urls, path("", include(router.urls))]
+urlpatterns: list[URLPattern | URLResolver] = [
+    *members_urls,
+    *follow_urls,
+    path("", include(router.urls)),
+]

@@ -207,6 +207,8 @@ def _plain(data: Any) -> dict[str, Any]:
 # Every registered format with a label (trajectories.formats), so a new importer is
 # offered here as soon as it registers.
 FORMAT_CHOICES = format_choices()
+# ``mapped`` needs a mapping file, which a followed folder has no place for.
+FOLLOWABLE_FORMAT_CHOICES = [choice for choice in FORMAT_CHOICES if choice[0] != "mapped"]
 
 
 class ImportUploadForm(forms.Form):
@@ -243,10 +245,7 @@ class FollowSourceForm(forms.Form):
         max_length=1000,
         help_text="An absolute path on the server, inside a folder it lets projects follow.",
     )
-    # ``mapped`` needs a mapping file, which a followed folder has no place for.
-    source_format = forms.ChoiceField(
-        label="Format", choices=[choice for choice in FORMAT_CHOICES if choice[0] != "mapped"]
-    )
+    source_format = forms.ChoiceField(label="Format", choices=FOLLOWABLE_FORMAT_CHOICES)
     skip_invalid = forms.BooleanField(
         label="Skip invalid records", required=False, help_text="Import a file's good records."
     )

@@ -196,6 +196,17 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-member-remove": {"GET": "401 405 405 405 405", "POST": "401 404 403 403 204"},
     "api:api-invite-list": {"GET": "401 404 403 403 200", "POST": "401 404 403 403 400"},
     "api:api-invite-revoke": {"GET": "401 405 405 405 405", "POST": "401 404 403 403 204"},
+    # Followed folders, the followed folders page's API: the project admin's. An empty
+    # body names the missing fields (400); the world's folder can be removed (204).
+    "api:api-follow-source-list": {"GET": "401 404 403 403 200", "POST": "401 404 403 403 400"},
+    "api:api-follow-source-detail": {
+        "GET": "401 404 403 403 200",
+        "POST": "401 405 405 405 405",
+    },
+    "api:api-follow-source-remove": {
+        "GET": "401 405 405 405 405",
+        "POST": "401 404 403 403 204",
+    },
     "api:project-deletion-detail": {"GET": "401 404 404 404 200", "POST": "401 405 405 405 405"},
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,

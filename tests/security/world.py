@@ -139,6 +139,7 @@ class World:
             ("labels", self.label.pk),
             ("projects/<slug:slug>/members/", self.membership.pk),
             ("projects/<slug:slug>/invites/", self.invite.pk),
+            ("projects/<slug:slug>/follow-sources/", self.follow_source.pk),
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from rest_framework.test import APIClient
 
 from tests.trajectories.test_follow import line
 from trajectories.models import FollowSource, Project, Trajectory
@@ -148,3 +149,46 @@ def test_a_refused_folder_is_named_on_the_page(project: Project, owner: User, ro
     assert response.status_code == 400
     assert "unknown field: every" in response.content.decode()
     assert not FollowSource.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_api_adds_shows_and_removes_a_followed_folder(
+    project: Project, owner: User, annotator: User, root: Path
+) -> None:
+    """The page's rules through the API: a refused folder is a 400 naming the field, an
+    unknown field is refused, the source shows how far each file got, and an annotator
+    is refused (403) like on the page."""
+    api = APIClient()
+    api.force_authenticate(owner)
+    url = reverse("api-follow-source-list", args=[project.slug])
+    folder = root / "run"
+    folder.mkdir()
+    refused = api.post(url, {"path": "/etc", "source_format": "verl"}, format="json")
+    assert refused.status_code == 400
+    assert "STEPSCOPE_FOLLOW_ROOTS" in refused.json()["path"][0]
+    unknown = api.post(
+        url, {"path": str(folder), "source_format": "verl", "every": 5}, format="json"
+    )
+    assert (unknown.status_code, list(unknown.json())) == (400, ["every"])
+    made = api.post(url, {"path": str(folder), "source_format": "verl"}, format="json")
+    assert made.status_code == 201, made.json()
+    assert made.json()["by_worker"] and made.json()["files"] == []
+
+    (folder / "step-1.jsonl").write_text(line(1, 0) + line(1, 1))
+    follow_sweep()
+    detail = api.get(reverse("api-follow-source-detail", args=[project.slug, made.json()["id"]]))
+    (followed,) = detail.json()["files"]
+    assert (followed["path"], followed["trajectories"], followed["imported_lines"]) == (
+        "step-1.jsonl",
+        2,
+        2,
+    )
+    assert [source["id"] for source in api.get(url).json()] == [made.json()["id"]]
+
+    api.force_authenticate(annotator)
+    assert api.get(url).status_code == 403
+    api.force_authenticate(owner)
+    remove = reverse("api-follow-source-remove", args=[project.slug, made.json()["id"]])
+    assert api.post(remove).status_code == 204
+    assert not FollowSource.objects.filter(project=project).exists()
+    assert Trajectory.objects.filter(project=project).count() == 2
