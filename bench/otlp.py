@@ -194,6 +194,12 @@ def main() -> None:
         action="store_true",
         help="only: the assembler's peak RSS for a 1,000-span and a 100,000-span trace",
     )
+    parser.add_argument(
+        "--root-last",
+        action="store_true",
+        help="with --trace-memory: the root span arrives after its children, as an SDK"
+        " exports it (a span is exported when it ends)",
+    )
     args = parser.parse_args()
     print("command:", " ".join([sys.executable, *sys.argv]), flush=True)
 
@@ -213,7 +219,7 @@ def main() -> None:
     results: dict[str, Any] = {"exporters": args.exporters}
     try:
         if args.trace_memory:
-            results = trace_memory()
+            results = trace_memory(root_last=args.root_last)
             return
         stepscope = run_stepscope(args, data_dir)
         results.update(stepscope)
@@ -233,9 +239,10 @@ def main() -> None:
         Path(args.out).write_text(json.dumps(results, indent=1))
 
 
-def trace_memory() -> dict[str, Any]:
+def trace_memory(*, root_last: bool = False) -> dict[str, Any]:
     """Stage one trace of 1,000 and one of 100,000 spans, and assemble each in a fresh
-    process: its peak RSS (what a worker needs for the largest trace allowed)."""
+    process: its peak RSS (what a worker needs for the largest trace allowed). With
+    ``root_last`` the children are staged and assembled first, then the root alone."""
     from django.contrib.auth.models import User
 
     from tests.trajectories import otlp_bodies
@@ -248,9 +255,10 @@ def trace_memory() -> dict[str, Any]:
     for size in (1000, 100_000):
         project = project_create(slug=f"memory-{size}", name=f"memory {size}", owner=user)
         template = otlp_bodies.agent_spans(0)
+        order = [*range(1, size), 0] if root_last else list(range(size))
         for start in range(0, size, 1000):
             spans = []
-            for n in range(start, min(size, start + 1000)):
+            for n in order[start : start + 1000]:
                 span = dict(template[n % 6] if n else template[0])
                 span["n"] = n
                 span["span_id"] = f"{n + 1:016x}"

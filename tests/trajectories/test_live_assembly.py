@@ -131,6 +131,46 @@ def test_a_root_after_its_children_rebuilds_keeping_rows(project: Project, tmp_p
     assert {span_id: again[span_id] for span_id in ids} == ids
 
 
+def test_a_large_trace_is_built_again_a_piece_at_a_time(
+    project: Project, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trace larger than a piece whose children arrive out of time order, then its
+    root (as an SDK exports them: a span when it ends) is built again from its spans'
+    skeletons, its steps made a piece at a time: here pieces of 7 spans for 60. The
+    result is the file import's, and the steps keep their rows."""
+    monkeypatch.setattr(assembly, "PIECE_SPANS", 7)
+    template = bodies.agent_spans(0)
+    spans = []
+    for n in range(60):
+        span = dict(template[n % 6] if n else template[0])
+        # Every fifth span hangs from the span before it, not from the root.
+        parent = "" if n == 0 else f"{n:016x}" if n % 5 == 0 else f"{1:016x}"
+        span.update(n=n, span_id=f"{n + 1:016x}", parent=parent)
+        spans.append(span)
+    read: list[int] = []
+    real = assembly._spans_read
+
+    def counting(staged_ids: list[int]) -> dict[int, Any]:
+        read.append(len(staged_ids))
+        return real(staged_ids)
+
+    monkeypatch.setattr(assembly, "_spans_read", counting)
+    monkeypatch.setattr(assembly, "_rebuilt", lambda traces: [] if not traces else 1 / 0)
+    stage(project, spans[30:] + spans[1:30])
+    live_traces_assemble()
+    assert read and max(read) == 7
+    trajectory = Trajectory.objects.get(project=project)
+    ids = {s.metadata["span_id"]: s.pk for s in trajectory.steps.all()}
+    stage(project, spans[:1])
+    live_traces_assemble()
+    as_file_import(project, spans, tmp_path)
+    again = {s.metadata["span_id"]: s.pk for s in trajectory.steps.all()}
+    assert {span_id: again[span_id] for span_id in ids} == ids
+    live = LiveTrace.objects.get(project=project)
+    assert live.state is not None
+    assert live.state["last_hash"] == trajectory.steps.order_by("-index")[0].prefix_hash
+
+
 def test_a_deleted_trajectory_comes_back_whole(project: Project, tmp_path: Path) -> None:
     spans = bodies.agent_spans(0)
     stage(project, spans[:3])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +35,7 @@ MODEL_KINDS = (LLM,)
 ISO_FRACTION = re.compile(r"(\.\d{6})\d+")
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     """One span as the span formats read it. Times are seconds since the epoch."""
 
@@ -170,6 +171,40 @@ def _count_into(counts: dict[str, int], more: dict[str, int]) -> None:
 
 def build(spans: list[Span]) -> Tree:
     """The steps of one trace, parents first and otherwise in order of start time."""
+    order = order_of(spans)
+    steps = steps_in_order(order.ordered, order.has_model_below, {}, {}, 0)
+    summary = Summary()
+    for _, _, span in order.ordered:
+        summary.add(span)
+    return Tree(
+        steps=steps,
+        task=summary.task,
+        model=summary.model,
+        totals=summary.totals,
+        summary=summary,
+        last_start=order.last_start,
+        absent=order.absent,
+    )
+
+
+@dataclass
+class Order:
+    """Where each span of a trace goes: (start, depth, span) in step order, which spans
+    have a model call below them, and the parent ids the spans name but lack. It reads
+    only the spans' ids, parents, kinds and times, so a trace too large to hold whole
+    can be ordered from its spans' skeletons (:func:`skeleton`)."""
+
+    ordered: list[tuple[float, int, Span]]
+    # The ids of the spans with a model call somewhere below them.
+    has_model_below: set[str]
+    absent: set[str]
+
+    @property
+    def last_start(self) -> float:
+        return self.ordered[-1][0] if self.ordered else -math.inf
+
+
+def order_of(spans: list[Span]) -> Order:
     by_id = {span.span_id: span for span in spans}
     children: dict[str, list[Span]] = {}
     absent: set[str] = set()
@@ -179,20 +214,41 @@ def build(spans: list[Span]) -> Tree:
             absent.add(span.parent_span_id)
         children.setdefault(parent, []).append(span)
     ordered = _time_order(children)
-    has_model_below = _model_below(spans, by_id)
-    steps = _steps(ordered, has_model_below, {}, {}, 0)
-    summary = Summary()
-    for _, _, span in ordered:
-        summary.add(span)
-    return Tree(
-        steps=steps,
-        task=summary.task,
-        model=summary.model,
-        totals=summary.totals,
-        summary=summary,
-        last_start=ordered[-1][0] if ordered else -math.inf,
-        absent=absent,
+    return Order(ordered=ordered, has_model_below=_model_below(spans, by_id), absent=absent)
+
+
+def skeleton(span: Span) -> Span:
+    """The span without its texts (input, output, arguments, extra attributes), its
+    token counts, cost and end: what :func:`order_of` and :meth:`Summary.add` read, but
+    the task (its ``input`` is only True where the span's could be the task:
+    :func:`task_source`) and the sums that need no order (tokens, cost, last end: add
+    the whole span to a summary of its own). The short texts that repeat from span to
+    span are interned: a trace of 100,000 spans keeps one copy of each."""
+    return Span(
+        span_id=span.span_id,
+        parent_span_id=sys.intern(span.parent_span_id),
+        kind=sys.intern(span.kind),
+        name=sys.intern(span.name),
+        order=span.order,
+        start=span.start,
+        input=True if first_user_text(span.input).strip() else None,
+        model=sys.intern(span.model),
+        agent=sys.intern(span.agent),
+        error="error" if span.error else "",
     )
+
+
+def task_source(ordered: list[tuple[float, int, Span]]) -> Span | None:
+    """The skeleton whose span's input :meth:`Summary.add` takes as the task: the first
+    model call's that has one, else the first span's."""
+    first = None
+    for _, _, span in ordered:
+        if span.input is not True:
+            continue
+        if span.kind in MODEL_KINDS:
+            return span
+        first = first or span
+    return first
 
 
 @dataclass(frozen=True)
@@ -277,16 +333,16 @@ def extend(
     for _, _, span in ordered:
         summary.add(span)
     return Extension(
-        steps=_steps(ordered, has_model_below, index_of, agents, first_index),
+        steps=steps_in_order(ordered, has_model_below, index_of, agents, first_index),
         last_start=ordered[-1][0] if ordered else after,
         model_below=model_below,
         absent=new_absent,
     )
 
 
-def _steps(
+def steps_in_order(
     ordered: list[tuple[float, int, Span]],
-    has_model_below: dict[str, bool],
+    has_model_below: set[str],
     index_of: dict[str, int],
     agents: dict[str, str],
     first_index: int,
@@ -298,7 +354,7 @@ def _steps(
         parent_agent = agents.get(span.parent_span_id, "")
         agent = span.agent or (span.name if span.kind == AGENT else parent_agent)
         agents[span.span_id] = agent
-        step = _step(span, agent, labelable_container=not has_model_below[span.span_id])
+        step = _step(span, agent, labelable_container=span.span_id not in has_model_below)
         step.metadata.update(_span_metadata(span, depth))
         if span.parent_span_id in index_of:
             step.metadata["parent"] = index_of[span.parent_span_id]
@@ -339,17 +395,22 @@ def _time_order(children: dict[str, list[Span]]) -> list[tuple[float, int, Span]
                 keyed.append((span.start or -math.inf, 0, span.order, span))
                 span.parent_span_id = ""
     keyed.sort(key=lambda item: item[:3])
-    return [(start, depth, span) for start, depth, _, span in keyed]
+    # In place: a trace of 100,000 spans never holds both lists.
+    ordered: list[Any] = keyed
+    for n, (start, depth, _, span) in enumerate(keyed):
+        ordered[n] = (start, depth, span)
+    return ordered
 
 
-def _model_below(spans: list[Span], by_id: dict[str, Span]) -> dict[str, bool]:
-    below = {span.span_id: False for span in spans}
+def _model_below(spans: list[Span], by_id: dict[str, Span]) -> set[str]:
+    below: set[str] = set()
     for span in spans:
         if span.kind not in MODEL_KINDS:
             continue
         parent_id, hops = span.parent_span_id, 0
-        while parent_id in by_id and hops < len(spans):
-            below[parent_id] = True
+        # A parent in ``below`` already has its ancestors there too.
+        while parent_id in by_id and parent_id not in below and hops < len(spans):
+            below.add(parent_id)
             parent_id, hops = by_id[parent_id].parent_span_id, hops + 1
     return below
 

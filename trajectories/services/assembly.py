@@ -16,7 +16,11 @@ trace of 100,000 spans is assembled in pieces, in a worker's memory one piece at
 Otherwise (a root that comes after its children, as OpenTelemetry exports a span when it
 ends; a span that started before the last step) the trace is built again from all its
 staged spans and its steps are matched by span id, so that a step keeps its row (and the
-labels, scores and history on it); only changed steps are written.
+labels, scores and history on it); only changed steps are written. A trace of more than
+``PIECE_SPANS`` spans is built again in pieces too (:func:`_planned`): its spans' order is
+worked out from their skeletons (ids, parents, kinds, times: no texts), then its steps are
+made and written ``PIECE_SPANS`` at a time, so a root that arrives after 100,000 children,
+as an SDK exports it, needs no more memory than the trace's skeleton.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import hashlib
 import logging
 import math
 import time
+from array import array
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +43,7 @@ from trajectories import pgcopy
 from trajectories.formats import otel
 from trajectories.formats import spans as span_tree
 from trajectories.formats.base import FieldError, ParsedStep
+from trajectories.formats.chat_content import first_user_text
 from trajectories.formats.spans import Placed, Span, Summary
 from trajectories.hashing import prefix_hashes
 from trajectories.models import LiveAssembly
@@ -70,6 +76,8 @@ class _Trace:
     project_id: int
     trace_id: str
     trajectory_id: int | None
+    # Spans staged for the trace so far (read or not).
+    span_count: int
     # Staged spans read so far (counting those the mapping refused), and the last one.
     count: int
     through: int
@@ -187,8 +195,8 @@ def _pending_take(batch: int, skipped: list[int]) -> list[_Trace] | None:
         skipped.extend(live_id for live_id in candidates if live_id not in locked)
         # Read under the lock: another assembler may have committed since the list above.
         cursor.execute(
-            "SELECT id, project_id, trace_id, trajectory_id, assembled_count, assembled_through,"
-            " state::text, errors::text FROM trajectories_livetrace"
+            "SELECT id, project_id, trace_id, trajectory_id, span_count, assembled_count,"
+            " assembled_through, state::text, errors::text FROM trajectories_livetrace"
             " WHERE id = ANY(%s) AND span_count > assembled_count ORDER BY id",
             [sorted(locked)],
         )
@@ -198,14 +206,23 @@ def _pending_take(batch: int, skipped: list[int]) -> list[_Trace] | None:
                 project_id=project_id,
                 trace_id=trace_id,
                 trajectory_id=trajectory_id,
+                span_count=span_count,
                 count=count,
                 through=through,
                 state=None if state is None else orjson.loads(state),
                 errors=orjson.loads(errors),
             )
-            for live_id, project_id, trace_id, trajectory_id, count, through, state, errors in (
-                cursor.fetchall()
-            )
+            for (
+                live_id,
+                project_id,
+                trace_id,
+                trajectory_id,
+                span_count,
+                count,
+                through,
+                state,
+                errors,
+            ) in cursor.fetchall()
         ]
 
 
@@ -238,6 +255,15 @@ def _pieces_read(traces: list[_Trace]) -> None:
 
 
 @dataclass(eq=False)
+class _Plan:
+    """A large trace's spans in step order (their skeletons), and the staged row of each
+    span by its ``order``."""
+
+    order: span_tree.Order
+    staged: array[int]
+
+
+@dataclass(eq=False)
 class _Built:
     """A trace's trajectory as this assembly leaves it, and the steps to write."""
 
@@ -250,6 +276,8 @@ class _Built:
     state: dict[str, Any] | None
     # Indexes of earlier steps that now have a model call below them.
     model_below: list[int] = field(default_factory=list)
+    # A large trace built again: its steps are made and written in pieces from this.
+    plan: _Plan | None = None
 
     @property
     def metadata(self) -> dict[str, Any]:
@@ -278,7 +306,8 @@ def _assemble(traces: list[_Trace]) -> None:
             again.append(trace)
         else:
             built.append(item)
-    built += _rebuilt(again)
+    built += _rebuilt([trace for trace in again if trace.span_count <= PIECE_SPANS])
+    built += [_planned(trace) for trace in again if trace.span_count > PIECE_SPANS]
     fresh = [item for item in built if item.trace.trajectory_id is None]
     made_ids: set[int | None] = set()
     if fresh:
@@ -338,7 +367,10 @@ def _assemble(traces: list[_Trace]) -> None:
             )
         _labelable_update(cursor, [item for item in built if item.model_below])
         _steps_copy([item for item in built if item.appended])
-        _steps_rewrite(cursor, [item for item in built if not item.appended])
+        _steps_rewrite(cursor, [item for item in built if not item.appended and not item.plan])
+        for item in built:
+            if item.plan:
+                _steps_write_in_pieces(cursor, item, item.plan)
         grown = [item.trace.trajectory_id for item in old]
         if grown:
             # The mark sends the search index back to the trajectory (its task and new
@@ -509,6 +541,133 @@ def _rebuilt(traces: list[_Trace]) -> list[_Built]:
     return built
 
 
+def _planned(trace: _Trace) -> _Built:
+    """A large trace built again from the skeletons of its staged spans, read a piece at
+    a time: its order, summary and state (but the last hash); its steps are made and
+    written by :func:`_steps_write_in_pieces`."""
+    trace.spans, trace.count, trace.errors, trace.more = [], 0, [], False
+    trace.resource, trace.session_id = {}, None
+    skeletons: list[Span] = []
+    staged = array("q")
+    # The sums that need no order: token counts, cost, first start and last end.
+    sums = Summary()
+    after = 0
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(
+                "SELECT id, record::text FROM trajectories_stagedspan"
+                " WHERE project_id = %s AND trace_id = %s AND id > %s ORDER BY id LIMIT %s",
+                [trace.project_id, trace.trace_id, after, PIECE_SPANS],
+            )
+            rows = cursor.fetchall()
+            for staged_id, text in rows:
+                staged.append(staged_id)
+                trace.add(staged_id, orjson.loads(text))
+                if trace.spans:
+                    span = trace.spans.pop()
+                    sums.add(span)
+                    skeletons.append(span_tree.skeleton(span))
+            if len(rows) < PIECE_SPANS:
+                break
+            after = rows[-1][0]
+    order = span_tree.order_of(skeletons)
+    del skeletons
+    summary = Summary()
+    for _, _, span in order.ordered:
+        summary.add(span)
+    summary.llm_tokens, summary.llm_tokens_seen = sums.llm_tokens, sums.llm_tokens_seen
+    summary.all_tokens, summary.cost, summary.priced = sums.all_tokens, sums.cost, sums.priced
+    summary.first_start, summary.last_end = sums.first_start, sums.last_end
+    source = span_tree.task_source(order.ordered)
+    if source is not None:
+        (full,) = _spans_read([staged[source.order]]).values()
+        summary.task = first_user_text(full.input)
+        summary.task_from_model = source.kind in span_tree.MODEL_KINDS
+    absent = sorted(order.absent)
+    state = {
+        "summary": summary.as_json(),
+        "last_start": _finite(order.last_start),
+        "last_hash": "",
+        "absent": absent if len(absent) <= ABSENT_KEPT else None,
+        "resource": trace.resource,
+        "session_id": trace.session_id,
+    }
+    return _Built(
+        trace=trace,
+        summary=summary,
+        steps=[],
+        hashes=[],
+        appended=False,
+        state=state,
+        plan=_Plan(order=order, staged=staged),
+    )
+
+
+def _spans_read(staged_ids: list[int]) -> dict[int, Span]:
+    """The staged spans of these rows, mapped, by row id (those the mapping refuses are
+    left out: the plan has none of them)."""
+    spans: dict[int, Span] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, record::text FROM trajectories_stagedspan WHERE id = ANY(%s)",
+            [staged_ids],
+        )
+        for staged_id, text in cursor.fetchall():
+            _, spans[staged_id] = otel.span_record(orjson.loads(text), "")
+    return spans
+
+
+def _steps_write_in_pieces(cursor: Any, item: _Built, plan: _Plan) -> None:
+    """A large trace's steps, made from its plan and written ``PIECE_SPANS`` at a time:
+    each span read again whole, its step matched by span id (keeping its row), all of
+    the trajectory's steps first moved out of the way (``INDEX_SHIFT``)."""
+    trajectory_id = item.trace.trajectory_id
+    assert trajectory_id is not None
+    cursor.execute(
+        "UPDATE trajectories_step SET index = index + %s WHERE trajectory_id = %s",
+        [INDEX_SHIFT, trajectory_id],
+    )
+    index_of: dict[str, int] = {}
+    agents: dict[str, str] = {}
+    last_hash = ""
+    ordered = plan.order.ordered
+    # Only a parent's index and agent are looked up again: the others are let go.
+    parents = {span.parent_span_id for _, _, span in ordered}
+    for first in range(0, len(ordered), PIECE_SPANS):
+        piece = ordered[first : first + PIECE_SPANS]
+        read = _spans_read([plan.staged[span.order] for _, _, span in piece])
+        spans = []
+        for moment, depth, outline in piece:
+            span = read[plan.staged[outline.order]]
+            # As ordered: a span caught in a cycle of parent ids hangs from no parent.
+            span.order, span.parent_span_id = outline.order, outline.parent_span_id
+            spans.append((moment, depth, span))
+        steps = span_tree.steps_in_order(spans, plan.order.has_model_below, index_of, agents, first)
+        hashes = prefix_hashes(item.summary.task, steps, last_hash)
+        last_hash = hashes[-1] if hashes else last_hash
+        cursor.execute(
+            "SELECT metadata->>'span_id', id FROM trajectories_step"
+            " WHERE trajectory_id = %s AND metadata->>'span_id' = ANY(%s)",
+            [trajectory_id, [span.span_id for _, _, span in spans]],
+        )
+        have = dict(cursor.fetchall())
+        inserts: list[_StepRow] = []
+        updates: list[tuple[int, _StepRow]] = []
+        for n, (step, prefix_hash) in enumerate(zip(steps, hashes, strict=True)):
+            row = _row(trajectory_id, first + n, prefix_hash, step)
+            step_id = have.get(str(step.metadata.get("span_id", "")))
+            if step_id is None:
+                inserts.append(row)
+            else:
+                updates.append((step_id, row))
+        _steps_update(cursor, updates)
+        _steps_insert(cursor, inserts)
+        for span_id in [span_id for span_id in index_of if span_id not in parents]:
+            del index_of[span_id], agents[span_id]
+    assert item.state is not None
+    item.state["last_hash"] = last_hash
+
+
 def _labelable_update(cursor: Any, built: list[_Built]) -> None:
     """An agent step with a model call below it now is not labelable (``spans._step``):
     from each earlier step a new model call hangs from, up through its ancestors."""
@@ -553,21 +712,25 @@ def _rows_of(item: _Built) -> list[_StepRow]:
     trajectory_id = item.trace.trajectory_id
     assert trajectory_id is not None
     return [
-        (
-            trajectory_id,
-            n,
-            prefix_hash,
-            step.kind,
-            step.role,
-            step.agent[:100],
-            step.tool_name[:200],
-            step.labelable,
-            step.tool_args,
-            step.metadata,
-            step.content,
-        )
+        _row(trajectory_id, n, prefix_hash, step)
         for n, (step, prefix_hash) in enumerate(zip(item.steps, item.hashes, strict=True))
     ]
+
+
+def _row(trajectory_id: int, index: int, prefix_hash: str, step: ParsedStep) -> _StepRow:
+    return (
+        trajectory_id,
+        index,
+        prefix_hash,
+        step.kind,
+        step.role,
+        step.agent[:100],
+        step.tool_name[:200],
+        step.labelable,
+        step.tool_args,
+        step.metadata,
+        step.content,
+    )
 
 
 def _steps_copy(built: list[_Built]) -> None:
@@ -644,6 +807,12 @@ def _steps_rewrite(cursor: Any, built: list[_Built]) -> None:
             "UPDATE trajectories_step SET index = index + %s WHERE trajectory_id = ANY(%s)",
             [INDEX_SHIFT, moved],
         )
+    _steps_update(cursor, updates)
+    _steps_insert(cursor, inserts)
+
+
+def _steps_update(cursor: Any, updates: list[tuple[int, _StepRow]]) -> None:
+    """Each step row (by id) rewritten from its new row."""
     for start in range(0, len(updates), WRITE_ROWS):
         piece = updates[start : start + WRITE_ROWS]
         cursor.execute(
@@ -656,7 +825,6 @@ def _steps_rewrite(cursor: Any, built: list[_Built]) -> None:
             " tool_args, metadata, content) WHERE s.id = v.id",
             [orjson.dumps([[step_id, *row[1:]] for step_id, row in piece]).decode()],
         )
-    _steps_insert(cursor, inserts)
 
 
 def live_hash(project_id: int, trace_id: str) -> str:
