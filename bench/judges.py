@@ -47,7 +47,7 @@ from scoring.judges.config import (
 )
 from scoring.judges.local import LocalJudge
 from scoring.judges.modes import JudgeRequest, Prompt, requests_build, step_values
-from scoring.judges.verdicts import verdict_read
+from scoring.judges.replies import verdict_read
 from scoring.prm import tiny
 from scoring.prm.base import StepInput, TrajectoryInput
 

@@ -1,5 +1,5 @@
-"""Debugging a rollout: two rollouts of one task side by side, aligned step by step
-(:mod:`trajectories.alignment`), with each side's submitted labels and the step where each
+"""Debugging a rollout: two rollouts of one task side by side, matched step by step
+(:mod:`trajectories.rollout_matching`), with each side's submitted labels and the step where each
 annotator first marked it wrong. The model-against-human comparison is
 :mod:`evaluation.compare`; this is rollout against rollout."""
 
@@ -11,7 +11,7 @@ from django.db.models import Count, Q, QuerySet
 from django.db.models.functions import Left, Length
 
 from labeling.models import StepLabel
-from trajectories import alignment
+from trajectories import rollout_matching
 from trajectories.models import Step, Trajectory
 from trajectories.selectors import STEP_PREVIEW_CHARS
 
@@ -109,13 +109,13 @@ def first_errors(steps: list[DiffStep]) -> dict[str, int]:
 
 
 def diff_context(left: list[DiffStep], right: list[DiffStep]) -> dict[str, object]:
-    """What the page shows of two sides: the alignment, the shared prefix's rows, the
+    """What the page shows of two sides: the matching, the shared prefix's rows, the
     rows after it (kind, left step, right step) and each annotator's first errors."""
-    result = alignment.align(_align_input(left), _align_input(right))
+    result = rollout_matching.rollouts_match(_match_input(left), _match_input(right))
     left_errors = first_errors(left)
     right_errors = first_errors(right)
     return {
-        "alignment": result,
+        "matching": result,
         "shared_rows": list(zip(left, right, strict=False))[: result.shared_prefix],
         "rows": [
             (
@@ -133,8 +133,10 @@ def diff_context(left: list[DiffStep], right: list[DiffStep]) -> dict[str, objec
     }
 
 
-def _align_input(steps: list[DiffStep]) -> list[alignment.AlignStep]:
+def _match_input(steps: list[DiffStep]) -> list[rollout_matching.MatchStep]:
     return [
-        alignment.AlignStep(s.index, s.prefix_hash, s.role, s.content, s.tool_name, s.tool_args)
+        rollout_matching.MatchStep(
+            s.index, s.prefix_hash, s.role, s.content, s.tool_name, s.tool_args
+        )
         for s in steps
     ]

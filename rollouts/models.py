@@ -119,7 +119,7 @@ class RolloutSearch(models.Model):
         Trajectory, on_delete=models.CASCADE, related_name="rollout_searches"
     )
     status = models.CharField(max_length=10, choices=Status.choices, default=Status.SEARCHING)
-    # rollouts.search.FirstErrorSearch.to_dict()
+    # rollouts.monte_carlo.FirstErrorSearch.to_dict()
     state = models.JSONField(default=dict)
     first_error_index = models.IntegerField(null=True, blank=True)
     rollouts = models.PositiveIntegerField(default=0)

@@ -9,7 +9,7 @@ class ScoringConfig(AppConfig):
         # Registers the trajectory filter on credits and the score column with trajectories, the
         # model: label source with labeling's label sources, and what labeling queues'
         # "most uncertain first" order ranks by, and the model: decisive-failure source.
-        from scoring import columns, filters, queue_order, sources, verdicts  # noqa: F401
+        from scoring import columns, failure_source, filters, queue_order, sources  # noqa: F401
         from scoring.model_policy import model_policy
         from scoring.prm import model_refs
 

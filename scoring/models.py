@@ -373,7 +373,7 @@ class FailureVerdict(models.Model):
     decided that the run failed (the Who&When task), as the label source
     ``model:<scorer>``. One per (trajectory, scorer): judging again replaces it. An
     LLM judge's failure-attribution run writes these with
-    ``scoring.services.verdicts.failure_verdicts_write``; the compare pages set them
+    ``scoring.services.failure_attributions.failure_verdicts_write``; the compare pages set them
     against a human's or an import's decisive-failure labels
     (``labeling.TrajectoryLabel.decisive_*``)."""
 

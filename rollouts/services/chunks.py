@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from rollouts import answers, continuations, generation, search
+from rollouts import answers, continuations, generation, monte_carlo
 from rollouts.continuations import Parent
 from rollouts.models import (
     Continuation,
@@ -285,9 +285,9 @@ def _chunk_finish(chunk: RolloutChunk, generated: _Generated) -> None:
                 branch.status = RolloutBranch.Status.DONE
                 finished.append(branch)
                 if branch.replaced and branch.baseline_success is not None:
-                    verdict = search.CriticalVerdict(
+                    verdict = monte_carlo.CriticalVerdict(
                         baseline_success=branch.baseline_success,
-                        alternative=search.MCEstimate(branch.done, branch.successes),
+                        alternative=monte_carlo.MCEstimate(branch.done, branch.successes),
                     )
                     branch.critical = verdict.critical
             branch.save()
@@ -394,7 +394,7 @@ def mc_upsert(*, job: RolloutJob, branches: list[RolloutBranch]) -> int:
     ends the same prefix (same prefix hash): the continuations' own copies of it too."""
     if not branches or job.policy_id is None:
         return 0
-    by_hash = {b.step.prefix_hash: search.MCEstimate(b.done, b.successes) for b in branches}
+    by_hash = {b.step.prefix_hash: monte_carlo.MCEstimate(b.done, b.successes) for b in branches}
     with connection.cursor() as cursor:
         cursor.execute(SAME_PREFIX_SQL, [[b.step_id for b in branches], job.project_id])
         steps = cursor.fetchall()
@@ -438,7 +438,7 @@ def _searches_advance(job: RolloutJob, probes: list[RolloutBranch]) -> list[int]
         if found.status != RolloutSearch.Status.SEARCHING:
             continue
         bound = found.state.get("bound", 0)
-        state = search.FirstErrorSearch.from_dict(found.state)
+        state = monte_carlo.FirstErrorSearch.from_dict(found.state)
         state.record(probe.step_index, probe.successes, probe.done)
         found.state = {**state.to_dict(), "bound": bound}
         found.rollouts = state.rollouts

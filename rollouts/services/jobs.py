@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from labeling.models import FinalLabel, StepLabel
 from labeling.sources import label_source_parse
-from rollouts import answers, generation, search, tasks
+from rollouts import answers, generation, monte_carlo, tasks
 from rollouts.models import (
     Policy,
     RolloutBranch,
@@ -253,7 +253,7 @@ def _plan_searches(job: RolloutJob, check: answers.AnswerCheck) -> _Plan:
     planned = 0
     for trajectory_id, stored_success in trajectories:
         steps = labelable.get(trajectory_id, [])
-        state = search.FirstErrorSearch(candidates=[index for index, _ in steps])
+        state = monte_carlo.FirstErrorSearch(candidates=[index for index, _ in steps])
         found = RolloutSearch(job=job, trajectory_id=trajectory_id, state=state.to_dict())
         outcome = parent_outcome(parents[trajectory_id], stored_success, check)
         if outcome is None:
@@ -269,7 +269,7 @@ def _plan_searches(job: RolloutJob, check: answers.AnswerCheck) -> _Plan:
         found.save()
         if found.status != RolloutSearch.Status.SEARCHING:
             continue
-        bound = search.search_probes_bound(len(state.candidates))
+        bound = monte_carlo.search_probes_bound(len(state.candidates))
         left = _budget_left(job, planned)
         if left is not None and left < job.k:
             search_stop(found)

@@ -17,7 +17,7 @@ from typing import Protocol
 
 from scoring.judges.config import JudgeParams
 from scoring.judges.modes import JudgeRequest
-from scoring.judges.verdicts import TokenLogprob
+from scoring.judges.replies import TokenLogprob
 from scoring.prm.params import spec_key
 
 

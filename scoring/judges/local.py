@@ -20,7 +20,7 @@ import torch
 from scoring.judges.backend import JudgeSpec, OnReply, OnTooLong, Reply, TooLong
 from scoring.judges.config import JudgeError, JudgeParams, PromptTooLong
 from scoring.judges.modes import JudgeRequest, describe
-from scoring.judges.verdicts import TokenLogprob
+from scoring.judges.replies import TokenLogprob
 from scoring.prm.causal_lm import CausalLM
 
 # Prompt tokens check() keeps for encode() (4 bytes each: 16 MB at most).

@@ -36,7 +36,7 @@ from scoring.judges.config import (
     TRAJECTORY,
     JudgeParams,
 )
-from scoring.judges.verdicts import Verdict
+from scoring.judges.replies import Verdict
 from scoring.prm.base import TrajectoryInput
 
 

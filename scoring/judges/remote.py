@@ -27,7 +27,7 @@ from typing import Any
 from scoring.judges.backend import JudgeSpec, OnReply, OnTooLong, Reply, TooLong
 from scoring.judges.config import JudgeError, PromptTooLong
 from scoring.judges.modes import JudgeRequest, describe
-from scoring.judges.verdicts import TokenLogprob
+from scoring.judges.replies import TokenLogprob
 
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 # How servers word a prompt past the context in a 400: vLLM ("maximum context length"),

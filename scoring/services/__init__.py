@@ -14,6 +14,7 @@ from scoring.services.attribution import (
     read_tables,
 )
 from scoring.services.choices import evidence_choice_save
+from scoring.services.failure_attributions import VerdictInput, failure_verdicts_write
 from scoring.services.imported import (
     IMPORT_BATCH,
     ImportProblem,
@@ -40,7 +41,6 @@ from scoring.services.scores import (
     scoring_run_start,
 )
 from scoring.services.training import NEUTRAL_CHOICES, scorer_train_run, scorer_train_start
-from scoring.services.verdicts import VerdictInput, failure_verdicts_write
 
 __all__ = [
     "IMPORT_BATCH",

@@ -50,9 +50,10 @@ from scoring.judges.modes import (
     requests_build,
     step_values,
 )
-from scoring.judges.verdicts import Verdict, verdict_read
+from scoring.judges.replies import Verdict, verdict_read
 from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringChunk, ScoringRun
 from scoring.references import ReferenceFields
+from scoring.services.failure_attributions import VerdictInput
 from scoring.services.runners import (
     ChunkOutcome,
     RunOptions,
@@ -62,7 +63,6 @@ from scoring.services.runners import (
     trajectory_inputs,
 )
 from scoring.services.scores import scorer_create
-from scoring.services.verdicts import VerdictInput
 from stepscope.jobs.models import ACTIVE
 from trajectories.agents import agent_name, step_agent
 from trajectories.models import Step, Trajectory

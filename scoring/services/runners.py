@@ -21,7 +21,7 @@ from trajectories.models import Step, Trajectory
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
-    from scoring.services.verdicts import VerdictInput
+    from scoring.services.failure_attributions import VerdictInput
 
 
 # A run lists this many of the prompts it skipped as too long (``metrics["skipped"]``;

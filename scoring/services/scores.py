@@ -31,6 +31,7 @@ from scoring.references import (
     reference_values,
 )
 from scoring.selectors import latest_trained_head
+from scoring.services.failure_attributions import failure_verdicts_write
 from scoring.services.runners import (
     SKIPPED_LISTED,
     ChunkOutcome,
@@ -39,7 +40,6 @@ from scoring.services.runners import (
     ScoringError,
     kind_runner,
 )
-from scoring.services.verdicts import failure_verdicts_write
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require

@@ -32,7 +32,7 @@ def test_default_partner_is_the_success_sharing_the_longest_prefix(
     page = client.get(f"/t/{failed.pk}/compare/")
     assert page.status_code == 200
     assert page.context["other"] == best
-    assert page.context["alignment"].divergence == 2
+    assert page.context["matching"].divergence == 2
     assert len(page.context["shared_rows"]) == 2
     kinds = [kind for kind, _, _ in page.context["rows"]]
     assert kinds == ["changed", "changed"]

@@ -38,7 +38,7 @@ from scoring.judges.modes import (
     attribution_next,
     attribution_problem,
 )
-from scoring.judges.verdicts import Verdict, attribution_read
+from scoring.judges.replies import Verdict, attribution_read
 from scoring.models import FailureVerdict, JudgeReply, Scorer, ScoringRun, StepScore
 from scoring.services import VerdictInput, failure_verdicts_write
 from tests.factories import trajectory_with_steps

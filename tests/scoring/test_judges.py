@@ -24,7 +24,7 @@ from scoring.judges.config import (
 from scoring.judges.local import LocalJudge
 from scoring.judges.modes import JudgeRequest, Prompt, requests_build, step_values
 from scoring.judges.remote import RemoteJudge
-from scoring.judges.verdicts import TokenLogprob, verdict_read
+from scoring.judges.replies import TokenLogprob, verdict_read
 from scoring.prm.base import StepInput, TrajectoryInput
 from tests.scoring.conftest import JUDGE_CONTEXT, JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer
 

@@ -1,7 +1,7 @@
-"""Aligning two rollouts of one task step by step (no Django).
+"""Matching two rollouts of one task step by step (no Django).
 
 Rollouts that share a prefix share prefix hashes, so the common prefix is found exactly;
-after the divergence step the rest is aligned by a sequence match on a key per step
+after the divergence step the rest is matched by a sequence match on a key per step
 (tool name and arguments for tool calls, else the normalised text), so that the same
 action taken at different positions still lines up.
 """
@@ -20,7 +20,7 @@ _SPACE = re.compile(r"\s+")
 
 
 @dataclass(frozen=True)
-class AlignStep:
+class MatchStep:
     index: int
     prefix_hash: str
     role: str
@@ -30,7 +30,7 @@ class AlignStep:
 
 
 @dataclass(frozen=True)
-class AlignedRow:
+class MatchedRow:
     """One row of a side-by-side view: a step from each side, or a gap (None)."""
 
     left: int | None
@@ -39,20 +39,20 @@ class AlignedRow:
 
 
 @dataclass(frozen=True)
-class Alignment:
+class Matching:
     shared_prefix: int  # steps 0..shared_prefix-1 are identical on both sides
     divergence: int | None  # the first index where the two differ; None if identical
-    rows: list[AlignedRow]
+    rows: list[MatchedRow]
 
 
-def step_key(step: AlignStep) -> str:
+def step_key(step: MatchStep) -> str:
     if step.tool_name:
         args = json.dumps(step.tool_args, sort_keys=True, ensure_ascii=False)
         return f"{step.role}|tool|{step.tool_name}|{args}"
     return f"{step.role}|text|{_SPACE.sub(' ', step.content.strip().lower())}"
 
 
-def align(left: Sequence[AlignStep], right: Sequence[AlignStep]) -> Alignment:
+def rollouts_match(left: Sequence[MatchStep], right: Sequence[MatchStep]) -> Matching:
     shared = 0
     while (
         shared < len(left)
@@ -60,13 +60,13 @@ def align(left: Sequence[AlignStep], right: Sequence[AlignStep]) -> Alignment:
         and left[shared].prefix_hash == right[shared].prefix_hash
     ):
         shared += 1
-    rows = [AlignedRow(i, i, "shared") for i in range(shared)]
+    rows = [MatchedRow(i, i, "shared") for i in range(shared)]
     rest_left = [step_key(s) for s in left[shared:]]
     rest_right = [step_key(s) for s in right[shared:]]
     matcher = difflib.SequenceMatcher(a=rest_left, b=rest_right, autojunk=False)
     for tag, a0, a1, b0, b1 in matcher.get_opcodes():
         if tag == "equal":
-            rows += [AlignedRow(shared + a0 + k, shared + b0 + k, "same") for k in range(a1 - a0)]
+            rows += [MatchedRow(shared + a0 + k, shared + b0 + k, "same") for k in range(a1 - a0)]
             continue
         pairs = max(a1 - a0, b1 - b0)
         for k in range(pairs):
@@ -77,6 +77,6 @@ def align(left: Sequence[AlignStep], right: Sequence[AlignStep]) -> Alignment:
                 if li is not None and ri is not None
                 else ("left-only" if ri is None else "right-only")
             )
-            rows.append(AlignedRow(li, ri, kind))
+            rows.append(MatchedRow(li, ri, kind))
     identical = shared == len(left) == len(right)
-    return Alignment(shared_prefix=shared, divergence=None if identical else shared, rows=rows)
+    return Matching(shared_prefix=shared, divergence=None if identical else shared, rows=rows)

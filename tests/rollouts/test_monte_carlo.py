@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from rollouts.search import (
+from rollouts.monte_carlo import (
     CriticalVerdict,
     FirstErrorSearch,
     MCEstimate,
