@@ -20,7 +20,7 @@ from tests.labeling.conftest import step_at
 from tests.labeling.test_review import reviewed  # noqa: F401  (the fixture)
 from tests.screens import shot
 from trajectories.models import Membership, Step, Trajectory
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

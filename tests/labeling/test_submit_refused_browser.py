@@ -15,7 +15,7 @@ from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.screens import shot
 from trajectories.models import Membership
-from trajectories.selectors import TrajectoryFilters
+from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
