@@ -45,6 +45,15 @@ CHUNK_BYTES = 4 * 1024 * 1024
 HELPER_FROM_BYTES = 8 * 1024 * 1024
 
 
+# The largest trajectory and texts the importer stores (docs/scaling.md, "Caps"). A record
+# past one is refused, naming the field and by how much, never cut: ``--skip-invalid``
+# imports the rest of the file. 100,000 steps is also the largest live trace
+# (STEPSCOPE_OTLP_MAX_SPANS_PER_TRACE); a step's text loads on its page on demand past
+# its first 2,000 characters.
+TRAJECTORY_MAX_STEPS = 100_000
+TEXT_MAX_CHARS = 4_000_000
+
+
 @dataclasses.dataclass(slots=True)
 class Prepared:
     """One trajectory, ready to write once it has an id."""
@@ -104,6 +113,9 @@ def prepared_chunks(
 
 
 def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordError:
+    refused = past_caps(record)
+    if refused is not None:
+        return refused
     try:
         hashes = prefix_hashes(record.task, record.steps)
         digest = content_hash(record, source_format, step_hashes=hashes)
@@ -146,6 +158,30 @@ def prepared(record: ParsedTrajectory, source_format: str) -> Prepared | RecordE
             else None
         ),
     )
+
+
+def past_caps(record: ParsedTrajectory) -> RecordError | None:
+    """The first cap the record passes (``TRAJECTORY_MAX_STEPS``, ``TEXT_MAX_CHARS``),
+    said with the field and by how much; None within them."""
+    count = len(record.steps)
+    if count > TRAJECTORY_MAX_STEPS:
+        return RecordError(
+            record.location,
+            "steps",
+            f"has {count:,} steps, {count - TRAJECTORY_MAX_STEPS:,} past the cap of"
+            f" {TRAJECTORY_MAX_STEPS:,} steps a trajectory may have",
+        )
+    texts = [("task", record.task), ("ground_truth", record.ground_truth)]
+    texts += [(f"steps.{n}.content", step.content) for n, step in enumerate(record.steps)]
+    for name, text in texts:
+        if len(text) > TEXT_MAX_CHARS:
+            return RecordError(
+                record.location,
+                name,
+                f"is {len(text):,} characters, {len(text) - TEXT_MAX_CHARS:,} past the cap of"
+                f" {TEXT_MAX_CHARS:,} characters a text may have",
+            )
+    return None
 
 
 def unstorable(record: ParsedTrajectory) -> RecordError:
