@@ -255,10 +255,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+# The suite's longest tests (a minute or more each on a quiet machine: every route as
+# every role, the API fuzz, the deployed stack, the showcase) run first, so the two
+# xdist workers do not end with one of them still on a long test while the other waits.
+LONGEST_FIRST = (
+    "tests/security/",
+    "tests/deployment/",
+    "tests/demo/",
+    "tests/scoring/test_trained_head.py",
+)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if getattr(config.option, "loadgroup", False):
         _xdist_groups_apply(items)
+        items.sort(key=lambda item: not item.nodeid.startswith(LONGEST_FIRST))
     if not config.getoption("--fast"):
         return
     fast: list[pytest.Item] = []

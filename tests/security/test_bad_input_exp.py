@@ -1,0 +1,76 @@
+"""Junk in every query parameter and form field the code reads: a NUL byte, a number
+beyond bigint, a negative number, words where numbers go and a very long string, on
+every route (pages, HTMX partials, the API; GET and POST), as a project admin and as
+an annotator of a blind project. Nothing may answer with a server error. The parameter
+names are read from the views, APIs, forms and serializers, so a new parameter is
+covered the day it is added."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.security.world import Visitors, build_world, project_routes
+
+pytestmark = pytest.mark.django_db
+
+JUNK = ["\x00", "99999999999999999999", "-1", "not-a-number", "x" * 2_000]
+APPS = ("trajectories", "labeling", "scoring", "rollouts", "stepscope")
+READS = [
+    # request.GET.get("task"), query_params.get("project"), params.get("value")...
+    re.compile(r"""(?:GET|POST|query_params|params)\.get\(\s*["'](\w+)["']"""),
+    re.compile(r"""(?:GET|POST|query_params|params)\[["'](\w+)["']\]"""),
+    # Form and serializer fields.
+    re.compile(r"""^\s+(\w+)\s*=\s*(?:forms|serializers)\.\w+\(""", re.M),
+]
+
+
+def parameter_names() -> set[str]:
+    names = set()
+    for app in APPS:
+        for path in (REPO_ROOT / app).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue
+            text = path.read_text()
+            for pattern in READS:
+                names.update(pattern.findall(text))
+    return names
+
+
+def test_the_parameter_names_are_found() -> None:
+    names = parameter_names()
+    assert {"task", "queue", "credit", "part", "project", "annotator", "threshold"} <= names
+
+
+@pytest.mark.parametrize(("role", "blind"), [("admin", False), ("annotator", True)])
+def test_junk_parameters_never_cause_a_server_error(role: str, blind: bool, tmp_path: Path) -> None:
+    world = build_world(tmp_path, blind=blind)
+    visitors = Visitors(world)
+    names = sorted(parameter_names())
+    errors = []
+
+    def failed(response: Any) -> bool:
+        # /readyz answers 503 when ?require= names a queue without workers: its answer.
+        return response.status_code >= 500 and not (
+            route.key == "readyz" and response.status_code == 503
+        )
+
+    for route in project_routes():
+        if route.key in ("api:api-schema", "api:api-docs"):
+            continue
+        for value in JUNK:
+            junk = {name: value for name in names}
+            query = "?" + urlencode(junk)
+            for htmx in (False, True):
+                response = visitors.request(route, role, "GET", query=query, htmx=htmx)
+                if failed(response):
+                    errors.append(f"GET {route.path(world)} {value[:20]!r} htmx={htmx}")
+            response = visitors.request(route, role, "POST", data=junk)
+            if failed(response):
+                errors.append(f"POST {route.path(world)} {value[:20]!r}")
+    assert not errors, "server errors:\n" + "\n".join(errors)
