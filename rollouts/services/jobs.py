@@ -461,7 +461,7 @@ def job_summary(job: RolloutJob) -> dict[str, Any]:
     return summary
 
 
-def rollout_job_fail(*, job_id: int, error: str) -> None:
+def rollout_job_fail(*, job_id: int, error: str | BaseException) -> None:
     job_fail(RolloutJob, pk=job_id, error=error)
 
 

@@ -327,7 +327,7 @@ def attribution_chunk_run(*, chunk_id: int) -> None:
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
-        attribution_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        attribution_run_fail(run_id=run.pk, error=error)
         raise
 
 
@@ -636,7 +636,7 @@ def _saliency_chunk(run: AttributionRun, chunk: AttributionChunk) -> None:
 # --- Ending a run --------------------------------------------------------------------------
 
 
-def attribution_run_fail(*, run_id: int, error: str) -> None:
+def attribution_run_fail(*, run_id: int, error: str | BaseException) -> None:
     job_fail(AttributionRun, pk=run_id, error=error)
 
 

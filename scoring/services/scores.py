@@ -280,7 +280,7 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         scoring_run_fail(run_id=run.pk, error=str(error))
         return
     except Exception as error:
-        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        scoring_run_fail(run_id=run.pk, error=error)
         raise
     _chunk_finish(chunk, outcome)
 
@@ -377,7 +377,7 @@ def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResu
     return len(rows)
 
 
-def scoring_run_fail(*, run_id: int, error: str) -> None:
+def scoring_run_fail(*, run_id: int, error: str | BaseException) -> None:
     job_fail(ScoringRun, pk=run_id, error=error)
 
 

@@ -148,7 +148,7 @@ def scorer_train_run(*, run_id: int) -> ScoringRun:
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
-        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        scoring_run_fail(run_id=run.pk, error=error)
         raise
     with transaction.atomic():
         run = ScoringRun.objects.select_for_update().get(pk=run_id)
