@@ -14,6 +14,8 @@ GIVE_UP_AFTER = 360  # runs: half an hour
 
 @shared_task(name="demo.showcase_advance", **REDELIVERABLE)
 def showcase_advance(project_id: int, user_id: int, labels: str, run: int = 0) -> list[str]:
+    # Here, not at the top: the showcase loads torch, and the web process imports every
+    # tasks module (to send their tasks).
     from django.contrib.auth.models import User
 
     from demo import showcase

@@ -1,7 +1,7 @@
 """Geometry for the small line charts of the compare pages, drawn as SVG by a template
 (no Django, no plotting library).
 
-A chart maps data coordinates to pixels once, here; ``templates/labeling/_chart.html``
+A chart maps data coordinates to pixels once, here; ``templates/evaluation/_chart.html``
 only draws what it is given: axes with ticks, one path per series, and a circle per point
 wrapped in a link to the steps behind it.
 """

@@ -9,7 +9,7 @@ from typing import ClassVar
 from django.conf import settings as django_settings
 from django.db import models
 
-from stepscope.jobs.models import Job
+from stepscope.jobs.models import ProgressJob
 from trajectories.models import Project
 
 
@@ -36,7 +36,10 @@ class Selection(models.Model):
         return self.name
 
 
-class ExportJob(Job):
+class ExportJob(ProgressJob):
+    """An export: its progress counts the trajectories read so far (``done``) of those
+    the selection chose (``total``)."""
+
     KIND = "export"
 
     project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="export_jobs")
@@ -51,13 +54,10 @@ class ExportJob(Job):
     selection = models.JSONField(default=dict, blank=True)
     split = models.CharField(max_length=200, blank=True)
     seed = models.IntegerField(default=0)
-    done = models.PositiveIntegerField(default=0)  # trajectories read so far
-    total = models.PositiveIntegerField(default=0)
     out_dir = models.CharField(max_length=500, blank=True)
     files = models.JSONField(default=list, blank=True)  # [{"name", "sha256", "rows", "bytes"}]
     manifest = models.JSONField(null=True, blank=True)
     row_count = models.PositiveBigIntegerField(default=0)
-    error = models.TextField(blank=True)
 
     class Meta:
         db_table = "trajectories_exportjob"

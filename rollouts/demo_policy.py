@@ -33,7 +33,7 @@ from typing import Any
 
 from trajectories import synthetic
 
-# The demo project is generated with seed 7 (trajectories/management/commands/demo_setup.py);
+# The demo project is generated with seed 7 (demo/management/commands/demo_setup.py);
 # training seeds start far from it.
 TRAINING_SEED = 1000
 # 2: three layers of 96 (was four of 128): the same solve rate in under half the time.

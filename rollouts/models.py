@@ -271,8 +271,6 @@ class DemoPolicyTraining(Job):
     max_steps = models.PositiveIntegerField(default=1200)
     # How far training has got, by steps or by its time budget, whichever is further.
     percent = models.PositiveSmallIntegerField(default=0)
-    error = models.TextField(blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-id"]

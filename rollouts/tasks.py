@@ -5,25 +5,21 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from rollouts import services
+from rollouts.services.demo import demo_policy_training_run
 from stepscope.jobs.retry import REDELIVERABLE
 
 
 @shared_task(name="rollouts.plan_job", **REDELIVERABLE)
 def plan_job(job_id: int) -> None:
-    from rollouts import services
-
     services.rollout_job_plan(job_id=job_id)
 
 
 @shared_task(name="rollouts.run_chunk", **REDELIVERABLE)
 def run_chunk(chunk_id: int) -> None:
-    from rollouts import services
-
     services.rollout_chunk_run(chunk_id=chunk_id)
 
 
 @shared_task(name="rollouts.train_demo_policy", **REDELIVERABLE)
 def train_demo_policy(training_id: int) -> None:
-    from rollouts.services.demo import demo_policy_training_run
-
     demo_policy_training_run(training_id=training_id)

@@ -148,8 +148,6 @@ class ProjectDeletion(Job):
     # {"scoring": 2, "import": 1}: the project's jobs that were queued or running when
     # the deletion started, cancelled by it.
     cancelled = models.JSONField(default=dict, blank=True)
-    error = models.TextField(blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering: ClassVar = ["-created_at"]

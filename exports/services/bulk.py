@@ -10,7 +10,7 @@ of a chunk of trajectories at a time through the row builders.
   calls among their labelable steps take the row builders, whose text for a tool call
   (``step_text``) SQL does not reproduce.
 
-Both give the same bytes as the row builders (tests/trajectories/test_exports_bulk.py),
+Both give the same bytes as the row builders (tests/exports/test_bulk.py),
 and read in the export's one snapshot like every other format.
 """
 

@@ -18,6 +18,8 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from exports.models import ExportJob
@@ -26,7 +28,7 @@ from exports.services.plan import ExportPlan, export_plan_of
 from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
 from exports.services.requests import request_json
 from exports.writers import ExportResult, build_manifest, write_export, write_manifest
-from stepscope.jobs.lifecycle import job_cancel
+from stepscope.jobs.lifecycle import job_cancel, job_end, job_fail
 from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
 from trajectories.services.progress import ProgressWriter
@@ -142,11 +144,19 @@ def export_job_run(*, job_id: int) -> ExportJob:
 
 def _export_job_run_locked(job_id: int) -> ExportJob:
     job = ExportJob.objects.select_related("project").get(pk=job_id)
-    if job.status not in (ExportJob.Status.QUEUED, ExportJob.Status.RUNNING):
+    if not job.is_active:
         return job
     out_dir = Path(settings.MEDIA_ROOT) / "exports" / str(job.pk)
     shutil.rmtree(out_dir, ignore_errors=True)
-    ExportJob.objects.filter(pk=job.pk).update(status=ExportJob.Status.RUNNING, done=0)
+    # Started when a worker first took it (a redelivered job keeps that time).
+    started = ExportJob.objects.filter(pk=job.pk, status__in=ExportJob.ACTIVE).update(
+        status=ExportJob.Status.RUNNING,
+        done=0,
+        started_at=Coalesce(F("started_at"), Value(timezone.now())),
+    )
+    if not started:  # cancelled meanwhile
+        job.refresh_from_db()
+        return job
     progress = ProgressWriter("trajectories_exportjob", job.pk, "done")
     try:
         manifest = export_write(export_plan_of(job), out_dir=out_dir, progress=progress)
@@ -156,23 +166,23 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
         return job
     except Exception as error:  # recorded on the job for the page; the worker goes on
         shutil.rmtree(out_dir, ignore_errors=True)
-        ExportJob.objects.filter(pk=job.pk).update(
-            status=ExportJob.Status.FAILED, error=str(error)[:2000], finished_at=timezone.now()
-        )
+        job_fail(ExportJob, pk=job.pk, error=error)
         job.refresh_from_db()
         return job
     finally:
         progress.close()
     files = [{"name": name, **info} for name, info in sorted(manifest["files"].items())]
-    ExportJob.objects.filter(pk=job.pk).exclude(status=ExportJob.Status.CANCELLED).update(
-        status=ExportJob.Status.DONE,
+    published = job_end(
+        job,
+        ExportJob.Status.DONE,
         done=manifest["counts"]["trajectories"],
         out_dir=str(out_dir),
         files=files,
         manifest=manifest,
         row_count=sum(f["rows"] for f in files),
-        finished_at=timezone.now(),
     )
+    if not published:  # cancelled after the last file was written: nothing is published
+        shutil.rmtree(out_dir, ignore_errors=True)
     job.refresh_from_db()
     return job
 

@@ -91,7 +91,7 @@ def rollout_chunk_run(*, chunk_id: int) -> None:
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
-        rollout_job_fail(job_id=job.pk, error=f"{type(error).__name__}: {error}")
+        rollout_job_fail(job_id=job.pk, error=error)
         raise
     _chunk_finish(chunk, generated)
 

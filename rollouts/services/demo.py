@@ -19,6 +19,7 @@ from django.utils import timezone
 from rollouts import demo_policy
 from rollouts.models import DemoPolicyTraining, Policy, RolloutJob
 from rollouts.services.jobs import rollout_job_start
+from stepscope.jobs.lifecycle import job_fail
 from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
 from trajectories import synthetic
@@ -163,11 +164,7 @@ def _train(training: DemoPolicyTraining) -> None:
         )
         logger.info("demo policy training %s: trained; rollout jobs %s", training.pk, jobs)
     except Exception as error:
-        DemoPolicyTraining.objects.filter(pk=training.pk).update(
-            status=DemoPolicyTraining.Status.FAILED,
-            error=f"{type(error).__name__}: {error}",
-            finished_at=timezone.now(),
-        )
+        job_fail(DemoPolicyTraining, pk=training.pk, error=error)
         raise
     DemoPolicyTraining.objects.filter(pk=training.pk).update(
         status=DemoPolicyTraining.Status.DONE, percent=100, finished_at=timezone.now()

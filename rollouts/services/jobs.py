@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from labeling.models import FinalLabel, StepLabel
 from labeling.sources import label_source_parse
-from rollouts import answers, generation, monte_carlo, tasks
+from rollouts import answers, generation, monte_carlo
 from rollouts.models import (
     Policy,
     RolloutBranch,
@@ -125,6 +125,8 @@ def rollout_job_start(
             max_tokens=max_tokens,
             created_by=user,
         )
+        from rollouts import tasks
+
         transaction.on_commit(lambda: tasks.plan_job.delay(job.pk))
     return job
 
@@ -162,6 +164,8 @@ def rollout_job_plan(*, job_id: int) -> None:
 
 
 def chunks_enqueue(chunk_ids: list[int], queue: str) -> None:
+    from rollouts import tasks
+
     if chunk_ids:
         transaction.on_commit(
             lambda: [tasks.run_chunk.apply_async(args=[pk], queue=queue) for pk in chunk_ids]
@@ -461,7 +465,7 @@ def job_summary(job: RolloutJob) -> dict[str, Any]:
     return summary
 
 
-def rollout_job_fail(*, job_id: int, error: str) -> None:
+def rollout_job_fail(*, job_id: int, error: str | BaseException) -> None:
     job_fail(RolloutJob, pk=job_id, error=error)
 
 

@@ -29,7 +29,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 
 from labeling.sources import IMPORTED_PREFIX, label_source_parse, label_source_sql
-from scoring import copyio, methods, prm, tasks
+from scoring import copyio, methods, prm
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
 from scoring.services.runners import ScoringError, scorer_spec
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
@@ -204,6 +204,8 @@ def _start_or_restart(
         run.created_by = user or run.created_by
         run.save()
     run_id = run.pk
+    from scoring import tasks
+
     transaction.on_commit(
         lambda: tasks.attribution_plan.apply_async(args=[run_id], queue="default")
     )
@@ -298,6 +300,8 @@ def attribution_run_plan(*, run_id: int) -> None:
         queue = run.scorer.queue if run.runs_a_model and run.scorer else "default"
 
         def enqueue() -> None:
+            from scoring import tasks
+
             for chunk_id in pending:
                 tasks.attribution_chunk.apply_async(args=[chunk_id], queue=queue)
 
@@ -327,7 +331,7 @@ def attribution_chunk_run(*, chunk_id: int) -> None:
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
-        attribution_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        attribution_run_fail(run_id=run.pk, error=error)
         raise
 
 
@@ -636,7 +640,7 @@ def _saliency_chunk(run: AttributionRun, chunk: AttributionChunk) -> None:
 # --- Ending a run --------------------------------------------------------------------------
 
 
-def attribution_run_fail(*, run_id: int, error: str) -> None:
+def attribution_run_fail(*, run_id: int, error: str | BaseException) -> None:
     job_fail(AttributionRun, pk=run_id, error=error)
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from labeling.models import Queue, QueueItem
 from labeling.services import queues_uncertainty_refresh
-from scoring import prm, tasks
+from scoring import prm
 from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.model_refs import ModelRefError
 from scoring.references import (
@@ -166,6 +166,8 @@ def scoring_run_start(
             metrics=options.metrics,
             parameters=options.parameters,
         )
+        from scoring import tasks
+
         transaction.on_commit(lambda: tasks.plan_run.delay(run.pk))
     return run
 
@@ -251,6 +253,8 @@ def scoring_run_plan(*, run_id: int) -> None:
         queue = run.scorer.queue
 
         def enqueue() -> None:
+            from scoring import tasks
+
             for chunk_id in pending:
                 tasks.score_chunk.apply_async(args=[chunk_id], queue=queue)
 
@@ -280,7 +284,7 @@ def scoring_chunk_score(*, chunk_id: int) -> None:
         scoring_run_fail(run_id=run.pk, error=str(error))
         return
     except Exception as error:
-        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        scoring_run_fail(run_id=run.pk, error=error)
         raise
     _chunk_finish(chunk, outcome)
 
@@ -377,7 +381,7 @@ def scores_upsert(*, run: ScoringRun, scorer_id: int, results: list[prm.StepResu
     return len(rows)
 
 
-def scoring_run_fail(*, run_id: int, error: str) -> None:
+def scoring_run_fail(*, run_id: int, error: str | BaseException) -> None:
     job_fail(ScoringRun, pk=run_id, error=error)
 
 

@@ -11,7 +11,7 @@ from django.db import transaction
 from django.db.models import Avg
 from django.utils import timezone
 
-from scoring import prm, tasks
+from scoring import prm
 from scoring.models import Scorer, ScoringRun
 from scoring.services.scores import ScoringError, scorer_check, scoring_run_fail, scoring_run_start
 from stepscope.jobs.retry import TRANSIENT_ERRORS
@@ -60,6 +60,8 @@ def scorer_train_start(
             },
             created_by=user,
         )
+        from scoring import tasks
+
         transaction.on_commit(lambda: tasks.train_head.apply_async(args=[run.pk], queue=queue))
     return run
 
@@ -148,7 +150,7 @@ def scorer_train_run(*, run_id: int) -> ScoringRun:
     except TRANSIENT_ERRORS:
         raise
     except Exception as error:
-        scoring_run_fail(run_id=run.pk, error=f"{type(error).__name__}: {error}")
+        scoring_run_fail(run_id=run.pk, error=error)
         raise
     with transaction.atomic():
         run = ScoringRun.objects.select_for_update().get(pk=run_id)

@@ -30,4 +30,4 @@ class JobViewSet(viewsets.GenericViewSet[Any]):
         if not self.may_cancel(request.user, job):
             raise PermissionDenied("Cancelling needs the researcher or admin role.")
         job = self.job_cancel(job)
-        return Response(self.get_serializer_class()(job).data)
+        return Response(self.get_serializer(job).data)

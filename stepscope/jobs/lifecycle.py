@@ -16,11 +16,26 @@ from stepscope.jobs.retry import MAX_CHUNK_ATTEMPTS
 J = TypeVar("J", bound=Job)
 
 
-def job_fail(model: type[ProgressJob], *, pk: int, error: str) -> None:
-    """End an active job as failed, with the error for the page (cut to 4,000 chars)."""
-    model._default_manager.filter(pk=pk, status__in=ACTIVE).update(
-        status=JobStatus.FAILED, error=error[:4000], finished_at=timezone.now()
+# The most of an error kept on a failed job, for its page and the API.
+ERROR_KEPT = 4000
+
+
+def job_error_text(error: str | BaseException) -> str:
+    """What a failed job says: a message as written, or an exception as ``Type: message``,
+    cut to ``ERROR_KEPT`` characters."""
+    text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return text[:ERROR_KEPT]
+
+
+def job_fail(model: type[Job], *, pk: int, error: str | BaseException, **result: Any) -> bool:
+    """End an active job as failed with ``error`` (:func:`job_error_text`) and the fields of
+    its model in ``result`` (what it had done), in the caller's transaction where there is
+    one. The one way every kind fails a job: whether it was still active (a job cancelled
+    or ended meanwhile stays as it ended)."""
+    updated: int = model._default_manager.filter(pk=pk, status__in=ACTIVE).update(
+        status=JobStatus.FAILED, error=job_error_text(error), finished_at=timezone.now(), **result
     )
+    return bool(updated)
 
 
 def job_end(job: J, status: str, **result: Any) -> bool:

@@ -23,8 +23,9 @@ ACTIVE = (JobStatus.QUEUED, JobStatus.RUNNING)
 
 
 class Job(models.Model):
-    """A background job: its state, who started it and when it ended. ``KIND`` names the
-    kind on the status page."""
+    """A background job: its state, who started it, when it started and ended, and why it
+    failed (written by :func:`stepscope.jobs.lifecycle.job_fail`). ``KIND`` names the kind
+    on the status page."""
 
     KIND: ClassVar[str] = ""
     Status = JobStatus
@@ -35,7 +36,9 @@ class Job(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    error = models.TextField(blank=True)
 
     class Meta:
         abstract = True
@@ -47,14 +50,13 @@ class Job(models.Model):
 
 class ProgressJob(Job):
     """A job that counts its work done out of a total. ``RATE_FIELD`` names the field
-    that holds the final rate (units per second) once the job has ended."""
+    that holds the final rate (units per second) once the job has ended, where the kind
+    keeps one."""
 
     RATE_FIELD: ClassVar[str] = ""
 
     total = models.PositiveIntegerField(default=0)
     done = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -67,7 +69,7 @@ class ProgressJob(Job):
     def rate(self) -> float | None:
         """Units per second: final once the job ends, so far while it runs."""
         if not self.is_active:
-            final: float | None = getattr(self, self.RATE_FIELD)
+            final: float | None = getattr(self, self.RATE_FIELD) if self.RATE_FIELD else None
             return final
         if not self.started_at or not self.done:
             return None

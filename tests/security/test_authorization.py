@@ -219,6 +219,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:import-cancel": _API_CANCEL,
     "api:export-list": _API_LIST_CREATE,
     "api:export-detail": _API_OBJECT,
+    "api:export-cancel": _API_CANCEL,
     "api:export-download": _API_OBJECT,
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},

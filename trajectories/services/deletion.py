@@ -16,7 +16,7 @@ from django.db.models import CASCADE, DO_NOTHING, SET_NULL, Model, ProtectedErro
 from django.utils import timezone
 
 from stepscope import locks
-from stepscope.jobs.lifecycle import project_jobs_cancel
+from stepscope.jobs.lifecycle import job_fail, project_jobs_cancel
 from stepscope.queueing import broker_require
 from trajectories.models import Project, ProjectDeletion, Step, Trajectory
 from trajectories.services.members import MemberError
@@ -98,11 +98,7 @@ def project_deletion_run(
                 _, rest = Project.objects.filter(pk=project_id).delete()
             removed.update(_named(rest))
     except Exception as error:
-        deletion.status = ProjectDeletion.Status.FAILED
-        deletion.error = f"{type(error).__name__}: {error}"[:2000]
-        deletion.removed = dict(removed)
-        deletion.finished_at = timezone.now()
-        deletion.save()
+        job_fail(ProjectDeletion, pk=deletion.pk, error=error, removed=dict(removed))
         raise
     deletion.project = None
     deletion.status = ProjectDeletion.Status.DONE

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from stepscope import locks
-from stepscope.jobs.lifecycle import job_cancel, job_end
+from stepscope.jobs.lifecycle import job_cancel, job_end, job_fail
 from stepscope.queueing import broker_require, send_if_up
 from stepscope.statistics import analyze_when_grown
 from trajectories import prepare
@@ -78,6 +78,7 @@ def trajectory_import(
         file_name=path.name,
         source_format=source_format,
         created_by=user,
+        started_at=timezone.now(),  # it runs at once
         mapping=mapping,
         skip_invalid=skip_invalid,
         file_size=_size(path),
@@ -121,6 +122,7 @@ def trajectory_records_import(
         file_name="api-push",
         source_format="stepscope",
         created_by=user,
+        started_at=timezone.now(),
         skip_invalid=skip_invalid,
     )
     chunks = prepare.prepared_chunks(
@@ -203,8 +205,10 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
                 # Cancelled before a worker took it: its upload is not needed any more.
                 shutil.rmtree(Path(batch.stored_path).parent, ignore_errors=True)
             return batch
+        if batch.status == ImportBatch.Status.QUEUED:
+            batch.started_at = timezone.now()
         batch.status = ImportBatch.Status.RUNNING
-        batch.save(update_fields=["status"])
+        batch.save(update_fields=["status", "started_at"])
     path = Path(batch.stored_path)
     problem = None
     try:
@@ -214,14 +218,15 @@ def import_batch_run(*, batch_id: int) -> ImportBatch:
     if problem is None and not path.is_file():
         problem = RecordError(location="file", field="", message="the uploaded file is gone")
     if problem is not None:
+        # Unless another delivery of this task ended it meanwhile, or it was cancelled.
+        job_fail(
+            ImportBatch,
+            pk=batch.pk,
+            error=problem.message,
+            errors=[dataclasses.asdict(problem)],
+            rejected_count=1,
+        )
         batch.refresh_from_db()
-        if batch.status in (ImportBatch.Status.DONE, ImportBatch.Status.FAILED):
-            return batch  # another delivery of this task finished it meanwhile
-        batch.status = ImportBatch.Status.FAILED
-        batch.errors = [dataclasses.asdict(problem)]
-        batch.rejected_count = 1
-        batch.finished_at = timezone.now()
-        batch.save()
         return batch
     _import_into(batch, lambda: prepare.file_chunks(path, batch.source_format, batch.mapping))
     shutil.rmtree(path.parent, ignore_errors=True)

@@ -26,7 +26,6 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from demo import showcase
-from demo.tasks import showcase_advance
 from rollouts.services.demo import (
     DEMO_SEED,
     demo_policy_report,
@@ -142,4 +141,6 @@ class Command(BaseCommand):
 
 
 def _showcase_queue_on_commit(project_id: int, user_id: int, labels: str) -> None:
+    from demo.tasks import showcase_advance
+
     transaction.on_commit(lambda: showcase_advance.delay(project_id, user_id, labels))
