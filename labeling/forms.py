@@ -184,6 +184,19 @@ SchemaValueFormSet = forms.formset_factory(
 )
 
 
+class SchemaAddForm(forms.Form):
+    """A new label dimension beside the project's others (the schema page)."""
+
+    name = forms.CharField(max_length=100, help_text="e.g. severity, tool choice, safety")
+    kind = forms.ChoiceField(
+        choices=[
+            (LabelSchema.Kind.TERNARY, "ternary: bad, neutral, good"),
+            (LabelSchema.Kind.BINARY, "binary: incorrect, correct"),
+        ],
+        help_text="Its values start without keys; give them keys the other schemas do not use.",
+    )
+
+
 class SchemaForm(forms.Form):
     kind = forms.ChoiceField(choices=LabelSchema.Kind.choices)
     error_tags = forms.CharField(

@@ -1,15 +1,17 @@
-"""The project's label schema and labeling settings: every member may read them, admins
-edit them. Changing the values or tags makes a new schema version."""
+"""The project's label schemas and labeling settings: every member may read them, admins
+edit them. Changing the values or tags makes a new schema version. A project labelled in
+several dimensions has a tab per schema (``?schema=<name>``); admins add one here."""
 
 from __future__ import annotations
 
 from typing import cast
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count
-from django.http import HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
@@ -19,10 +21,11 @@ from labeling.forms import (
     BaseSchemaValueFormSet,
     GuidelinesForm,
     LabelingSettingsForm,
+    SchemaAddForm,
     SchemaForm,
     SchemaValueFormSet,
 )
-from labeling.models import LabelSchema
+from labeling.models import BINARY_VALUES, TERNARY_VALUES, LabelSchema
 from stepscope.web import HtmxHttpRequest
 from trajectories.models import Membership
 from trajectories.selectors import membership_role, project_get_for_user
@@ -36,9 +39,41 @@ def schema_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     is_admin = role == Membership.Role.ADMIN
     if request.method == "POST" and not is_admin:
         raise PermissionDenied("Only project admins edit the label schema.")
-    schema = selectors.active_schema(project)
+    schemas = list(
+        LabelSchema.objects.filter(project=project, is_active=True).order_by("name", "-version")
+    )
+    schemas = [
+        schema for n, schema in enumerate(schemas) if n == 0 or schemas[n - 1].name != schema.name
+    ]
+    chosen = request.POST.get("schema") or request.GET.get("schema")
+    if chosen:
+        schema = next((each for each in schemas if each.name == chosen), None)
+        if schema is None:
+            raise Http404(f"The project has no label schema named {chosen!r}.")
+    else:
+        schema = selectors.active_schema(project)
+    here = reverse("schema-edit", args=[project.slug])
+    if schema is not None and len(schemas) > 1:
+        here += "?" + urlencode({"schema": schema.name})
     current = selectors.LabelingSettings.of(project)
     which = request.POST.get("form", "")
+    add_form = SchemaAddForm(request.POST if which == "add" else None)
+    if which == "add" and add_form.is_valid():
+        kind = add_form.cleaned_data["kind"]
+        defaults = TERNARY_VALUES if kind == LabelSchema.Kind.TERNARY else BINARY_VALUES
+        try:
+            added = services.label_schema_create(
+                project=project,
+                name=add_form.cleaned_data["name"],
+                kind=kind,
+                values=[{**entry, "key": ""} for entry in defaults],
+            )
+        except services.LabelingError as error:
+            add_form.add_error("name" if error.field == "name" else None, error.message)
+        else:
+            messages.success(request, f"Added {added.name!r}: give its values keys below.")
+            url = reverse("schema-edit", args=[project.slug])
+            return HttpResponseRedirect(url + "?" + urlencode({"schema": added.name}))
 
     schema_form = SchemaForm(
         request.POST if which == "schema" else None,
@@ -77,7 +112,7 @@ def schema_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             project=project, guidelines=guidelines_form.cleaned_data["guidelines"]
         )
         messages.success(request, "Guidelines saved.")
-        return HttpResponseRedirect(reverse("schema-edit", args=[project.slug]))
+        return HttpResponseRedirect(here)
     if which == "schema" and schema is not None and schema_form.is_valid():
         values.kind = schema_form.cleaned_data["kind"]
         if values.is_valid():
@@ -99,14 +134,14 @@ def schema_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                     )
                 else:
                     messages.success(request, f"Saved {saved}.")
-                return HttpResponseRedirect(reverse("schema-edit", args=[project.slug]))
+                return HttpResponseRedirect(here)
     if which == "settings" and settings_form.is_valid():
         services.labeling_settings_set(project=project, **settings_form.cleaned_data)
         messages.success(request, "Labeling settings saved.")
-        return HttpResponseRedirect(reverse("schema-edit", args=[project.slug]))
+        return HttpResponseRedirect(here)
 
     versions = (
-        LabelSchema.objects.filter(project=project)
+        LabelSchema.objects.filter(project=project, name=schema.name if schema else "")
         .annotate(label_count=Count("labels"))
         .order_by("-version", "-id")
     )
@@ -119,5 +154,7 @@ def schema_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "settings_form": settings_form,
         "guidelines_form": guidelines_form,
         "versions": versions,
+        "schemas": schemas,
+        "add_form": add_form,
     }
     return render(request, "labeling/schema_edit.html", context)

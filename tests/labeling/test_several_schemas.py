@@ -154,3 +154,39 @@ def test_a_schema_applies_to_the_steps_it_names(
     # The progress buttons are on the answer step only; every step has the first schema's.
     assert html.count('data-schema="progress"') == 1
     assert html.count('data-schema="step quality"') == 5
+
+
+def test_the_schema_page_edits_each_schema_and_adds_one(
+    client: Client, owner: User, project: Project, schema: LabelSchema
+) -> None:
+    """A tab per schema; the form saves the schema its tab names (not the newest); an
+    admin adds a schema, whose values start without keys; an unknown tab is a 404."""
+    error_type, severity, _ = add_schemas(project)
+    client.force_login(owner)
+    url = reverse("schema-edit", args=[project.slug])
+    page = client.get(url, {"schema": "error_type"})
+    text = page.content.decode()
+    assert page.status_code == 200
+    assert text.count('aria-current="page"') == 1 and ">error_type</a>" in text
+    assert [v.pk for v in page.context["versions"]] == [error_type.pk]
+
+    values = [{**entry, "color": "#123456", "error": ""} for entry in ERROR_TYPE]
+    form = {"form": "schema", "schema": "error_type", "kind": "categorical", "error_tags": ""}
+    form |= {"values-TOTAL_FORMS": "3", "values-INITIAL_FORMS": "3"}
+    for n, entry in enumerate(values):
+        form |= {f"values-{n}-{key}": value for key, value in entry.items()}
+    form["values-0-name"] = "arithmetic"
+    saved = client.post(url, form)
+    assert saved.status_code == 302 and saved["Location"].endswith("?schema=error_type")
+    newest = LabelSchema.objects.get(project=project, name="error_type", is_active=True)
+    assert [entry["name"] for entry in newest.entries][0] == "arithmetic"
+    severity.refresh_from_db()
+    assert severity.is_active and severity.version == 1  # the other schemas untouched
+
+    added = client.post(url, {"form": "add", "name": "safety", "kind": "binary"})
+    assert added.status_code == 302 and added["Location"].endswith("?schema=safety")
+    safety = LabelSchema.objects.get(project=project, name="safety")
+    assert [entry["key"] for entry in safety.entries] == ["", ""]
+    clash = client.post(url, {"form": "add", "name": "safety", "kind": "binary"})
+    assert clash.status_code == 200 and "safety" in clash.context["add_form"].errors["name"][0]
+    assert client.get(url, {"schema": "nope"}).status_code == 404
