@@ -1,19 +1,31 @@
-"""Many step labels in one all-or-nothing write: each item goes through
-:func:`~labeling.services.labels.step_label_set`, the service the labeling surface uses,
-so the rules (roles, leases, blind mode, schema values, history rows) are the page's."""
+"""Many step labels in one all-or-nothing write. Each item is checked by the checks of
+:func:`~labeling.services.labels.step_label_set`, the service the labeling surface uses
+(roles, leases, blind mode, schema values), each trajectory's access once; then the
+labels are written set-based: one upsert per combination of fields given (usually one
+statement for the whole batch, so the history and majority triggers fire once), one
+update for edits that keep the value, and each annotator's verdict refreshed once per
+trajectory and schema."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+import orjson
+from django.db import connection, transaction
 from django.db.models import Q
+from django.utils import timezone
 
-from labeling.models import TrajectoryLabel
+from labeling.models import StepLabel, TrajectoryLabel
 from labeling.selectors import AnyUser, LabelingState, labeling_state_for_user
-from labeling.services.common import LabelingError
-from labeling.services.labels import StepLabelResult, step_label_set, trajectory_submit
+from labeling.services.common import LabelingError, require_can_label
+from labeling.services.labels import (
+    CheckedLabel,
+    StepLabelResult,
+    step_label_checked,
+    trajectory_submit,
+    verdict_refresh,
+)
 from trajectories.models import Step
 from trajectories.selectors import projects_for_user
 
@@ -59,8 +71,9 @@ def step_labels_set(
     steps = _steps_for(user, items)
     errors: dict[str, dict[str, Any]] = {}
     statuses: set[int] = set()
-    results: list[StepLabelResult] = []
-    states: dict[int, LabelingState] = {}
+    states: dict[int, LabelingState | LabelingError] = {}
+    checked: list[tuple[int, LabelingState, CheckedLabel]] = []
+    seen: dict[tuple[int, int], int] = {}
     with transaction.atomic():
         for number, item in enumerate(items):
             step = steps.get(number)
@@ -72,22 +85,32 @@ def step_labels_set(
             try:
                 state = states.get(step.trajectory_id)
                 if state is None:
-                    state = labeling_state_for_user(user, step.trajectory_id, queue_id=queue_id)
+                    state = _state_for(user, step.trajectory_id, queue_id)
                     states[step.trajectory_id] = state
-                # Each label in a savepoint: a refused one leaves the others' checks
-                # meaningful, and the whole batch is rolled back at the end anyway.
-                with transaction.atomic():
-                    results.append(
-                        step_label_set(
-                            state=state,
-                            step=step,
-                            schema_id=item.get("schema", schema_id),
-                            **{k: item[k] for k in LABEL_FIELDS if k in item},
-                        )
+                if isinstance(state, LabelingError):
+                    raise state
+                label = step_label_checked(
+                    state=state,
+                    step=step,
+                    schema_id=item.get("schema", schema_id),
+                    **{k: item[k] for k in LABEL_FIELDS if k in item},
+                )
+                first = seen.setdefault((step.pk, label.schema.pk), number)
+                if first != number:
+                    raise LabelingError(
+                        f"Step {step.index} has a label of {label.schema.name!r} in item"
+                        f" {first} already: one label per step and schema in a request.",
+                        field="step",
                     )
+                checked.append((number, state, label))
             except LabelingError as error:
                 errors[str(number)] = {error.field or "step": error.message}
                 statuses.add(error.status)
+        results: list[StepLabelResult] = []
+        if not errors:
+            results = _labels_write(checked, errors)
+            if errors:
+                statuses.add(400)
         submitted: list[TrajectoryLabel] = []
         if submit and not errors:
             for trajectory_id in states:
@@ -102,6 +125,130 @@ def step_labels_set(
             # Raised inside the transaction, so nothing of the batch is kept.
             raise BulkLabelsRejected(errors, statuses.pop() if len(statuses) == 1 else 400)
     return BulkLabelsResult(labels=results, submitted=submitted)
+
+
+def _state_for(user: AnyUser, trajectory_id: int, queue_id: int | None) -> Any:
+    """The user's labeling state on the trajectory, once it may be labelled (its lease
+    kept once for the whole batch), or the LabelingError that says why not."""
+    state = labeling_state_for_user(user, trajectory_id, queue_id=queue_id)
+    try:
+        require_can_label(state)
+    except LabelingError as error:
+        return error
+    return state
+
+
+# The optional fields of a label and how an upsert or an update sets each when given.
+_OPTIONAL = ("tags", "rationale", "correction", "time_spent_ms")
+_UPSERT_SET = {
+    "tags": "tags = EXCLUDED.tags",
+    "rationale": "rationale = EXCLUDED.rationale",
+    "correction": "correction = EXCLUDED.correction",
+    "time_spent_ms": "time_spent_ms = COALESCE(l.time_spent_ms, 0) + EXCLUDED.time_spent_ms",
+}
+_UPDATE_SET = {
+    "tags": "tags = u.tags",
+    "rationale": "rationale = u.rationale",
+    "correction": "correction = u.correction",
+    "time_spent_ms": "time_spent_ms = COALESCE(l.time_spent_ms, 0) + u.time_spent_ms",
+}
+_ROWS = (
+    "SELECT (r->>0)::bigint AS step_id, (r->>1)::int AS annotator_id,"
+    " (r->>2)::bigint AS schema_id, (r->>3)::int AS value, (r->4)::jsonb AS tags,"
+    " r->>5 AS rationale, r->>6 AS correction, r->>7 AS status,"
+    " (r->>8)::bool AS saw_model_scores, (r->>9)::int AS time_spent_ms"
+    " FROM json_array_elements(%s::json) AS r"
+)
+
+
+def _labels_write(
+    checked: list[tuple[int, LabelingState, CheckedLabel]], errors: dict[str, dict[str, Any]]
+) -> list[StepLabelResult]:
+    """Write the checked labels, a statement per kind of write and combination of the
+    fields given; fill ``errors`` for an edit of a step not labelled yet and for a
+    correction on a step not labelled as an error (the caller then rolls back)."""
+    now = timezone.now()
+    groups: dict[tuple[bool, tuple[str, ...]], list[tuple[int, LabelingState, CheckedLabel]]] = {}
+    for entry in checked:
+        label = entry[2]
+        given = tuple(name for name in _OPTIONAL if getattr(label, name) is not None)
+        groups.setdefault((label.value is not None, given), []).append(entry)
+    written: dict[tuple[int, int], tuple[int, bool, int]] = {}
+    with connection.cursor() as cursor:
+        for (upsert, given), entries in groups.items():
+            rows = orjson.dumps(
+                [
+                    [
+                        label.step.pk,
+                        state.user_id,
+                        label.schema.pk,
+                        label.value,
+                        label.tags or [],
+                        label.rationale or "",
+                        label.correction or "",
+                        StepLabel.Status.SUBMITTED if state.submitted else StepLabel.Status.DRAFT,
+                        state.show_model_scores,
+                        label.time_spent_ms,
+                    ]
+                    for _, state, label in entries
+                ]
+            ).decode()
+            if upsert:
+                sets = ["value = EXCLUDED.value", *(_UPSERT_SET[name] for name in given)]
+                # xmax is 0 only on a row this statement inserted.
+                cursor.execute(
+                    "INSERT INTO labeling_steplabel AS l (step_id, annotator_id, schema_id, value,"
+                    " tags, rationale, correction, status, saw_model_scores, time_spent_ms,"
+                    " created_at, updated_at)"
+                    f" SELECT step_id, annotator_id, schema_id, value, tags, rationale,"
+                    f" correction, status, saw_model_scores, time_spent_ms, %s, %s FROM ({_ROWS}) u"
+                    " ON CONFLICT (step_id, annotator_id, schema_id) DO UPDATE SET"
+                    f" {', '.join(sets)}, updated_at = EXCLUDED.updated_at,"
+                    " saw_model_scores = l.saw_model_scores OR EXCLUDED.saw_model_scores"
+                    " RETURNING l.step_id, l.schema_id, l.id, (xmax = 0), l.value",
+                    [now, now, rows],
+                )
+            else:
+                if not given:
+                    for number, _, _ in entries:
+                        errors[str(number)] = {
+                            "value": "Nothing to change: give a value, tags, a rationale or"
+                            " a correction."
+                        }
+                    continue
+                sets = [_UPDATE_SET[name] for name in given]
+                cursor.execute(
+                    f"UPDATE labeling_steplabel AS l SET {', '.join(sets)}, updated_at = %s"
+                    f" FROM ({_ROWS}) u WHERE l.step_id = u.step_id"
+                    " AND l.annotator_id = u.annotator_id AND l.schema_id = u.schema_id"
+                    " RETURNING l.step_id, l.schema_id, l.id, false, l.value",
+                    [now, rows],
+                )
+            for step_id, schema_id, label_id, created, value in cursor.fetchall():
+                written[(step_id, schema_id)] = (label_id, bool(created), value)
+    results = []
+    refresh: dict[tuple[int, int], tuple[LabelingState, Any, bool]] = {}
+    for number, state, label in checked:
+        found = written.get((label.step.pk, label.schema.pk))
+        if found is None:
+            if str(number) not in errors:
+                errors[str(number)] = {
+                    "value": f"Label step {label.step.index} first, then add to the label."
+                }
+            continue
+        label_id, created, value = found
+        if label.correction and value != label.schema.error_value:
+            errors[str(number)] = {
+                "correction": "A correction goes with a step labelled as an error."
+            }
+        key = (state.trajectory.pk, label.schema.pk)
+        _, _, found_error = refresh.get(key, (state, label.schema, False))
+        refresh[key] = (state, label.schema, found_error or label.first_error)
+        results.append(StepLabelResult(label_id=label_id, created=created))
+    if not errors:
+        for state, schema, found_error in refresh.values():
+            verdict_refresh(state, schema, found_error=found_error)
+    return results
 
 
 def _steps_for(user: AnyUser, items: list[dict[str, Any]]) -> dict[int, Step]:

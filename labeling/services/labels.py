@@ -38,7 +38,23 @@ class StepLabelResult:
     created: bool
 
 
-def step_label_set(
+@dataclass(frozen=True)
+class CheckedLabel:
+    """One label's fields as :func:`step_label_checked` passed them: the schema it is
+    of, the value (the error value for a first error; None keeps the stored one), the
+    tags in the schema's order and the time spent within bounds."""
+
+    step: Step
+    schema: LabelSchema
+    value: int | None
+    first_error: bool
+    tags: list[str] | None
+    rationale: str | None
+    correction: str | None
+    time_spent_ms: int | None
+
+
+def step_label_checked(
     *,
     state: LabelingState,
     step: Step,
@@ -49,16 +65,11 @@ def step_label_set(
     rationale: str | None = None,
     correction: str | None = None,
     time_spent_ms: int | None = None,
-) -> StepLabelResult:
-    """Set this user's label on ``step``: an upsert on (step, annotator, schema), so a
-    double post leaves one label and two annotators never touch each other's rows.
-
-    ``value`` ``None`` keeps the current value (an edit of tags, rationale or correction
-    only; the step must be labelled already). ``first_error`` labels the step with the
-    schema's error value and records it as where the annotator found the error. Fields
-    left ``None`` keep what is stored.
-    """
-    require_can_label(state)
+) -> CheckedLabel:
+    """The checks of a label that need no write (the caller has run
+    ``require_can_label``): the step is this trajectory's and asked by the schema, the
+    value one of the schema's, the tags its tags, the texts within their lengths.
+    Raises LabelingError naming the field."""
     schema = check_schema(state, schema_id)
     if step.trajectory_id != state.trajectory.pk:
         raise LabelingError("That step belongs to another trajectory.", field="step")
@@ -102,7 +113,56 @@ def step_label_set(
         )
     if time_spent_ms is not None:
         time_spent_ms = max(0, min(int(time_spent_ms), MAX_TIME_SPENT_MS))
+    return CheckedLabel(
+        step=step,
+        schema=schema,
+        value=value,
+        first_error=first_error,
+        tags=tags,
+        rationale=rationale,
+        correction=correction,
+        time_spent_ms=time_spent_ms,
+    )
 
+
+def step_label_set(
+    *,
+    state: LabelingState,
+    step: Step,
+    schema_id: int | None = None,
+    value: int | None = None,
+    first_error: bool = False,
+    tags: list[str] | None = None,
+    rationale: str | None = None,
+    correction: str | None = None,
+    time_spent_ms: int | None = None,
+) -> StepLabelResult:
+    """Set this user's label on ``step``: an upsert on (step, annotator, schema), so a
+    double post leaves one label and two annotators never touch each other's rows.
+
+    ``value`` ``None`` keeps the current value (an edit of tags, rationale or correction
+    only; the step must be labelled already). ``first_error`` labels the step with the
+    schema's error value and records it as where the annotator found the error. Fields
+    left ``None`` keep what is stored.
+    """
+    require_can_label(state)
+    checked = step_label_checked(
+        state=state,
+        step=step,
+        schema_id=schema_id,
+        value=value,
+        first_error=first_error,
+        tags=tags,
+        rationale=rationale,
+        correction=correction,
+        time_spent_ms=time_spent_ms,
+    )
+    schema, value, tags, time_spent_ms = (
+        checked.schema,
+        checked.value,
+        checked.tags,
+        checked.time_spent_ms,
+    )
     annotator_id = state.user_id
     status = StepLabel.Status.SUBMITTED if state.submitted else StepLabel.Status.DRAFT
     now = timezone.now()
@@ -164,7 +224,7 @@ def step_label_set(
             raise LabelingError(
                 "A correction goes with a step labelled as an error.", field="correction"
             )
-        _verdict_refresh(state, schema, found_error=first_error)
+        verdict_refresh(state, schema, found_error=first_error)
     return StepLabelResult(label_id=label_id, created=bool(created))
 
 
@@ -188,7 +248,7 @@ def _label_assignments(
     return sets, params
 
 
-def _verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: bool) -> None:
+def verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: bool) -> None:
     """Create this annotator's draft verdict if needed and keep its first-error index
     equal to the earliest step they labelled with the error value. Locks the verdict row,
     which serializes this annotator's writes on this trajectory (labels and undo)."""
@@ -296,7 +356,7 @@ def step_label_undo(*, state: LabelingState) -> int:
                         else StepLabel.Status.DRAFT,
                     },
                 )
-            _verdict_refresh(state, schema, found_error=False)
+            verdict_refresh(state, schema, found_error=False)
     return int(target["step_id"])
 
 
