@@ -134,6 +134,9 @@ class BatchParams:
         return int(raw)
 
 
+_PROJECT = OpenApiParameter("project", str, required=True, description="A project's slug.")
+
+
 def batch_json(batch: ExportBatch, versions: list[BatchVersion]) -> dict[str, Any]:
     return {
         "name": batch.name,
@@ -187,10 +190,12 @@ def version_json(request: Request, version: BatchVersion) -> dict[str, Any]:
     }
 
 
-@extend_schema(parameters=[OpenApiParameter("project", str, required=True)])
 class BatchList(APIView):
     """``GET /batches/?project=SLUG``: the project's batches, each with its versions."""
 
+    @extend_schema(
+        parameters=[_PROJECT], responses={200: list[dict[str, Any]]}, operation_id="batches_list"
+    )
     def get(self, request: Request) -> Response:
         params = BatchParams(request)
         project = project_get_for_user(request.user, params.slug)
@@ -199,20 +204,22 @@ class BatchList(APIView):
         )
 
 
-@extend_schema(parameters=[OpenApiParameter("project", str, required=True)])
 class BatchDetail(APIView):
     """``GET /batches/{name}/?project=SLUG``: a batch and its versions, newest first."""
 
+    @extend_schema(parameters=[_PROJECT], responses={200: dict}, operation_id="batches_retrieve")
     def get(self, request: Request, name: str) -> Response:
         batch = BatchParams(request).batch(name)
         return Response(batch_json(batch, batch_versions(batch)))
 
 
-@extend_schema(parameters=[OpenApiParameter("project", str, required=True)])
 class BatchVersionDetail(APIView):
     """``GET /batches/{name}/versions/{n}/?project=SLUG``: version ``n`` (or ``latest``),
     its files and manifest: what a training job pins as ``name@n``."""
 
+    @extend_schema(
+        parameters=[_PROJECT], responses={200: dict}, operation_id="batches_versions_retrieve"
+    )
     def get(self, request: Request, name: str, number: str) -> Response:
         batch = BatchParams(request).batch(name)
         if number != "latest" and not number.isdigit():
@@ -221,19 +228,24 @@ class BatchVersionDetail(APIView):
         return Response(version_json(request, version))
 
 
-@extend_schema(
-    parameters=[
-        OpenApiParameter("project", str, required=True),
-        OpenApiParameter("from", str, description="A version number (default: the one before to)."),
-        OpenApiParameter("to", str, description="A version number or latest (the default)."),
-    ]
-)
 class BatchDiffView(APIView):
     """``GET /batches/{name}/diff/?project=SLUG&from=1&to=2``: what changed between two
     versions (trajectories and, on those in both, step labels: added, removed,
     changed). The labels are those the versions hold: researchers and admins, and
     annotators where the project does not hide labels or scores from them."""
 
+    @extend_schema(
+        responses={200: dict},
+        operation_id="batches_diff_retrieve",
+        parameters=[
+            _PROJECT,
+            OpenApiParameter(
+                "from", str, description="A version number (default: the one before to)."
+            ),
+            OpenApiParameter("to", str, description="A version number or latest (the default)."),
+            OpenApiParameter("limit", int, description="How many changes of each kind to list."),
+        ],
+    )
     def get(self, request: Request, name: str) -> Response:
         params = BatchParams(request, "from", "to", "limit")
         batch = params.batch(name)
