@@ -56,7 +56,7 @@ class ExportViewSet(mixins.RetrieveModelMixin, mixins.ListModelMixin, viewsets.G
     def get_queryset(self) -> QuerySet[ExportJob]:
         queryset = ExportJob.objects.filter(
             project__in=projects_for_user(self.request.user)
-        ).select_related("project", "batch")
+        ).select_related("project", "batch", "batch_version")
         slug = self.request.query_params.get("project")
         if slug and self.action == "list":
             # A project the user is not in (or none of that name) is a 404, as elsewhere.

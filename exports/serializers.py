@@ -45,8 +45,10 @@ class ExportJobSerializer(serializers.ModelSerializer[ExportJob]):
         """The version of its batch the export became (null: none, or not yet)."""
         if instance.batch_id is None:
             return None
-        version = BatchVersion.objects.filter(export=instance).values_list("number", flat=True)
-        return next(iter(version), None)
+        try:
+            return instance.batch_version.number  # select_related by the list
+        except BatchVersion.DoesNotExist:
+            return None
 
     def to_representation(self, instance: ExportJob) -> dict[str, Any]:
         """The job; its manifest null for a reader of a project that hides labels or
