@@ -253,6 +253,7 @@ def batch_detail(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse
         "error": error,
         "chosen": chosen,
         "can_read": can_read,
+        "can_export": selectors.can_manage_data(request.user, batch.project),
         "pending": batch.exports.filter(
             status__in=(ExportJob.Status.QUEUED, ExportJob.Status.RUNNING)
         ).order_by("pk"),

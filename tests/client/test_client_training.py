@@ -105,7 +105,8 @@ def test_judge_rollout_and_training_runs_are_started(
     assert judge["kind"] == "llm-judge" and judge["name"] == "judge"
     judges.judge_prompt_create(scorer=Scorer.objects.get(pk=judge["id"]), note="v2", user=owner)
     run = stepscope.start_judge(project.slug, "judge", prompt_version=1, only_unscored=True)
-    assert run.kind == "scoring-runs" and ScoringRun.objects.get(pk=run.id).prompt.version == 1
+    assert run.kind == "scoring-runs" and run.data["prompt_version"] == 1
+    assert ScoringRun.objects.filter(pk=run.id, prompt__version=1).exists()
     assert "judge" in {s["name"] for s in stepscope.scorers(project.slug)}
 
     policy = Policy.objects.create(project=project, name="sampler", model_ref="tiny")
