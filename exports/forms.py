@@ -8,6 +8,7 @@ from django import forms
 from django.db.models import Count
 
 from exports.selectors import export_choices
+from exports.services.batches import batch_name_check
 from exports.writers import FORMATS
 from labeling.decisive_sources import decisive_source_choices
 from scoring import prm
@@ -101,6 +102,15 @@ class ExportForm(forms.Form):
         " (trl-stepwise, prm800k, processbench; stepscope writes the label source's).",
     )
 
+    batch = forms.CharField(
+        required=False,
+        max_length=100,
+        label="Into batch",
+        help_text="A batch name (new or existing): the export becomes its next version,"
+        " pinned as name@N.",
+        widget=forms.TextInput(attrs={"list": "export-batches", "autocomplete": "off"}),
+    )
+
     def __init__(self, *args: Any, project: Project, counted: bool = True, **kwargs: Any) -> None:
         """``counted=False`` (the preview, which shows no choices) neither lists nor
         counts them: the values given are taken as they are and the service checks them."""
@@ -127,6 +137,15 @@ class ExportForm(forms.Form):
             field = self.fields[name]
             assert isinstance(field, forms.ChoiceField)
             field.choices = _with_given(listed, str(given.get(name, "") or ""))
+
+    def clean_batch(self) -> str:
+        name: str = self.cleaned_data.get("batch") or ""
+        if name:
+            try:
+                batch_name_check(name)
+            except ValueError as error:
+                raise forms.ValidationError(str(error).removeprefix("batch: ")) from None
+        return name
 
     def export_options(self) -> dict[str, Any]:
         """The options of the judge and decisive-failure fields that are set."""

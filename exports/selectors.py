@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -9,10 +10,10 @@ from urllib.parse import urlencode
 from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Count, Exists, OuterRef, Q
+from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.http import Http404
 
-from exports.models import ExportJob, Selection
+from exports.models import BatchVersion, ExportBatch, ExportJob, Selection
 from labeling.models import StepLabel
 from labeling.sources import (
     IMPORTED_PREFIX,
@@ -283,3 +284,178 @@ def _selected(project: Project, definition: dict[str, Any]) -> int:
     except ValueError:
         return 0
     return trajectories_filtered(project, filters).count()
+
+
+# --- Versioned batches ----------------------------------------------------------------
+
+
+def batch_get_for_user(user: AnyUser, slug: str, name: str) -> ExportBatch:
+    """The batch ``name`` of project ``slug``; 404 outside the user's projects."""
+    batch = (
+        ExportBatch.objects.select_related("project")
+        .filter(project__slug=slug, name=name, project__in=projects_for_user(user))
+        .first()
+    )
+    if batch is None:
+        raise Http404("No such batch.")
+    return batch
+
+
+def batches_for_project(project: Project) -> list[ExportBatch]:
+    """The project's batches by name, each with ``version_count`` and ``latest`` (its
+    newest version number, or None)."""
+    return list(
+        ExportBatch.objects.filter(project=project)
+        .annotate(version_count=Count("versions"), latest=Max("versions__number"))
+        .order_by("name")
+    )
+
+
+def batch_versions(batch: ExportBatch) -> list[BatchVersion]:
+    """The batch's versions, newest first, with their exports."""
+    return list(
+        batch.versions.select_related("export", "export__created_by")
+        .defer("export__manifest", "export__options")
+        .order_by("-number")
+    )
+
+
+def batch_version_get(batch: ExportBatch, number: int | None) -> BatchVersion:
+    """Version ``number`` of the batch (None: its newest); 404 where it has none."""
+    versions = batch.versions.select_related("export", "batch", "batch__project")
+    version = (
+        versions.order_by("-number").first()
+        if number is None
+        else versions.filter(number=number).first()
+    )
+    if version is None:
+        raise Http404(
+            f"Batch {batch.name!r} has no versions yet."
+            if number is None
+            else f"Batch {batch.name!r} has no version {number}."
+        )
+    return version
+
+
+def batch_ref_parse(text: str) -> tuple[str, int | None]:
+    """``rl-batch@7`` as ``("rl-batch", 7)``; ``rl-batch`` and ``rl-batch@latest`` as
+    ``("rl-batch", None)``, the newest version. ValueError for anything else."""
+    name, _, number = text.partition("@")
+    if not name or (number and number != "latest" and not number.isdigit()):
+        raise ValueError(f"{text!r} is not a batch (name, name@7 or name@latest)")
+    return name, int(number) if number.isdigit() else None
+
+
+@dataclass(frozen=True)
+class TrajectoryChange:
+    trajectory_id: int
+    external_id: str
+    change: str  # added, removed, changed
+
+
+@dataclass(frozen=True)
+class LabelChange:
+    trajectory_id: int
+    external_id: str
+    index: int
+    before: Any  # None where the step had no label
+    after: Any
+    change: str  # added, removed, changed
+
+
+@dataclass(frozen=True)
+class BatchDiff:
+    """What changed from version ``before`` to ``after``: trajectories added, removed and
+    changed (content or outcome), and, on the trajectories in both, step labels added,
+    removed and changed. ``counts`` are complete; the lists hold the first ``limit`` of
+    each kind, by trajectory id and step."""
+
+    before: BatchVersion
+    after: BatchVersion
+    counts: dict[str, dict[str, int]]
+    trajectories: list[TrajectoryChange]
+    labels: list[LabelChange]
+    limit: int
+
+
+_DIFF_ROWS = """
+WITH a AS (SELECT * FROM exports_batchversionrow WHERE version_id = %s),
+     b AS (SELECT * FROM exports_batchversionrow WHERE version_id = %s)
+"""
+
+_TRAJECTORY_CHANGES = (
+    _DIFF_ROWS
+    + """, d AS (
+    SELECT coalesce(a.trajectory_id, b.trajectory_id) AS id,
+           coalesce(b.external_id, a.external_id) AS external_id,
+           CASE WHEN a.trajectory_id IS NULL THEN 'added'
+                WHEN b.trajectory_id IS NULL THEN 'removed'
+                ELSE 'changed' END AS change
+    FROM a FULL JOIN b ON a.trajectory_id = b.trajectory_id
+    WHERE a.trajectory_id IS NULL OR b.trajectory_id IS NULL
+       OR a.content_digest <> b.content_digest
+), ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY change ORDER BY id) AS n,
+           count(*) OVER (PARTITION BY change) AS total
+    FROM d
+)
+SELECT id, external_id, change, total, n FROM ranked WHERE n <= greatest(%s, 1)
+ORDER BY change, id
+"""
+)
+
+_LABEL_CHANGES = (
+    _DIFF_ROWS
+    + """, d AS (
+    SELECT a.trajectory_id AS id, b.external_id, k.key::int AS index,
+           a.labels -> k.key AS before, b.labels -> k.key AS after
+    FROM a JOIN b ON a.trajectory_id = b.trajectory_id AND a.label_digest <> b.label_digest
+    CROSS JOIN LATERAL (
+        SELECT jsonb_object_keys(a.labels) AS key UNION SELECT jsonb_object_keys(b.labels)
+    ) k
+    WHERE (a.labels -> k.key) IS DISTINCT FROM (b.labels -> k.key)
+), kinds AS (
+    SELECT *, CASE WHEN before IS NULL THEN 'added' WHEN after IS NULL THEN 'removed'
+                   ELSE 'changed' END AS change
+    FROM d
+), ranked AS (
+    SELECT *, row_number() OVER (PARTITION BY change ORDER BY id, index) AS n,
+           count(*) OVER (PARTITION BY change) AS total
+    FROM kinds
+)
+SELECT id, external_id, index, before, after, change, total, n FROM ranked
+WHERE n <= greatest(%s, 1)
+ORDER BY id, index
+"""
+)
+
+CHANGE_KINDS = ("added", "removed", "changed")
+
+
+def batch_diff(before: BatchVersion, after: BatchVersion, *, limit: int = 200) -> BatchDiff:
+    """The changes from ``before`` to ``after`` (two versions of one batch), from the
+    rows each version keeps; no file is read."""
+    counts = {
+        "trajectories": dict.fromkeys(CHANGE_KINDS, 0),
+        "labels": dict.fromkeys(CHANGE_KINDS, 0),
+    }
+    trajectories: list[TrajectoryChange] = []
+    labels: list[LabelChange] = []
+    with connection.cursor() as cursor:
+        cursor.execute(_TRAJECTORY_CHANGES, [before.pk, after.pk, limit])
+        # Each kind's first row comes even with ``limit`` 0: it carries the count.
+        for pk, external_id, change, total, n in cursor.fetchall():
+            counts["trajectories"][change] = total
+            if n <= limit:
+                trajectories.append(TrajectoryChange(pk, external_id, change))
+        cursor.execute(_LABEL_CHANGES, [before.pk, after.pk, limit])
+        for pk, external_id, index, was, now, change, total, n in cursor.fetchall():
+            counts["labels"][change] = total
+            if n <= limit:
+                labels.append(LabelChange(pk, external_id, index, _json(was), _json(now), change))
+    return BatchDiff(before, after, counts, trajectories, labels, limit)
+
+
+def _json(raw: str | None) -> Any:
+    """A jsonb value as Django's connection returns it (its text)."""
+    return None if raw is None else json.loads(raw)

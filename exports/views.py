@@ -18,8 +18,12 @@ from django.views.decorators.http import require_GET
 
 from exports import services
 from exports.forms import ExportForm, SelectionForm
-from exports.models import ExportJob
+from exports.models import BatchVersion, ExportJob
 from exports.selectors import (
+    batch_diff,
+    batch_get_for_user,
+    batch_versions,
+    batches_for_project,
     export_job_get_for_user,
     selection_get_for_user,
     selections_for_project,
@@ -41,11 +45,23 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             raise PermissionDenied("Only researchers and admins export data.")
         plan = _export_plan(project, form)
         if plan is not None:
-            job = services.export_start(plan=plan, user=cast(User, request.user))
+            job = services.export_start(
+                plan=plan, user=cast(User, request.user), batch=form.cleaned_data["batch"]
+            )
             return redirect("export-detail", pk=job.pk)
         status = 400
-    jobs = project.export_jobs.defer("manifest").order_by("-created_at")[:50]
-    context = {"project": project, "form": form, "jobs": jobs, "can_export": can_export}
+    jobs = (
+        project.export_jobs.defer("manifest")
+        .select_related("batch", "batch_version")
+        .order_by("-created_at")[:50]
+    )
+    context = {
+        "project": project,
+        "form": form,
+        "jobs": jobs,
+        "can_export": can_export,
+        "batches": batches_for_project(project),
+    }
     return render(request, "exports/export_list.html", context, status=status)
 
 
@@ -69,8 +85,24 @@ def export_preview(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             preview = services.export_preview(plan)
         except ValueError as problem:
             error = str(problem)
-    context = {"project": project, "form": form, "preview": preview, "error": error}
+    context = {
+        "project": project,
+        "form": form,
+        "preview": preview,
+        "error": error,
+        "into_batch": _into_batch(project, form),
+    }
     return render(request, "exports/export_list.html#export-preview", context)
+
+
+def _into_batch(project: Project, form: ExportForm) -> dict[str, object] | None:
+    """Where the export would go: the batch named and the version it would become."""
+    name = form.cleaned_data.get("batch") if form.is_valid() else None
+    if not name:
+        return None
+    batch = next((b for b in batches_for_project(project) if b.name == name), None)
+    latest = batch.latest if batch is not None else None  # type: ignore[attr-defined]
+    return {"name": name, "new": batch is None, "version": (latest or 0) + 1}
 
 
 def _export_plan(project: Project, form: ExportForm) -> services.ExportPlan | None:
@@ -155,6 +187,7 @@ def export_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     context = {
         "project": job.project,
         "job": job,
+        "version": BatchVersion.objects.filter(export=job).first() if job.batch_id else None,
         "can_cancel": role in selectors.MANAGING_ROLES,
         "can_download": selectors.role_downloads_exports(role, job.project),
     }
@@ -176,3 +209,64 @@ def export_download(request: HtmxHttpRequest, pk: int, name: str) -> FileRespons
     if not path.is_file():
         raise Http404("The file is gone.")
     return FileResponse(path.open("rb"), as_attachment=True, filename=name)
+
+
+@login_required
+@require_GET
+def batch_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    """The project's batches, each with its versions and the newest."""
+    project = selectors.project_get_for_user(request.user, slug)
+    context = {"project": project, "batches": batches_for_project(project)}
+    return render(request, "exports/batch_list.html", context)
+
+
+@login_required
+@require_GET
+def batch_detail(request: HtmxHttpRequest, slug: str, name: str) -> HttpResponse:
+    """A batch's versions, newest first, and what changed between two of them
+    (``?from=1&to=2``; by default the newest and the one before). The diff shows labels:
+    for those who may read the project's exports."""
+    batch = batch_get_for_user(request.user, slug, name)
+    versions = batch_versions(batch)
+    by_number = {version.number: version for version in versions}
+    can_read = selectors.can_download_exports(request.user, batch.project)
+    diff, error, status = None, "", 200
+    chosen = (0, 0)
+    if len(versions) >= 2 and can_read:
+        after = _version_param(request, "to", versions[0].number)
+        before = _version_param(request, "from", (after or 2) - 1)
+        missing = [str(n) for n in (before, after) if n not in by_number]
+        if before is None or after is None or missing:
+            error = (
+                f"Batch {batch.name} has versions 1 to {versions[0].number}; "
+                f"from and to must name two of them (got {', '.join(missing) or 'text'})."
+            )
+            status = 400
+        else:
+            chosen = (before, after)
+            diff = batch_diff(by_number[before], by_number[after])
+    context = {
+        "project": batch.project,
+        "batch": batch,
+        "versions": versions,
+        "diff": diff,
+        "error": error,
+        "chosen": chosen,
+        "can_read": can_read,
+        "can_export": selectors.can_manage_data(request.user, batch.project),
+        "pending": batch.exports.filter(
+            status__in=(ExportJob.Status.QUEUED, ExportJob.Status.RUNNING)
+        ).order_by("pk"),
+    }
+    template = "exports/batch_detail.html"
+    if request.htmx:
+        template += "#batch-diff"
+    return render(request, template, context, status=status)
+
+
+def _version_param(request: HtmxHttpRequest, name: str, default: int) -> int | None:
+    """A version number from the query string (None for one that is not a number)."""
+    raw = request.GET.get(name, "")
+    if not raw:
+        return default
+    return int(raw) if raw.isdigit() else None

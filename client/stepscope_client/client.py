@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,9 +13,11 @@ from typing import Any, TypeVar
 
 import httpx
 
+from stepscope_client.batches import BatchCalls
 from stepscope_client.errors import StepscopeError
 from stepscope_client.jobs import Job, ProgressBar
 from stepscope_client.records import trajectory_record
+from stepscope_client.training import TrainingCalls
 
 T = TypeVar("T")
 Progress = Callable[[Job], None]
@@ -44,8 +47,10 @@ class ScoresResult:
     runs: list[int] = field(default_factory=list)
 
 
-class Client:
+class Client(TrainingCalls, BatchCalls):
     """``Client("http://127.0.0.1:8000", "ssk_…")``; every call acts as the token's user.
+    Beside the calls here: projects, scorers, runs and their results (``training.py``)
+    and versioned batches (``batches.py``).
 
     Writes the server refuses raise ``StepscopeError`` with the status and the API's
     field errors. A throttled request (429) is retried after its ``Retry-After``."""
@@ -303,13 +308,7 @@ class Client:
         saved = []
         for name in [f["name"] for f in job.data["files"]] + ["manifest.json"]:
             target = folder / name
-            with self._http.stream("GET", f"exports/{job.id}/files/{name}/") as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _error(response)
-                with target.open("wb") as out:
-                    for block in response.iter_bytes():
-                        out.write(block)
+            self._download(f"exports/{job.id}/files/{name}/", target)
             saved.append(target)
         return saved
 
@@ -354,6 +353,20 @@ class Client:
         return job
 
     # The wire
+
+    def _download(self, url: str, target: Path) -> str:
+        """Stream ``url`` (a path under the API or a whole address) into ``target``;
+        return its sha256."""
+        digest = hashlib.sha256()
+        with self._http.stream("GET", url) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise _error(response)
+            with target.open("wb") as out:
+                for block in response.iter_bytes():
+                    digest.update(block)
+                    out.write(block)
+        return digest.hexdigest()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> Any:
         for _ in range(THROTTLE_RETRIES):

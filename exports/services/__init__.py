@@ -1,10 +1,15 @@
 """Writes of the exports app, by topic: an export's request (``requests.py``) resolved
 once into its plan (``plan.py``), reading its trajectories in one snapshot
 (``reading.py``, and ``bulk.py`` for the formats read in one statement), writing it and
-running it as a job (``exports.py``), the preview (``preview.py``), saved selections
-(``selections.py``). The names below are the app's service interface; callers import
-them from here."""
+running it as a job (``exports.py``), versioned batches (``batches.py``), the preview
+(``preview.py``), saved selections (``selections.py``). The names below are the app's
+service interface; callers import them from here."""
 
+from exports.services.batches import (
+    batch_name_check,
+    batch_version_add,
+    export_batch_get_or_create,
+)
 from exports.services.exports import (
     export_cancel,
     export_job_run,
@@ -24,6 +29,9 @@ __all__ = [
     "ExportPlan",
     "ExportPreview",
     "ExportRequest",
+    "batch_name_check",
+    "batch_version_add",
+    "export_batch_get_or_create",
     "export_cancel",
     "export_job_run",
     "export_manifest",

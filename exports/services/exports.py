@@ -24,6 +24,13 @@ from django.utils import timezone
 
 from exports.models import ExportJob
 from exports.services import bulk
+from exports.services.batches import (
+    BatchRows,
+    batch_name_check,
+    batch_rows_read,
+    batch_version_add,
+    export_batch_get_or_create,
+)
 from exports.services.plan import ExportPlan, export_plan_of
 from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
 from exports.services.requests import request_json
@@ -38,6 +45,14 @@ def export_write(
     plan: ExportPlan, *, out_dir: Path, progress: ProgressWriter | None = None
 ) -> dict[str, Any]:
     """Write the export's files and manifest into ``out_dir``; return the manifest."""
+    return _export_write(plan, out_dir=out_dir, progress=progress, batch=False)[0]
+
+
+def _export_write(
+    plan: ExportPlan, *, out_dir: Path, progress: ProgressWriter | None, batch: bool
+) -> tuple[dict[str, Any], BatchRows | None]:
+    """The manifest, and with ``batch`` the rows a batch version keeps, read in the
+    snapshot the files were written from."""
     out_dir.mkdir(parents=True, exist_ok=True)
     nested = connection.in_atomic_block
     with transaction.atomic():
@@ -63,8 +78,9 @@ def export_write(
         # In the snapshot the files were read from: the manifest's annotators are those
         # of the labels written.
         manifest = export_manifest(plan, result)
+        rows = batch_rows_read(plan) if batch else None
     write_manifest(out_dir, manifest)
-    return manifest
+    return manifest, rows
 
 
 def export_manifest(plan: ExportPlan, result: ExportResult) -> dict[str, Any]:
@@ -102,14 +118,24 @@ def _source_annotators(plan: ExportPlan) -> list[str]:
         return sorted(username for (username,) in cursor.fetchall())
 
 
-def export_start(*, plan: ExportPlan, user: User) -> ExportJob:
-    """Queue ``plan``'s export; the job keeps the plan for the worker."""
+def export_start(*, plan: ExportPlan, user: User, batch: str = "") -> ExportJob:
+    """Queue ``plan``'s export; the job keeps the plan for the worker. With ``batch`` (a
+    name; the project's batch of that name is made if it has none) the export, once
+    finished, is that batch's next version."""
     from exports.tasks import export_run
 
     request = plan.request
+    if batch:
+        batch_name_check(batch)
     broker_require()  # a dead broker is said now; no job is left queued
     with transaction.atomic():
+        into = (
+            export_batch_get_or_create(project=plan.project, name=batch, user=user)
+            if batch
+            else None
+        )
         job = ExportJob.objects.create(
+            batch=into,
             project=plan.project,
             format=request.format,
             container=request.container,
@@ -159,7 +185,9 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
         return job
     progress = ProgressWriter("trajectories_exportjob", job.pk, "done")
     try:
-        manifest = export_write(export_plan_of(job), out_dir=out_dir, progress=progress)
+        manifest, rows = _export_write(
+            export_plan_of(job), out_dir=out_dir, progress=progress, batch=job.batch_id is not None
+        )
     except ExportCancelled:
         shutil.rmtree(out_dir, ignore_errors=True)
         job.refresh_from_db()
@@ -172,15 +200,19 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
     finally:
         progress.close()
     files = [{"name": name, **info} for name, info in sorted(manifest["files"].items())]
-    published = job_end(
-        job,
-        ExportJob.Status.DONE,
-        done=manifest["counts"]["trajectories"],
-        out_dir=str(out_dir),
-        files=files,
-        manifest=manifest,
-        row_count=sum(f["rows"] for f in files),
-    )
+    with transaction.atomic():
+        published = job_end(
+            job,
+            ExportJob.Status.DONE,
+            done=manifest["counts"]["trajectories"],
+            out_dir=str(out_dir),
+            files=files,
+            manifest=manifest,
+            row_count=sum(f["rows"] for f in files),
+        )
+        # Done and a batch's new version together: a job that did not finish has none.
+        if published and rows is not None:
+            batch_version_add(job=job, rows=rows)
     if not published:  # cancelled after the last file was written: nothing is published
         shutil.rmtree(out_dir, ignore_errors=True)
     job.refresh_from_db()

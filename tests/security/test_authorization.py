@@ -113,6 +113,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "export-preview": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "export-detail": {"GET": "login 404 200 200 200", "POST": "login 404 403 200 200"},
     "export-download": _GET_ONLY,
+    # Versioned batches: members read them (the diff only where labels are not hidden).
+    "batch-list": _GET_ONLY,
+    "batch-detail": _GET_ONLY,
     "selection-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
     "selection-delete": {"GET": "login 404 302 302 302", "POST": "login 404 403 302 302"},
     # The labeling surface.
@@ -221,6 +224,11 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:export-detail": _API_OBJECT,
     "api:export-cancel": _API_CANCEL,
     "api:export-download": _API_OBJECT,
+    # Batches (``?project=SLUG``): an outsider's project is a 404.
+    "api:api-batch-list": _API_OBJECT,
+    "api:api-batch-detail": _API_OBJECT,
+    "api:api-batch-version": _API_OBJECT,
+    "api:api-batch-diff": _API_OBJECT,
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:api-compare-decisive": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
@@ -276,6 +284,7 @@ ACCESS: dict[str, dict[str, str]] = {
 HIDING_ACCESS: dict[str, dict[str, str]] = {
     "export-download": {"GET": "login 404 403 200 200"},
     "api:export-download": {"GET": "401 404 403 200 200"},
+    "api:api-batch-diff": {"GET": "401 404 403 200 200"},
     "api:export-list": {"GET": "401 200 200 200 200", "manifest": "- - no yes yes"},
     "api:export-detail": {"GET": "401 404 200 200 200", "manifest": "- - no yes yes"},
 }

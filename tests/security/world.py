@@ -27,7 +27,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from accounts.services import api_token_create
-from exports.models import ExportJob, Selection
+from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
@@ -93,6 +93,8 @@ class World:
     deletion: ProjectDeletion
     # A folder the project follows in the app.
     follow_source: FollowSource
+    # A versioned batch whose version 1 is the world's export.
+    batch: ExportBatch
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -104,7 +106,9 @@ class World:
         if "slug" in _names(route):
             values["slug"] = self.project.slug
         if "name" in _names(route):
-            values["name"] = self.export_file
+            values["name"] = self.batch.name if "batches/" in route else self.export_file
+        if "number" in _names(route):
+            values["number"] = 1
         if "format" in _names(route):
             values["format"] = "json"
         if "pk" in _names(route):
@@ -259,6 +263,8 @@ def route_query(route: Route, world: World) -> str:
                 "candidate": f"model:{world.scorer.name}",
             }
         )
+    if route.key.startswith("api:api-batch-"):
+        return "?" + urlencode({"project": world.project.slug})
     if route.key == "task-tree":
         return "?" + urlencode({"task": world.trajectory.task_key})
     return ""
@@ -529,4 +535,25 @@ def build_world(
         follow_source=FollowSource.objects.create(
             project=project, path=f"/srv/follow/{slug}", source_format="verl", by_worker=True
         ),
+        batch=_batch(export_job, trajectory),
     )
+
+
+def _batch(export_job: ExportJob, trajectory: Trajectory) -> ExportBatch:
+    """A batch with one version (the world's export) holding the world's trajectory."""
+    batch = ExportBatch.objects.create(
+        project=export_job.project, name="rl-batch", created_by=export_job.created_by
+    )
+    ExportJob.objects.filter(pk=export_job.pk).update(batch=batch)
+    version = BatchVersion.objects.create(
+        batch=batch, number=1, export=export_job, trajectories=1, labels=1
+    )
+    BatchVersionRow.objects.create(
+        version=version,
+        trajectory_id=trajectory.pk,
+        external_id=trajectory.external_id,
+        content_digest="0" * 32,
+        label_digest="1" * 32,
+        labels={"0": -1},
+    )
+    return batch
