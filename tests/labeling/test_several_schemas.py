@@ -179,7 +179,7 @@ def test_the_schema_page_edits_each_schema_and_adds_one(
     saved = client.post(url, form)
     assert saved.status_code == 302 and saved["Location"].endswith("?schema=error_type")
     newest = LabelSchema.objects.get(project=project, name="error_type", is_active=True)
-    assert [entry["name"] for entry in newest.entries][0] == "arithmetic"
+    assert newest.entries[0]["name"] == "arithmetic"
     severity.refresh_from_db()
     assert severity.is_active and severity.version == 1  # the other schemas untouched
 
