@@ -26,6 +26,7 @@ from exports.services.plan import ExportPlan, export_plan_of
 from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
 from exports.services.requests import request_json
 from exports.writers import ExportResult, build_manifest, write_export, write_manifest
+from stepscope.events import event_emit
 from stepscope.jobs.lifecycle import job_cancel
 from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
@@ -164,15 +165,31 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
     finally:
         progress.close()
     files = [{"name": name, **info} for name, info in sorted(manifest["files"].items())]
-    ExportJob.objects.filter(pk=job.pk).exclude(status=ExportJob.Status.CANCELLED).update(
-        status=ExportJob.Status.DONE,
-        done=manifest["counts"]["trajectories"],
-        out_dir=str(out_dir),
-        files=files,
-        manifest=manifest,
-        row_count=sum(f["rows"] for f in files),
-        finished_at=timezone.now(),
-    )
+    with transaction.atomic():
+        ready = (
+            ExportJob.objects.filter(pk=job.pk)
+            .exclude(status=ExportJob.Status.CANCELLED)
+            .update(
+                status=ExportJob.Status.DONE,
+                done=manifest["counts"]["trajectories"],
+                out_dir=str(out_dir),
+                files=files,
+                manifest=manifest,
+                row_count=sum(f["rows"] for f in files),
+                finished_at=timezone.now(),
+            )
+        )
+        if ready:
+            event_emit(
+                project_id=job.project_id,
+                kind="export.ready",
+                data={
+                    "export": job.pk,
+                    "format": job.format,
+                    "files": [{"name": f["name"], "sha256": f.get("sha256")} for f in files],
+                    "trajectories": manifest["counts"]["trajectories"],
+                },
+            )
     job.refresh_from_db()
     return job
 
