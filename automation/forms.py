@@ -47,7 +47,7 @@ class RuleForm(forms.Form):
         max_length=4000,
         label="Export parameters",
         help_text="For the export action, as the export API takes them (JSON):"
-        ' {"format": "prm-stepwise", "labels": "human:majority", "neutral": "skip"}.',
+        ' {"format": "prm-stepwise", "labels": "human:majority", "neutral": "drop"}.',
         widget=forms.TextInput(attrs={"placeholder": '{"format": "kto", ...}'}),
     )
 

@@ -13,6 +13,7 @@ from rest_framework.authtoken.models import Token
 
 from automation import services
 from automation.models import Rule, RuleFiring, WebhookDelivery
+from exports.models import ExportJob
 from labeling.models import Queue, QueueItem
 from labeling.services import queue_create
 from tests.factories import trajectory_with_steps
@@ -211,3 +212,29 @@ def test_the_rules_page_makes_a_rule_from_the_lists_query_string(
     assert row.status_code == 200 and row.content.decode().lstrip().startswith("<tr")
     rule.refresh_from_db()
     assert rule.active is False
+
+
+def test_an_export_rule_exports_its_selection(project: Project, owner: User) -> None:
+    trajectories = _trajectories(project, 4)
+    rule = services.rule_create(
+        project=project,
+        name="export failures",
+        filters=selection_parse({"outcome": "failure"}),
+        action=Rule.Action.EXPORT,
+        export={"format": "sft", "labels": "human:majority", "neutral": "drop"},
+        user=owner,
+    )
+    with pytest.raises(services.RuleError, match="Unknown export parameters bogus"):
+        services.rule_create(
+            project=project,
+            name="bad",
+            filters=TrajectoryFilters(),
+            action=Rule.Action.EXPORT,
+            export={"format": "sft", "labels": "human:majority", "neutral": "drop", "bogus": 1},
+            user=owner,
+        )
+    services.rules_apply(project_id=project.pk, trajectory_ids=[t.pk for t in trajectories])
+    job = ExportJob.objects.get()
+    assert job.selection == {"outcome": "failure"}
+    assert job.total == sum(not t.success for t in trajectories)
+    assert RuleFiring.objects.filter(rule=rule).first().result == {"export": job.pk}  # type: ignore[union-attr]
