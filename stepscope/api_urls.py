@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import urlpatterns as accounts_urls
+from automation.api import urlpatterns as automation_urls
 from evaluation.api import urlpatterns as evaluation_urls
 from exports.api import router as exports_router
 from exports.api import urlpatterns as exports_urls
@@ -28,6 +29,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     *rollouts_urls,
     *exports_urls,
     *evaluation_urls,
+    *automation_urls,
     *accounts_urls,
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerSplitView.as_view(url_name="api-schema"), name="api-docs"),

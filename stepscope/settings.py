@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "rollouts",
     "exports",
     "evaluation",
+    "automation",
     "home",
     "demo",
 ]
@@ -178,6 +179,8 @@ CELERY_BEAT_SCHEDULE = {
     "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": 10.0},
     # A pass over each folder a project follows in the app (the followed folders page).
     "followed-folders": {"task": "trajectories.follow_sweep", "schedule": 10.0},
+    # Webhook deliveries whose retry is due but whose task was lost (a killed worker).
+    "webhook-sweep": {"task": "automation.webhooks_sweep", "schedule": 10.0},
 }
 # Folders a project admin may have the worker follow: a followed folder is accepted only
 # inside one of these (after symbolic links are resolved), so the page can make the
@@ -266,6 +269,23 @@ STEPSCOPE_OTLP_MAX_SPANS_PER_TRACE = env_int("STEPSCOPE_OTLP_MAX_SPANS_PER_TRACE
 STEPSCOPE_OTLP_MAX_BACKLOG = env_int("STEPSCOPE_OTLP_MAX_BACKLOG", 200_000)
 STEPSCOPE_OTLP_QUIET_SECONDS = env_int("STEPSCOPE_OTLP_QUIET_SECONDS", 30)
 STEPSCOPE_OTLP_ASSEMBLE_DELAY_MS = env_int("STEPSCOPE_OTLP_ASSEMBLE_DELAY_MS", 300)
+
+# Webhooks (automation/, docs/api.md "Webhooks"): a URL whose host resolves to a private,
+# loopback or link-local address is refused unless ALLOW_PRIVATE; a delivery that fails is
+# tried again after each of RETRY_SECONDS in turn (then it is failed; a person can send it
+# again), each attempt waiting TIMEOUT_SECONDS for an answer, on QUEUE.
+STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = env_bool("STEPSCOPE_WEBHOOK_ALLOW_PRIVATE", default=False)
+try:
+    STEPSCOPE_WEBHOOK_RETRY_SECONDS = [
+        float(value)
+        for value in env_list(
+            "STEPSCOPE_WEBHOOK_RETRY_SECONDS", ["10", "30", "60", "300", "900", "3600", "10800"]
+        )
+    ]
+except ValueError:
+    raise ConfigError("STEPSCOPE_WEBHOOK_RETRY_SECONDS must be numbers, comma-separated") from None
+STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS = env_int("STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS", 10)
+STEPSCOPE_WEBHOOK_QUEUE = env_str("STEPSCOPE_WEBHOOK_QUEUE", "default")
 
 # Who may create projects from the project list and the API: any signed-in user, or
 # Django staff only.

@@ -25,4 +25,5 @@ urlpatterns = [
     path("", include("rollouts.urls")),
     path("", include("exports.urls")),
     path("", include("evaluation.urls")),
+    path("", include("automation.urls")),
 ]

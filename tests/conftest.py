@@ -54,6 +54,13 @@ def _commits(item: pytest.Item) -> bool:
     )
 
 
+# What the tests' workers run with: webhooks to the tests' receivers on loopback, and
+# retries seconds apart rather than minutes (bench/webhooks.py keeps the real back-off).
+WORKER_SETTINGS = {
+    "STEPSCOPE_WEBHOOK_ALLOW_PRIVATE": "1",
+    "STEPSCOPE_WEBHOOK_RETRY_SECONDS": "0.2,0.4,0.8,1,1,1,1,1,1,1,1,1",
+}
+
 # This process's Celery worker, once the session's ``celery_worker`` has started it.
 _WORKER_NAMES: list[str] = []
 WORKER_IDLE_TIMEOUT_S = 60
@@ -170,6 +177,7 @@ def celery_worker(
 
     env = {
         **os.environ,
+        **WORKER_SETTINGS,
         "STEPSCOPE_TESTING": "1",
         "STEPSCOPE_DATABASE_NAME": connection.settings_dict["NAME"],
     }

@@ -43,6 +43,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scoring",),
     ("rollouts",),
     ("evaluation", "exports"),
+    # Rules that act as trajectories arrive, and webhooks: on every app they act through.
+    ("automation",),
     # The project list and home (every app's numbers), and the demo (make run's login,
     # projects and background work).
     ("home", "demo"),

@@ -35,6 +35,7 @@ from exports.services.plan import ExportPlan, export_plan_of
 from exports.services.reading import ExportCancelled, export_trajectories, progress_tick
 from exports.services.requests import request_json
 from exports.writers import ExportResult, build_manifest, write_export, write_manifest
+from stepscope.events import event_emit
 from stepscope.jobs.lifecycle import job_cancel, job_end, job_fail
 from stepscope.locks import LockClass, session_lock_try
 from stepscope.queueing import broker_require
@@ -213,6 +214,17 @@ def _export_job_run_locked(job_id: int) -> ExportJob:
         # Done and a batch's new version together: a job that did not finish has none.
         if published and rows is not None:
             batch_version_add(job=job, rows=rows)
+        if published:
+            event_emit(
+                project_id=job.project_id,
+                kind="export.ready",
+                data={
+                    "export": job.pk,
+                    "format": job.format,
+                    "files": [{"name": f["name"], "sha256": f.get("sha256")} for f in files],
+                    "trajectories": manifest["counts"]["trajectories"],
+                },
+            )
     if not published:  # cancelled after the last file was written: nothing is published
         shutil.rmtree(out_dir, ignore_errors=True)
     job.refresh_from_db()

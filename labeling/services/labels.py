@@ -8,12 +8,14 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import connection, transaction
+from django.db.models import Count, Q
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from labeling.models import (
     FinalLabel,
     LabelSchema,
+    Queue,
     QueueAssignment,
     StepLabel,
     StepLabelEvent,
@@ -29,6 +31,7 @@ from labeling.services.common import (
     history_context,
     require_can_label,
 )
+from stepscope.events import event_emit
 from trajectories.models import Step
 
 
@@ -423,12 +426,44 @@ def trajectory_submit(
             step__trajectory_id=state.trajectory.pk,
             status=StepLabel.Status.DRAFT,
         ).update(status=StepLabel.Status.SUBMITTED, updated_at=now)
-        QueueAssignment.objects.filter(
+        leased = QueueAssignment.objects.filter(
             annotator_id=state.user_id,
             item__trajectory_id=state.trajectory.pk,
             status=QueueAssignment.Status.LEASED,
-        ).update(status=QueueAssignment.Status.SUBMITTED, submitted_at=now)
+        )
+        queue_ids = sorted(set(leased.values_list("item__queue_id", flat=True)))
+        leased.update(status=QueueAssignment.Status.SUBMITTED, submitted_at=now)
+        _submitted_announce(state, verdict, queue_ids)
     return verdict
+
+
+def _submitted_announce(
+    state: LabelingState, verdict: TrajectoryLabel, queue_ids: list[int]
+) -> None:
+    """The submission's event, and the event of each queue it finished (every item has
+    as many submitted labellings as the queue's overlap), in the submission's commit."""
+    project_id = state.trajectory.project_id
+    event_emit(
+        project_id=project_id,
+        kind="trajectory.submitted",
+        data={
+            "trajectory": state.trajectory.pk,
+            "annotator": state.user_id,
+            "finish_reason": verdict.finish_reason,
+            "outcome": verdict.outcome,
+        },
+    )
+    for queue in Queue.objects.filter(pk__in=queue_ids):
+        submitted = Count(
+            "assignments", filter=Q(assignments__status=QueueAssignment.Status.SUBMITTED)
+        )
+        short = queue.items.annotate(n=submitted).filter(n__lt=queue.overlap)
+        if not short.exists():
+            event_emit(
+                project_id=project_id,
+                kind="queue.finished",
+                data={"queue": queue.pk, "name": queue.name, "items": queue.items.count()},
+            )
 
 
 # --- Final (adjudicated) labels -----------------------------------------------------------

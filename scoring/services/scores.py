@@ -40,6 +40,7 @@ from scoring.services.runners import (
     ScoringError,
     kind_runner,
 )
+from stepscope.events import event_emit
 from stepscope.jobs.lifecycle import chunk_claim, job_cancel, job_fail
 from stepscope.jobs.retry import TRANSIENT_ERRORS
 from stepscope.queueing import broker_require
@@ -247,6 +248,8 @@ def scoring_run_plan(*, run_id: int) -> None:
                 run.status = ScoringRun.Status.DONE
                 run.started_at = run.finished_at = timezone.now()
             run.save(update_fields=["total", "chunks_total", "status", "started_at", "finished_at"])
+            if run.status == ScoringRun.Status.DONE:
+                scoring_run_announce(run)
         pending = list(
             run.chunks.filter(status=ScoringChunk.Status.PENDING).values_list("pk", flat=True)
         )
@@ -342,9 +345,27 @@ def _chunk_finish(chunk: ScoringChunk, outcome: ChunkOutcome) -> None:
             run.steps_per_second = run.done / seconds if seconds > 0 else None
             fields += ["status", "finished_at", "steps_per_second"]
         run.save(update_fields=fields)
+        if run.status == ScoringRun.Status.DONE:
+            scoring_run_announce(run)
         if run.status == ScoringRun.Status.DONE and _is_latest_head(run):
             # The "most uncertain first" queues follow the newest head's scores.
             queues_uncertainty_refresh(project=run.project)
+
+
+def scoring_run_announce(run: ScoringRun) -> None:
+    """A finished run's event (``judge_run.done`` for a judge's), in its commit."""
+    assert run.scorer is not None
+    judge = run.scorer.kind == prm.LLM_JUDGE
+    event_emit(
+        project_id=run.project_id,
+        kind="judge_run.done" if judge else "scoring_run.done",
+        data={
+            "run": run.pk,
+            "scorer": run.scorer.name,
+            "steps": run.done,
+            "selection": run.selection,
+        },
+    )
 
 
 def _is_latest_head(run: ScoringRun) -> bool:

@@ -171,7 +171,8 @@ def test_the_schema_page_edits_each_schema_and_adds_one(
     assert [v.pk for v in page.context["versions"]] == [error_type.pk]
 
     values = [{**entry, "color": "#123456", "error": ""} for entry in ERROR_TYPE]
-    form = {"form": "schema", "schema": "error_type", "kind": "categorical", "error_tags": ""}
+    form: dict[str, Any] = {"form": "schema", "schema": "error_type", "kind": "categorical"}
+    form["error_tags"] = ""
     form |= {"values-TOTAL_FORMS": "3", "values-INITIAL_FORMS": "3"}
     for n, entry in enumerate(values):
         form |= {f"values-{n}-{key}": value for key, value in entry.items()}

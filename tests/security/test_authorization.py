@@ -35,6 +35,8 @@ LINK_HOLDER_PAGES = {"invite-accept"}
 
 # Read-only pages and partials: they refuse other methods.
 _GET_ONLY = {"GET": "login 404 200 200 200", "POST": "login 405 405 405 405"}
+# Read-only pages of the project admin's.
+_GET_ONLY_ADMIN = {"GET": "login 404 403 403 200", "POST": "login 405 405 405 405"}
 # Poll rows of a run or job: HTMX gets the row, a plain request is sent to the section.
 _ROW = {"GET": "login 404 302 302 302", "POST": "login 404 302 302 302"}
 # Writes any member may make (labels, queue moves); an empty form is refused with a
@@ -49,6 +51,7 @@ _START = {"GET": "login 405 405 405 405", "POST": "login 404 403 200 200"}
 _API_LIST = {"GET": "401 200 200 200 200", "POST": "401 405 405 405 405"}
 _API_LIST_CREATE = {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"}
 _API_OBJECT = {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"}
+_API_ADMIN_OBJECT = {"GET": "401 404 404 404 200", "POST": "401 405 405 405 405"}
 _API_CANCEL = {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"}
 # API writes checked before any project is named: an empty body is a 400 for everyone.
 _API_POST_ONLY = {"GET": "401 405 405 405 405", "POST": "401 400 400 400 400"}
@@ -82,6 +85,15 @@ ACCESS: dict[str, dict[str, str]] = {
     "project-delete": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
     "follow-sources": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
     "follow-source-remove": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    # Rules and webhooks: the project admin's (a webhook's URL and a rule's targets are the
+    # project's plumbing). An empty form is a 400 naming what is missing.
+    "rule-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
+    "rule-detail": _GET_ONLY_ADMIN,
+    "rule-active": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    "rule-backfill": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    "webhook-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
+    "webhook-detail": _GET_ONLY_ADMIN,
+    "webhook-redeliver": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     # A deletion's page is its starter's (the world's admin); for anyone else it is not there.
     "project-deletion": {"GET": "login 404 404 404 200", "POST": "login 405 405 405 405"},
     "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
@@ -273,6 +285,19 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:rollout-list": _API_LIST_CREATE,
     "api:rollout-detail": _API_OBJECT,
     "api:rollout-cancel": _API_CANCEL,
+    # Rules and webhooks: only the project's admins see them (anyone else's lists are
+    # empty, their objects 404s). An empty body is a 400 before any project is named.
+    "api:rule-list": _API_LIST_CREATE,
+    "api:rule-detail": _API_ADMIN_OBJECT,
+    "api:rule-firings": _API_ADMIN_OBJECT,
+    "api:rule-backfill": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 202"},
+    "api:rule-active": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 400"},
+    "api:webhook-list": _API_LIST_CREATE,
+    "api:webhook-detail": _API_ADMIN_OBJECT,
+    "api:webhook-deliveries": _API_ADMIN_OBJECT,
+    "api:webhook-delivery-detail": _API_ADMIN_OBJECT,
+    # Sent again under the same webhook-id (202).
+    "api:webhook-delivery-redeliver": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 202"},
 }
 
 

@@ -27,6 +27,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from accounts.services import api_token_create
+from automation.models import Rule, RuleFiring, Webhook, WebhookDelivery
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
 from labeling.services import queue_create
@@ -95,6 +96,11 @@ class World:
     follow_source: FollowSource
     # A versioned batch whose version 1 is the world's export.
     batch: ExportBatch
+    # A rule (filling the world's queue) that fired on the trajectory, and a webhook with
+    # one delivery.
+    rule: Rule
+    webhook: Webhook
+    delivery: WebhookDelivery
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -144,6 +150,12 @@ class World:
             ("projects/<slug:slug>/members/", self.membership.pk),
             ("projects/<slug:slug>/invites/", self.invite.pk),
             ("projects/<slug:slug>/follow-sources/", self.follow_source.pk),
+            ("p/<slug:slug>/rules/", self.rule.pk),
+            ("p/<slug:slug>/webhooks/", self.webhook.pk),
+            ("p/<slug:slug>/webhook-deliveries/", self.delivery.pk),
+            ("rules", self.rule.pk),
+            ("webhooks", self.webhook.pk),
+            ("webhook-deliveries", self.delivery.pk),
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),
@@ -501,6 +513,35 @@ def build_world(
         created_by=users["admin"],
     )
     api_token, _ = api_token_create(user=users["admin"], name=f"token {text}")
+    webhook = Webhook.objects.create(
+        project=project,
+        name=f"hook{text}",
+        url=f"https://hooks.example.com/{slug}",
+        events=["rule.fired"],
+        secret="whsec_" + "A" * 44,
+    )
+    rule = Rule.objects.create(
+        project=project,
+        name=f"rule{text}",
+        selection={"q": text},
+        action=Rule.Action.QUEUE,
+        queue=queue,
+        created_by=users["admin"],
+        last_error=f"rule error {text}",
+    )
+    RuleFiring.objects.create(
+        rule=rule, trajectory=trajectory, trigger="arrival", source="push", result={"x": text}
+    )
+    delivery = WebhookDelivery.objects.create(
+        webhook=webhook,
+        message_id=f"msg_{slug}",
+        kind="rule.fired",
+        payload={"data": text},
+        status=WebhookDelivery.Status.FAILED,
+        attempts=1,
+        next_attempt_at=timezone.now(),
+        log=[{"code": 500, "error": text}],
+    )
     invite, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
     return World(
         project=project,
@@ -536,6 +577,9 @@ def build_world(
             project=project, path=f"/srv/follow/{slug}", source_format="verl", by_worker=True
         ),
         batch=_batch(export_job, trajectory),
+        rule=rule,
+        webhook=webhook,
+        delivery=delivery,
     )
 
 

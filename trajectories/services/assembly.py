@@ -39,6 +39,7 @@ from django.db import connection, transaction
 
 from stepscope.locks import LockClass
 from stepscope.queueing import QueueUnavailable, send_if_up
+from trajectories.arrivals import trajectories_arrived
 from trajectories.formats import otel
 from trajectories.formats import spans as span_tree
 from trajectories.formats.base import FieldError, ParsedStep
@@ -123,6 +124,7 @@ def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE
                 _pieces_read(todo)
                 _assemble(todo)
                 todo = [trace for trace in todo if trace.more]
+            _arrived(traces)
             assembled += len(traces)
             projects.update(trace.project_id for trace in traces)
     else:
@@ -130,6 +132,16 @@ def live_traces_assemble(*, batch: int = ASSEMBLE_BATCH, batches: int = ASSEMBLE
     for project_id in sorted(projects):
         _search_index_later(project_id)
     return assembled
+
+
+def _arrived(traces: list[_Trace]) -> None:
+    """Announce the batch's new and grown trajectories, by project, on commit."""
+    by_project: dict[int, list[int]] = {}
+    for trace in traces:
+        if trace.trajectory_id is not None:
+            by_project.setdefault(trace.project_id, []).append(trace.trajectory_id)
+    for project_id, ids in sorted(by_project.items()):
+        trajectories_arrived(project_id=project_id, trajectory_ids=ids, source="live")
 
 
 # When this process's next search-index task of each project is due (monotonic clock).

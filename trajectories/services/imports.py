@@ -18,10 +18,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from stepscope import locks
+from stepscope.events import event_emit
 from stepscope.jobs.lifecycle import job_cancel, job_end, job_fail
 from stepscope.queueing import broker_require, send_if_up
 from stepscope.statistics import analyze_when_grown
 from trajectories import prepare
+from trajectories.arrivals import trajectories_arrived
 from trajectories.formats import parser_for, stepscope
 from trajectories.formats.base import FileError, Parser, RecordError
 from trajectories.formats.stepscope_typed import TypedRecords
@@ -292,6 +294,7 @@ def _import_into(
             # last check still rolls the import back.
             if not _result_save(batch, counts, progress.done, ImportBatch.Status.DONE):
                 raise _AlreadyFinished
+            _announce(batch, counts)
             analyze_when_grown(statistics_later)
             return
     except _AlreadyFinished:
@@ -307,6 +310,25 @@ def _import_into(
     # Nothing was written: only the errors are.
     if not _result_save(batch, counts, progress.done, ImportBatch.Status.FAILED):
         batch.refresh_from_db()
+
+
+def _announce(batch: ImportBatch, counts: Counts) -> None:
+    """The import's event, and its new trajectories' arrival, with its commit."""
+    source = "push" if batch.file_name == "api-push" else "import"
+    event_emit(
+        project_id=batch.project_id,
+        kind="import.done",
+        data={
+            "import": batch.pk,
+            "file_name": batch.file_name,
+            "format": batch.source_format,
+            "created": counts.created,
+            "unchanged": counts.unchanged,
+            "rejected": len(counts.errors),
+        },
+    )
+    if counts.created:
+        trajectories_arrived(project_id=batch.project_id, import_batch_id=batch.pk, source=source)
 
 
 def _result_save(batch: ImportBatch, counts: Counts, processed: int, status: str) -> bool:

@@ -1,0 +1,48 @@
+"""Which URLs a webhook may call: http or https, to a host whose every address is a
+public one. A name that resolves to a private, loopback, link-local, reserved or
+multicast address (the cloud metadata service at 169.254.169.254, the database on
+localhost) is refused, since the server, not the user, would be the one calling it.
+
+The check runs when a webhook is saved and again before each attempt (a name can be
+pointed elsewhere after it was saved)."""
+
+# Django-free: the resolver is the standard library's; the caller passes the setting.
+from __future__ import annotations
+
+import ipaddress
+import socket
+from urllib.parse import urlsplit
+
+
+class AddressRefused(ValueError):
+    """A URL the server will not call; the message says why."""
+
+
+def url_check(url: str, *, allow_private: bool) -> str:
+    """``url``, checked; AddressRefused otherwise. With ``allow_private`` (the
+    ``STEPSCOPE_WEBHOOK_ALLOW_PRIVATE`` setting) any address is allowed."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https"):
+        raise AddressRefused("the URL must start with http:// or https://")
+    if not parts.hostname:
+        raise AddressRefused("the URL names no host")
+    if parts.username or parts.password:
+        raise AddressRefused("the URL must not carry a user name or password")
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise AddressRefused("the URL's port is not a number from 1 to 65535") from None
+    if allow_private:
+        return url
+    try:
+        found = socket.getaddrinfo(parts.hostname, port, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as error:
+        raise AddressRefused(f"the host {parts.hostname!r} does not resolve ({error})") from None
+    for *_, sockaddr in found:
+        address = ipaddress.ip_address(str(sockaddr[0]).split("%")[0])
+        if not address.is_global or address.is_multicast:
+            raise AddressRefused(
+                f"the host {parts.hostname!r} resolves to {address}, a private, loopback or"
+                " link-local address; the server does not call those"
+            )
+    return url

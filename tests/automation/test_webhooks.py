@@ -1,0 +1,108 @@
+"""Webhooks without a worker: the secret shown once, the address check at creation and at
+sending, the delivery an event writes in its own transaction, and redelivery by hand."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import transaction
+from django.test import Client
+from rest_framework.authtoken.models import Token
+
+from automation import services
+from automation.models import Webhook, WebhookDelivery
+from stepscope.events import event_emit
+from tests.automation.conftest import Receiver
+from trajectories.models import Project
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_page_shows_the_secret_once_and_refuses_loopback(
+    project: Project, owner: User, settings: Any
+) -> None:
+    client = Client()
+    client.force_login(owner)
+    form = {"name": "trainer", "url": "http://127.0.0.1:9000/hook", "events": ["export.ready"]}
+    refused = client.post(f"/p/{project.slug}/webhooks/", form)
+    assert refused.status_code == 400
+    assert "private, loopback or link-local" in refused.content.decode()
+    assert not Webhook.objects.exists()
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = True
+    made = client.post(f"/p/{project.slug}/webhooks/", form)
+    assert made.status_code == 200
+    webhook = Webhook.objects.get()
+    assert webhook.events == ["export.ready"]
+    assert webhook.secret in made.content.decode()
+    again = client.get(f"/p/{project.slug}/webhooks/").content.decode()
+    assert webhook.secret not in again and "trainer" in again
+    detail = client.get(f"/p/{project.slug}/webhooks/{webhook.pk}/").content.decode()
+    assert webhook.secret not in detail and 'id="no-deliveries"' in detail
+
+
+def test_the_api_gives_the_secret_in_the_creation_answer_only(
+    project: Project, owner: User, allow_loopback: None
+) -> None:
+    token = Token.objects.get_or_create(user=owner)[0].key
+    api = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    body = {"project": project.slug, "name": "t", "url": "http://127.0.0.1:1/x", "events": []}
+    unknown = api.post(
+        "/api/v1/webhooks/", json.dumps({**body, "events": ["nope"]}), "application/json"
+    )
+    assert unknown.status_code == 400 and "events" in unknown.json()
+    made = api.post("/api/v1/webhooks/", json.dumps(body), "application/json")
+    assert made.status_code == 201
+    secret = made.json()["secret"]
+    assert secret.startswith("whsec_")
+    shown = api.get(f"/api/v1/webhooks/{made.json()['id']}/").json()
+    assert "secret" not in shown and shown["url"] == body["url"]
+
+
+def test_an_event_rolled_back_sends_nothing_and_one_committed_one_delivery_per_webhook(
+    project: Project, owner: User, allow_loopback: None
+) -> None:
+    wants, _ = services.webhook_create(
+        project=project, name="a", url="http://127.0.0.1:1/a", events=["queue.finished"], user=owner
+    )
+    services.webhook_create(
+        project=project, name="b", url="http://127.0.0.1:1/b", events=["export.ready"], user=owner
+    )
+    with pytest.raises(RuntimeError), transaction.atomic():
+        event_emit(project_id=project.pk, kind="queue.finished", data={"queue": 1})
+        raise RuntimeError("the submission failed")
+    assert not WebhookDelivery.objects.exists()
+    event_emit(project_id=project.pk, kind="queue.finished", data={"queue": 1})
+    delivery = WebhookDelivery.objects.get()
+    assert delivery.webhook == wants and delivery.kind == "queue.finished"
+    assert delivery.payload["data"] == {"queue": 1}
+    with pytest.raises(ValueError, match="unknown event kind"):
+        event_emit(project_id=project.pk, kind="queue.done", data={})
+
+
+def test_an_attempt_to_an_address_now_private_fails_without_a_request(
+    project: Project, owner: User, receiver: Receiver, settings: Any
+) -> None:
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = True
+    webhook, _ = services.webhook_create(
+        project=project, name="a", url=receiver.url, events=[], user=owner
+    )
+    delivery = services.webhook_event_record(webhook=webhook, kind="rule.fired", data={})
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = False
+    services.webhook_deliver(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    assert delivery.status == "failed" and receiver.received == []
+    assert "loopback" in delivery.log[0]["error"]
+    # Sent again by hand, once allowed: the same webhook-id.
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = True
+    client = Client()
+    client.force_login(owner)
+    answer = client.post(f"/p/{project.slug}/webhook-deliveries/{delivery.pk}/redeliver/")
+    assert answer.status_code == 302
+    services.webhook_deliver(delivery_id=delivery.pk)
+    delivery.refresh_from_db()
+    assert delivery.status == "delivered" and delivery.attempts == 1
+    assert [r.headers["webhook-id"] for r in receiver.received] == [delivery.message_id]
+    assert [attempt["code"] for attempt in delivery.log] == [None, 204]
