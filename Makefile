@@ -35,6 +35,7 @@ demo: migrate
 
 worker: migrate
 	$(PY) -m stepscope.processes worker
+	$(PY) -m stepscope.processes rewards
 
 # Our own error pages; STEPSCOPE_DEBUG=1 make run shows Django's tracebacks instead.
 run: demo worker

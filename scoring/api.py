@@ -28,6 +28,7 @@ from labeling.selectors import LabelingState, can_compare, labeling_state_for_us
 from scoring import selectors, services
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
 from scoring.references import ReferenceFields, reference_owner, reference_request
+from scoring.rewards.api import urlpatterns as rewards_urls
 from scoring.serializers import (
     AttributionRunCreateSerializer,
     AttributionRunSerializer,
@@ -441,5 +442,6 @@ urlpatterns: list[URLPattern | URLResolver] = [
         "trajectories/<int:pk>/credits/", TrajectoryCreditList.as_view(), name="trajectory-credits"
     ),
     path("step-scores/import/", ScoresImport.as_view(), name="scores-import"),
+    *rewards_urls,
     path("", include(router.urls)),
 ]

@@ -3,6 +3,7 @@
     python -m stepscope.processes up       # embedded PostgreSQL and Redis (unless configured)
     python -m stepscope.processes worker   # a Celery worker on both queues, in the background,
                                            # with beat (the periodic tasks) inside it
+    python -m stepscope.processes rewards  # the reward service's worker, in the background
     python -m stepscope.processes down     # stop the worker and the embedded servers
 
 Each command is idempotent. Django-free, like ``stepscope.embedded``.
@@ -32,6 +33,10 @@ def data_dir() -> Path:
 
 def _worker_pid_file() -> Path:
     return data_dir() / "celery-worker.pid"
+
+
+def _reward_worker_pid_file() -> Path:
+    return data_dir() / "reward-worker.pid"
 
 
 def beat_schedule_file() -> Path:
@@ -101,6 +106,31 @@ def worker() -> None:
     print(f"celery worker: started at nice {niceness} with beat, log in {log_file}")
 
 
+def rewards() -> None:
+    """The reward service's worker (``manage.py reward_worker``): it keeps scorers loaded
+    and answers ``POST /api/v1/rewards/`` in batches."""
+    pid_file = _reward_worker_pid_file()
+    pid = _pid_alive(pid_file)
+    if pid is not None:
+        print(f"reward worker: already running (pid {pid})")
+        return
+    log_file = data_dir() / "reward-worker.log"
+    niceness = worker_niceness()
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "reward_worker"],
+            cwd=BASE_DIR,
+            env=worker_environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: _lower_priority(niceness),
+        )
+    pid_file.write_text(str(process.pid))
+    print(f"reward worker: started at nice {niceness}, log in {log_file}")
+
+
 def worker_environment() -> dict[str, str]:
     """The worker's environment: this one, with torch's OpenMP threads sleeping while
     they wait (OMP_WAIT_POLICY=PASSIVE, unless set) instead of spinning. Two processes
@@ -124,6 +154,11 @@ def worker_niceness() -> int:
 
 
 def down() -> None:
+    reward_pid = _pid_alive(_reward_worker_pid_file())
+    if reward_pid is not None:
+        os.kill(reward_pid, signal.SIGTERM)
+        print("reward worker: stopped")
+    _reward_worker_pid_file().unlink(missing_ok=True)
     pid = _pid_alive(_worker_pid_file())
     if pid is not None:
         os.kill(pid, signal.SIGTERM)
@@ -136,7 +171,7 @@ def down() -> None:
 
 
 def main(argv: list[str]) -> None:
-    commands = {"up": up, "worker": worker, "down": down}
+    commands = {"up": up, "worker": worker, "rewards": rewards, "down": down}
     if len(argv) != 2 or argv[1] not in commands:
         sys.exit(f"usage: python -m stepscope.processes {{{'|'.join(commands)}}}")
     commands[argv[1]]()

@@ -286,6 +286,25 @@ except ValueError:
     raise ConfigError("STEPSCOPE_WEBHOOK_RETRY_SECONDS must be numbers, comma-separated") from None
 STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS = env_int("STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS", 10)
 STEPSCOPE_WEBHOOK_QUEUE = env_str("STEPSCOPE_WEBHOOK_QUEUE", "default")
+# The reward service (POST /api/v1/rewards/, scoring/rewards/): requests waiting for a
+# reward worker past which callers get 503 + Retry-After; trajectories one request may
+# hold; the deadline in seconds a request gets when it names none, and the longest it
+# may name; requests a reward worker takes into one pass of the model.
+STEPSCOPE_REWARDS_MAX_QUEUE = env_int("STEPSCOPE_REWARDS_MAX_QUEUE", 64)
+STEPSCOPE_REWARDS_MAX_TRAJECTORIES = env_int("STEPSCOPE_REWARDS_MAX_TRAJECTORIES", 256)
+STEPSCOPE_REWARDS_TIMEOUT = env_int("STEPSCOPE_REWARDS_TIMEOUT", 60)
+STEPSCOPE_REWARDS_MAX_TIMEOUT = env_int("STEPSCOPE_REWARDS_MAX_TIMEOUT", 600)
+STEPSCOPE_REWARDS_BATCH = env_int("STEPSCOPE_REWARDS_BATCH", 32)
+for _name, _value in (
+    ("STEPSCOPE_REWARDS_MAX_QUEUE", STEPSCOPE_REWARDS_MAX_QUEUE),
+    ("STEPSCOPE_REWARDS_MAX_TRAJECTORIES", STEPSCOPE_REWARDS_MAX_TRAJECTORIES),
+    ("STEPSCOPE_REWARDS_TIMEOUT", STEPSCOPE_REWARDS_TIMEOUT),
+    ("STEPSCOPE_REWARDS_BATCH", STEPSCOPE_REWARDS_BATCH),
+):
+    if _value < 1:
+        raise ConfigError(f"{_name}={_value} must be at least 1")
+if STEPSCOPE_REWARDS_MAX_TIMEOUT < STEPSCOPE_REWARDS_TIMEOUT:
+    raise ConfigError("STEPSCOPE_REWARDS_MAX_TIMEOUT is below STEPSCOPE_REWARDS_TIMEOUT")
 
 # Who may create projects from the project list and the API: any signed-in user, or
 # Django staff only.

@@ -229,6 +229,37 @@ def celery_worker(
             worker.kill()
 
 
+@pytest.fixture(scope="session")
+def reward_worker(django_db_setup: None) -> Iterator[subprocess.Popen[bytes]]:
+    """A real reward worker process (``manage.py reward_worker``) on this process's
+    Redis keys. It reads no database, so one serves the whole session."""
+    from scoring.services.rewards import reward_channel
+
+    log = REPO_ROOT / ".stepscope" / f"test-reward-worker-{isolation.NAME}.log"
+    log.parent.mkdir(exist_ok=True)
+    channel = reward_channel()
+    channel.client.delete(channel.alive_key)
+    with log.open("wb") as log_file:
+        worker = subprocess.Popen(
+            [sys.executable, "manage.py", "reward_worker"],
+            cwd=REPO_ROOT,
+            env={**os.environ, "STEPSCOPE_TESTING": "1"},
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        if not wait_until(lambda: bool(channel.client.exists(channel.alive_key)), 60):
+            raise RuntimeError(f"the reward worker did not start; see {log}")
+        yield worker
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+        channel.client.delete(channel.alive_key)
+
+
 def _xdist_groups_apply(items: list[pytest.Item]) -> None:
     """``--dist loadgroup`` sends the tests of one ``xdist_group`` to one worker by the
     ``@group`` suffix of their ids, which pytest-xdist 3.8 sets as ``item._nodeid``;

@@ -74,6 +74,20 @@ def _point_at_world(case: Any, world: World) -> None:
                     part[key] = value
 
 
+# The reward routes answer 503 with Retry-After while no reward worker runs (none does
+# here): the service's documented state, not a fault. Any other 5xx of theirs still fails.
+UNAVAILABLE_WITHOUT_WORKER = {"POST /api/v1/rewards/", "POST /api/v1/rewards/openrlhf/"}
+
+
+def _unavailable_as_documented(label: str, error: str) -> bool:
+    return (
+        label in UNAVAILABLE_WITHOUT_WORKER
+        and "[503] Service Unavailable" in error
+        and "no reward worker is running" in error
+        and "[500]" not in error
+    )
+
+
 @pytest.fixture
 def wsgi_app() -> Iterator[Any]:
     """The project's WSGI application, called in this thread. Like Django's test client
@@ -125,6 +139,8 @@ def test_no_api_call_is_a_server_error(tmp_path: Path, wsgi_app: Any) -> None:
                         )
                     # schemathesis raises a FailureGroup, a BaseExceptionGroup.
                     except (Exception, BaseExceptionGroup) as error:
+                        if _unavailable_as_documented(case.operation.label, str(error)):
+                            return
                         failures.append(
                             f"{case.operation.label}: {case.as_curl_command()}\n{error}"
                         )

@@ -265,6 +265,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:trajectory-credits": _API_OBJECT,
     "api:trajectory-mc": _API_OBJECT,
     "api:scores-import": _API_POST_ONLY,
+    # The reward service: the project is named in the body (or the OpenRLHF route's
+    # query), so an empty request is a 400 for everyone; outsiders get 404s (its tests).
+    "api:rewards": _API_POST_ONLY,
+    "api:rewards-openrlhf": _API_POST_ONLY,
     "api:api-token-list": {"GET": "401 200 200 200 200", "POST": "401 400 400 400 400"},
     "api:api-token-revoke": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 200"},
     "api:scorer-list": _API_LIST_CREATE,

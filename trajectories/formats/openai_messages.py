@@ -116,6 +116,12 @@ def _trajectory(record: Any, index: int, location: str) -> ParsedTrajectory:
     )
 
 
+def run_parse(record: Any, index: int, location: str) -> ParsedTrajectory:
+    """One run already decoded (an API body's item), checked as a file's run is; a
+    problem raises :class:`FieldError` naming the field (``messages.2.role``)."""
+    return _trajectory(record, index, location)
+
+
 def _task(record: dict[str, Any], steps: list[ParsedStep], key: str) -> str:
     """tau-bench states the task as the simulated user's instruction; without one, the
     task is what the user first asked."""
