@@ -16,6 +16,7 @@ EVENT_KINDS: dict[str, str] = {
     "scoring_run.done": "A scoring run finished.",
     "judge_run.done": "A judge run finished.",
     "export.ready": "An export's files are ready to download.",
+    "batch.version": "An export into a named batch became its new version (pin it as name@N).",
     "rule.fired": "A rule acted on trajectories that arrived.",
 }
 

@@ -20,6 +20,7 @@ from django.db.models import Max
 
 from exports.models import BatchVersion, ExportBatch, ExportJob
 from exports.services.plan import ExportPlan
+from stepscope.events import event_emit
 from trajectories.models import Project
 
 BATCH_NAME = re.compile(r"^[A-Za-z0-9_-]{1,100}$")
@@ -117,6 +118,18 @@ def batch_version_add(*, job: ExportJob, rows: BatchRows) -> BatchVersion:
                 " FROM jsonb_array_elements(%s::jsonb) AS u",
                 [version.pk, rows.rows_json],
             )
+        event_emit(
+            project_id=job.project_id,
+            kind="batch.version",
+            data={
+                "batch": batch.name,
+                "version": version.number,
+                "pin": f"{batch.name}@{version.number}",
+                "export": job.pk,
+                "trajectories": rows.trajectories,
+                "labels": rows.labels,
+            },
+        )
     return version
 
 

@@ -4,6 +4,7 @@ sending, the delivery an event writes in its own transaction, and redelivery by 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from automation import services
 from automation.models import Webhook, WebhookDelivery
 from stepscope.events import event_emit
 from tests.automation.conftest import Receiver
+from tests.exports.test_batches import export_into, label
+from tests.factories import trajectory_with_steps
 from trajectories.models import Project
 
 pytestmark = pytest.mark.django_db
@@ -106,3 +109,28 @@ def test_an_attempt_to_an_address_now_private_fails_without_a_request(
     assert delivery.status == "delivered" and delivery.attempts == 1
     assert [r.headers["webhook-id"] for r in receiver.received] == [delivery.message_id]
     assert [attempt["code"] for attempt in delivery.log] == [None, 204]
+
+
+def test_a_batch_s_new_version_is_an_event_naming_its_pin(
+    project: Project, owner: User, allow_loopback: None, settings: Any, tmp_path: Path
+) -> None:
+    """A training job subscribed to ``batch.version`` hears of each new version of a
+    batch with the name it pins (``rl-batch@2``), in the export's finishing transaction."""
+    settings.MEDIA_ROOT = tmp_path / "media"
+    services.webhook_create(
+        project=project,
+        name="trainer",
+        url="http://127.0.0.1:1/t",
+        events=["batch.version"],
+        user=owner,
+    )
+    trajectory = trajectory_with_steps(project, ["a", "b"], external_id="t1")
+    label(trajectory, 0, 1, owner)
+    label(trajectory, 1, -1, owner)
+    export_into(project, owner)
+    export_into(project, owner)
+    pins = [
+        delivery.payload["data"]["pin"]
+        for delivery in WebhookDelivery.objects.filter(kind="batch.version").order_by("pk")
+    ]
+    assert pins == ["rl-batch@1", "rl-batch@2"]
