@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from stepscope_client.automation import AutomationCalls
 from stepscope_client.batches import BatchCalls
 from stepscope_client.errors import StepscopeError
 from stepscope_client.jobs import Job, ProgressBar
@@ -47,10 +48,10 @@ class ScoresResult:
     runs: list[int] = field(default_factory=list)
 
 
-class Client(TrainingCalls, BatchCalls):
+class Client(TrainingCalls, BatchCalls, AutomationCalls):
     """``Client("http://127.0.0.1:8000", "ssk_…")``; every call acts as the token's user.
     Beside the calls here: projects, scorers, runs and their results (``training.py``)
-    and versioned batches (``batches.py``).
+    versioned batches (``batches.py``), and rules and webhooks (``automation.py``).
 
     Writes the server refuses raise ``StepscopeError`` with the status and the API's
     field errors. A throttled request (429) is retried after its ``Retry-After``."""
