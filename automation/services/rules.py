@@ -22,6 +22,7 @@ from automation.models import Rule, RuleFiring, Webhook
 from automation.sampling import sample_keeps
 from automation.services.webhooks import webhook_event_record
 from exports.services import export_start
+from exports.services.batches import batch_name_check
 from exports.services.plan import export_plan_resolve
 from exports.services.requests import export_request_parse
 from labeling.models import Queue
@@ -58,6 +59,8 @@ EXPORT_PARAMETERS = frozenset(
         "scorer",
         "credit_run",
         "options",
+        # Beside the export API's: the named batch each export becomes the next version of.
+        "batch",
     }
 )
 
@@ -144,13 +147,15 @@ def _export_check(project: Project, filters: TrajectoryFilters, export: dict[str
         if not export.get(needed):
             raise RuleError("export", f"An export needs {needed}.")
     try:
+        if export.get("batch"):
+            batch_name_check(str(export["batch"]))
         _export_plan(project, filters, export)
     except (ValueError, TypeError) as error:
         raise RuleError("export", str(error)) from None
 
 
 def _export_plan(project: Project, filters: TrajectoryFilters, export: dict[str, Any]) -> Any:
-    request = export_request_parse(**export)
+    request = export_request_parse(**{k: v for k, v in export.items() if k != "batch"})
     request = dataclasses.replace(request, selection=selection_definition(filters))
     return export_plan_resolve(project, request)
 
@@ -318,8 +323,9 @@ def _act(rule: Rule, trajectory_ids: list[int]) -> dict[str, Any]:
         return {"scoring_run": run.pk, "scorer": rule.scorer.name}
     if rule.action == Rule.Action.EXPORT:
         plan = _export_plan(rule.project, selection_parse(rule.selection), rule.export)
-        job = export_start(plan=plan, user=rule.created_by)  # type: ignore[arg-type]
-        return {"export": job.pk}
+        batch = str(rule.export.get("batch") or "")
+        job = export_start(plan=plan, user=rule.created_by, batch=batch)  # type: ignore[arg-type]
+        return {"export": job.pk, **({"batch": batch} if batch else {})}
     assert rule.webhook is not None
     delivery = webhook_event_record(
         webhook=rule.webhook,

@@ -238,3 +238,34 @@ def test_an_export_rule_exports_its_selection(project: Project, owner: User) -> 
     assert job.selection == {"outcome": "failure"}
     assert job.total == sum(not t.success for t in trajectories)
     assert RuleFiring.objects.filter(rule=rule).first().result == {"export": job.pk}  # type: ignore[union-attr]
+
+
+def test_an_export_rule_exports_into_a_named_batch(project: Project, owner: User) -> None:
+    """Each export the rule starts goes into its batch (the next version once it
+    finishes); a name that cannot be a batch's is refused when the rule is made."""
+    trajectories = _trajectories(project, 2)
+    export = {"format": "sft", "labels": "human:majority", "neutral": "drop", "batch": "rl-new"}
+    rule = services.rule_create(
+        project=project,
+        name="export into a batch",
+        filters=TrajectoryFilters(),
+        action=Rule.Action.EXPORT,
+        export=export,
+        user=owner,
+    )
+    with pytest.raises(services.RuleError, match="is not a batch name"):
+        services.rule_create(
+            project=project,
+            name="bad batch",
+            filters=TrajectoryFilters(),
+            action=Rule.Action.EXPORT,
+            export={**export, "batch": "rl new@1"},
+            user=owner,
+        )
+    services.rules_apply(project_id=project.pk, trajectory_ids=[t.pk for t in trajectories])
+    job = ExportJob.objects.get()
+    assert job.batch is not None and job.batch.name == "rl-new"
+    assert RuleFiring.objects.filter(rule=rule).first().result == {  # type: ignore[union-attr]
+        "export": job.pk,
+        "batch": "rl-new",
+    }
