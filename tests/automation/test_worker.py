@@ -176,7 +176,10 @@ def test_a_push_starts_a_judge_run_on_its_failures_and_the_webhook_hears_of_it(
     }
     assert all(event["project"]["slug"] == project.slug for event in events.values())
     delivered = WebhookDelivery.objects.filter(webhook=webhook)
-    assert {d.status for d in delivered} == {"delivered"}
+    # The receiver has the requests before the worker records their answers.
+    assert wait_until(lambda: {d.status for d in delivered} == {"delivered"}, 60), [
+        (d.kind, d.status) for d in delivered
+    ]
     assert {d.last_code for d in delivered} == {204}
 
 
