@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, QuerySet
 from django.shortcuts import get_object_or_404
 
@@ -26,10 +25,7 @@ def projects_administered(user: Any) -> QuerySet[Project]:
 
 def project_get_for_admin(user: Any, slug: str) -> Project:
     """The project, for its admins: outsiders get a 404, other members a 403."""
-    project = selectors.project_get_for_user(user, slug)
-    if selectors.membership_role(user, project) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only project admins manage rules and webhooks.")
-    return project
+    return selectors.project_get_for_admin(user, slug, does="manage rules and webhooks")
 
 
 def rules_for_project(project: Project) -> QuerySet[Rule]:

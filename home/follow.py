@@ -7,23 +7,17 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
 from trajectories import selectors
 from trajectories.forms import FollowSourceForm
-from trajectories.models import FollowSource, Membership, Project
+from trajectories.models import FollowSource, Project
 from trajectories.services.follow import FollowRefused, follow_source_add, follow_source_remove
 
-
-def _project_for_admin(request: HttpRequest, slug: str) -> Project:
-    """The project, for its admins: outsiders get 404, other members 403."""
-    project = selectors.project_get_for_user(request.user, slug)
-    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only project admins choose the folders a project follows.")
-    return project
+# What only a project admin may do here (the 403 says it).
+ADMINS_DO = "choose the folders a project follows"
 
 
 def _page(
@@ -42,7 +36,7 @@ def _page(
 @login_required
 @require_http_methods(["GET", "POST"])
 def follow_sources(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     if request.method != "POST":
         return _page(request, project)
     form = FollowSourceForm(request.POST)
@@ -65,7 +59,7 @@ def follow_sources(request: HttpRequest, slug: str) -> HttpResponse:
 @login_required
 @require_POST
 def follow_source_delete(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     source = get_object_or_404(FollowSource, pk=pk, project=project)
     follow_source_remove(source=source)
     messages.success(request, f"No longer following {source.path}.")

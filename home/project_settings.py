@@ -9,23 +9,17 @@ from typing import cast
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import User
-from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from trajectories import selectors
 from trajectories.forms import ProjectDeleteForm, ProjectSettingsForm
-from trajectories.models import Membership, Project, ProjectDeletion
+from trajectories.models import Project, ProjectDeletion
 from trajectories.services import DeletionRefused, project_delete_start, project_update
 
-
-def _project_for_admin(request: HttpRequest, slug: str) -> Project:
-    """The project, for its admins: outsiders get 404, other members 403."""
-    project = selectors.project_get_for_user(request.user, slug)
-    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only project admins change a project's settings.")
-    return project
+# What only a project admin may do here (the 403 says it).
+ADMINS_DO = "change a project's settings"
 
 
 def _settings_page(
@@ -48,7 +42,7 @@ def _settings_page(
 @login_required
 @require_http_methods(["GET", "POST"])
 def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     if request.method != "POST":
         return _settings_page(request, project)
     form = ProjectSettingsForm(request.POST, instance=Project.objects.get(pk=project.pk))
@@ -67,7 +61,7 @@ def project_settings(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def project_delete(request: HttpRequest, slug: str) -> HttpResponse:
     """Hide the project now and remove it in the background; the slug must be typed."""
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     form = ProjectDeleteForm(request.POST)
     if form.is_valid():
         try:

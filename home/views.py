@@ -36,6 +36,9 @@ from trajectories.services import (
     project_creation_allowed,
 )
 
+# What only a project admin may do here (the 403 says it).
+ADMINS_DO = "manage members"
+
 
 @login_required
 @require_http_methods(["GET", "POST"])
@@ -82,14 +85,6 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
     return render(request, "home/project_home.html", context)
 
 
-def _project_for_admin(request: HttpRequest, slug: str) -> Project:
-    """The project, for its admins: outsiders get 404, other members 403."""
-    project = selectors.project_get_for_user(request.user, slug)
-    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only project admins manage members.")
-    return project
-
-
 def _members_page(
     request: HttpRequest,
     project: Project,
@@ -117,7 +112,7 @@ def _members_page(
 @require_http_methods(["GET", "POST"])
 def member_list(request: HttpRequest, slug: str) -> HttpResponse:
     """The members and their changes; the form adds an existing user with a role."""
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     if request.method != "POST":
         return _members_page(request, project)
     form = MemberAddForm(request.POST)
@@ -150,7 +145,7 @@ def _after_change(request: HttpRequest, project: Project) -> HttpResponse:
 @login_required
 @require_POST
 def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     membership = get_object_or_404(
         Membership.objects.select_related("user"), pk=pk, project=project
     )
@@ -171,7 +166,7 @@ def member_role(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def member_remove_view(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     membership = get_object_or_404(
         Membership.objects.select_related("user"), pk=pk, project=project
     )
@@ -187,7 +182,7 @@ def member_remove_view(request: HttpRequest, slug: str, pk: int) -> HttpResponse
 @require_POST
 def invite_new(request: HttpRequest, slug: str) -> HttpResponse:
     """A one-time invite link with a role, shown once on the members page."""
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     form = MemberRoleForm(request.POST)
     if not form.is_valid():
         roles = ", ".join(Membership.Role.values)
@@ -203,7 +198,7 @@ def invite_new(request: HttpRequest, slug: str) -> HttpResponse:
 @require_POST
 def invite_revoke(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     """Deletes an open link: whoever opens it later is told it is not known."""
-    project = _project_for_admin(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     invite = get_object_or_404(MembershipInvite, pk=pk, project=project, used_at__isnull=True)
     services.invite_revoke(invite=invite)
     messages.success(request, f"The {invite.role} invite link no longer works.")

@@ -13,12 +13,15 @@ from django.urls import URLPattern, path, reverse
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from trajectories import selectors, services
 from trajectories.models import Membership, MembershipEvent, MembershipInvite, Project
+
+# What only a project admin may do here (the 403 says it).
+ADMINS_DO = "manage members"
 
 
 class MemberSerializer(serializers.ModelSerializer[Membership]):
@@ -69,13 +72,6 @@ class InviteCreatedSerializer(InviteSerializer):
         return str(self.context["link"])
 
 
-def _admin_project(request: Request, slug: str) -> Project:
-    project = selectors.project_get_for_user(request.user, slug)
-    if selectors.membership_role(request.user, project) != Membership.Role.ADMIN:
-        raise PermissionDenied("Only project admins manage members.")
-    return project
-
-
 def _refused(error: services.MemberError) -> ValidationError:
     return ValidationError({error.field: [error.message]})
 
@@ -86,7 +82,7 @@ def _refused(error: services.MemberError) -> ValidationError:
 @api_view(["GET", "POST"])
 def member_list(request: Request, slug: str) -> Response:
     """The members; ``POST {"username", "role"}`` adds an existing user."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     if request.method == "GET":
         return Response(MemberSerializer(selectors.project_members(project), many=True).data)
     incoming = MemberAddSerializer(data=request.data)
@@ -108,7 +104,7 @@ def _membership(project: Project, pk: int) -> Membership:
 @api_view(["POST"])
 def member_role(request: Request, slug: str, pk: int) -> Response:
     """Change a member's role; the last admin is not demoted (400 on ``role``)."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     incoming = RoleSerializer(data=request.data)
     incoming.is_valid(raise_exception=True)
     try:
@@ -126,7 +122,7 @@ def member_role(request: Request, slug: str, pk: int) -> Response:
 @api_view(["POST"])
 def member_remove(request: Request, slug: str, pk: int) -> Response:
     """Remove a member; the last admin is not removed (400 on ``role``)."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     try:
         services.member_remove(membership=_membership(project, pk), actor=cast(User, request.user))
     except services.MemberError as error:
@@ -138,7 +134,7 @@ def member_remove(request: Request, slug: str, pk: int) -> Response:
 @api_view(["GET"])
 def member_events(request: Request, slug: str) -> Response:
     """Who changed which membership, when, newest first."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     events = selectors.membership_events_recent(project)
     return Response(MemberEventSerializer(events, many=True).data)
 
@@ -151,7 +147,7 @@ def member_events(request: Request, slug: str) -> Response:
 def invite_list(request: Request, slug: str) -> Response:
     """Open invite links; ``POST {"role"}`` makes one, whose ``link`` is in this answer
     only (it is stored as a digest)."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     if request.method == "GET":
         return Response(InviteSerializer(selectors.invites_pending(project), many=True).data)
     incoming = RoleSerializer(data=request.data)
@@ -170,7 +166,7 @@ def invite_list(request: Request, slug: str) -> Response:
 @api_view(["POST"])
 def invite_revoke(request: Request, slug: str, pk: int) -> Response:
     """Revoke an open link: whoever opens it later is told it is not known."""
-    project = _admin_project(request, slug)
+    project = selectors.project_get_for_admin(request.user, slug, does=ADMINS_DO)
     invite = get_object_or_404(MembershipInvite, pk=pk, project=project, used_at__isnull=True)
     services.invite_revoke(invite=invite)
     return Response(status=204)

@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from django.conf import settings
 from django.contrib.auth.models import User
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from rest_framework.test import APIClient
 
@@ -183,12 +185,22 @@ def test_the_api_adds_shows_and_removes_a_followed_folder(
         2,
         2,
     )
-    assert [source["id"] for source in api.get(url).json()] == [made.json()["id"]]
+    with CaptureQueriesContext(connection) as one:
+        assert [source["id"] for source in api.get(url).json()] == [made.json()["id"]]
+    (root / "run-2").mkdir()
+    (root / "run-2" / "step-1.jsonl").write_text(line(2, 0))
+    api.post(url, {"path": str(root / "run-2"), "source_format": "verl"}, format="json")
+    follow_sweep()
+    with CaptureQueriesContext(connection) as two:
+        assert len(api.get(url).json()) == 2
+    assert len(two.captured_queries) == len(one.captured_queries)  # files in one query
 
     api.force_authenticate(annotator)
     assert api.get(url).status_code == 403
     api.force_authenticate(owner)
     remove = reverse("api-follow-source-remove", args=[project.slug, made.json()["id"]])
     assert api.post(remove).status_code == 204
-    assert not FollowSource.objects.filter(project=project).exists()
-    assert Trajectory.objects.filter(project=project).count() == 2
+    assert [s.path for s in FollowSource.objects.filter(project=project)] == [
+        str((root / "run-2").resolve())
+    ]
+    assert Trajectory.objects.filter(project=project).count() == 3

@@ -5,6 +5,7 @@ each role may do with a project's data."""
 from __future__ import annotations
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.core.exceptions import PermissionDenied
 from django.db.models import (
     QuerySet,
 )
@@ -42,6 +43,15 @@ def project_get_for_user(user: AnyUser, slug: str) -> Project:
     project = projects_for_user(user).filter(slug=slug).first()
     if project is None:
         raise Http404("No such project.")
+    return project
+
+
+def project_get_for_admin(user: AnyUser, slug: str, *, does: str) -> Project:
+    """The project, for its admins: outsiders get 404 (as if it did not exist), other
+    members a 403 saying "Only project admins <does>." (a page's or the API's answer)."""
+    project = project_get_for_user(user, slug)
+    if membership_role(user, project) != Membership.Role.ADMIN:
+        raise PermissionDenied(f"Only project admins {does}.")
     return project
 
 
