@@ -171,17 +171,24 @@ def past_caps(record: ParsedTrajectory) -> RecordError | None:
             f"has {count:,} steps, {count - TRAJECTORY_MAX_STEPS:,} past the cap of"
             f" {TRAJECTORY_MAX_STEPS:,} steps a trajectory may have",
         )
-    texts = [("task", record.task), ("ground_truth", record.ground_truth)]
-    texts += [(f"steps.{n}.content", step.content) for n, step in enumerate(record.steps)]
-    for name, text in texts:
-        if len(text) > TEXT_MAX_CHARS:
-            return RecordError(
-                record.location,
-                name,
-                f"is {len(text):,} characters, {len(text) - TEXT_MAX_CHARS:,} past the cap of"
-                f" {TEXT_MAX_CHARS:,} characters a text may have",
-            )
+    # On every record of every import: a length per text, nothing built unless one is over.
+    if len(record.task) > TEXT_MAX_CHARS:
+        return _text_past_cap(record, "task", record.task)
+    if len(record.ground_truth) > TEXT_MAX_CHARS:
+        return _text_past_cap(record, "ground_truth", record.ground_truth)
+    for n, step in enumerate(record.steps):
+        if len(step.content) > TEXT_MAX_CHARS:
+            return _text_past_cap(record, f"steps.{n}.content", step.content)
     return None
+
+
+def _text_past_cap(record: ParsedTrajectory, name: str, text: str) -> RecordError:
+    return RecordError(
+        record.location,
+        name,
+        f"is {len(text):,} characters, {len(text) - TEXT_MAX_CHARS:,} past the cap of"
+        f" {TEXT_MAX_CHARS:,} characters a text may have",
+    )
 
 
 def unstorable(record: ParsedTrajectory) -> RecordError:

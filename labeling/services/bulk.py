@@ -127,7 +127,9 @@ def step_labels_set(
     return BulkLabelsResult(labels=results, submitted=submitted)
 
 
-def _state_for(user: AnyUser, trajectory_id: int, queue_id: int | None) -> Any:
+def _state_for(
+    user: AnyUser, trajectory_id: int, queue_id: int | None
+) -> LabelingState | LabelingError:
     """The user's labeling state on the trajectory, once it may be labelled (its lease
     kept once for the whole batch), or the LabelingError that says why not."""
     state = labeling_state_for_user(user, trajectory_id, queue_id=queue_id)

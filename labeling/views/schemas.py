@@ -39,12 +39,12 @@ def schema_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     is_admin = role == Membership.Role.ADMIN
     if request.method == "POST" and not is_admin:
         raise PermissionDenied("Only project admins edit the label schema.")
+    # The newest active version of each schema, by name.
     schemas = list(
-        LabelSchema.objects.filter(project=project, is_active=True).order_by("name", "-version")
+        LabelSchema.objects.filter(project=project, is_active=True)
+        .order_by("name", "-version")
+        .distinct("name")
     )
-    schemas = [
-        schema for n, schema in enumerate(schemas) if n == 0 or schemas[n - 1].name != schema.name
-    ]
     chosen = request.POST.get("schema") or request.GET.get("schema")
     if chosen:
         schema = next((each for each in schemas if each.name == chosen), None)
