@@ -101,6 +101,8 @@ def test_judge_rollout_and_training_runs_are_started(
         model_ref="m",
         parameters={"backend": "remote", "base_url": "http://127.0.0.1:9/v1"},
         prompt={"system": "Be strict.", "template": "{task}\n{history}\n{step}\nVerdict?"},
+        # Nothing listens there: the point is the run being started, not judged.
+        queue="nobody-listens",
     )
     assert judge["kind"] == "llm-judge" and judge["name"] == "judge"
     judges.judge_prompt_create(scorer=Scorer.objects.get(pk=judge["id"]), note="v2", user=owner)
@@ -109,7 +111,9 @@ def test_judge_rollout_and_training_runs_are_started(
     assert ScoringRun.objects.filter(pk=run.id, prompt__version=1).exists()
     assert "judge" in {s["name"] for s in stepscope.scorers(project.slug)}
 
-    policy = Policy.objects.create(project=project, name="sampler", model_ref="tiny")
+    policy = Policy.objects.create(
+        project=project, name="sampler", model_ref="tiny", queue="nobody-listens"
+    )
     rollouts = stepscope.start_rollouts(project.slug, "sampler", 4, trajectories=[a])
     job = RolloutJob.objects.get(pk=rollouts.id)
     assert rollouts.kind == "rollouts" and (job.policy_id, job.k) == (policy.pk, 4)
