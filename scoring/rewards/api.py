@@ -1,8 +1,8 @@
 """The reward service's endpoints, mounted under /api/v1/ by ``scoring/api.py``:
 
 - ``POST /rewards/``: a batch of trajectories (Stepscope records or OpenAI chat runs) and
-  a scorer of the project; per-step scores, one reward per trajectory, the scorer's
-  revision.
+  a scorer of the project (a PRM, a trained head or an LLM judge); per-step scores, one
+  reward per trajectory, the scorer's revision (a judge's: its model and prompt version).
 - ``POST /rewards/openrlhf/?project=SLUG&scorer=NAME``: OpenRLHF's remote reward model
   body (``{"query": [...], "prompts": [...], "labels": [...]}``) answered with
   ``{"rewards": [...]}``. OpenRLHF posts to a bare URL without headers, so this route
@@ -10,7 +10,8 @@
 
 Any project member may ask (it reads scores, as the trajectory page does); outsiders get
 a 404, as for everything of a project. A worker that cannot answer within the deadline
-gives 504; no worker or a full queue gives 503 with ``Retry-After``.
+gives 504; no worker or a full queue gives 503 with ``Retry-After``; a judge whose
+endpoint fails gives 502 naming the judge.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from scoring.rewards.inputs import (
     openrlhf_parse,
     trajectories_parse,
 )
-from scoring.services.rewards import RewardRefused, Rewards, rewards_compute
+from scoring.services.rewards import RewardRefused, Rewards, judge_revision, rewards_compute
 from stepscope.serializers import StrictSerializer
 from stepscope.web import current_user
 from trajectories.formats.base import ParsedTrajectory
@@ -53,6 +54,22 @@ def _timeout_field() -> serializers.FloatField:
     )
 
 
+SCORER_HELP = (
+    "A scorer of the project, by name or id: a PRM, a trained head, or an llm-judge in the"
+    " per-step or trajectory mode (asked on the reward worker, as a judge run asks it)."
+    " Imported (external) scorers have nothing to run and are refused."
+)
+
+
+def _prompt_version_field() -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="An llm-judge's prompt version to ask with (default: its newest); refused"
+        " for other scorers.",
+    )
+
+
 def _timeout(value: float | None) -> float:
     limit = settings.STEPSCOPE_REWARDS_MAX_TIMEOUT
     if value is None:
@@ -64,7 +81,8 @@ def _timeout(value: float | None) -> float:
 
 class RewardRequestSerializer(StrictSerializer):
     project = serializers.SlugField()
-    scorer = serializers.CharField(help_text="A scorer of the project, by name or id.")
+    scorer = serializers.CharField(help_text=SCORER_HELP)
+    prompt_version = _prompt_version_field()
     trajectories = serializers.ListField(
         child=serializers.JSONField(),
         help_text="Stepscope trajectory records (as POST /imports/ takes them), OpenAI chat"
@@ -92,7 +110,8 @@ class OpenRLHFBodySerializer(StrictSerializer):
 
 class OpenRLHFParamsSerializer(StrictSerializer):
     project = serializers.SlugField()
-    scorer = serializers.CharField()
+    scorer = serializers.CharField(help_text=SCORER_HELP)
+    prompt_version = _prompt_version_field()
     aggregate = serializers.ChoiceField(choices=AGGREGATES, default="min")
     separator = serializers.CharField(
         default="\n\n", trim_whitespace=False, help_text="Where a response is cut into steps."
@@ -148,6 +167,7 @@ def _rewards(
     credit: str,
     timeout: float | None,
     store: bool,
+    prompt_version: int | None,
 ) -> Rewards | Response:
     try:
         return rewards_compute(
@@ -159,6 +179,7 @@ def _rewards(
             timeout_s=_timeout(timeout),
             store=store,
             user=current_user(request) if store else None,
+            prompt_version=prompt_version,
         )
     except RewardRefused as refused:
         body: dict[str, Any] = (
@@ -185,7 +206,9 @@ class RewardsView(APIView):
         """Score a batch of trajectories with a scorer of the project: ``rewards`` holds,
         per trajectory in order, ``steps`` (each step's value, null for steps not
         scored: system, user and tool turns), ``reward`` (the ``aggregate`` of its scored
-        steps) and, with ``credit``, each step's credit."""
+        steps) and, with ``credit``, each step's credit. An llm-judge's answer adds
+        ``judge``: its model, mode, prompt version and the prompt text's SHA-256; a step
+        whose reply has no readable verdict is null, never 0."""
         incoming = RewardRequestSerializer(data=request.data)
         incoming.is_valid(raise_exception=True)
         data = incoming.validated_data
@@ -205,17 +228,20 @@ class RewardsView(APIView):
             credit=data["credit"],
             timeout=data.get("timeout"),
             store=data["store"],
+            prompt_version=data.get("prompt_version"),
         )
         if isinstance(result, Response):
             return result
         body: dict[str, Any] = {
             "scorer": scorer.name,
             "scorer_id": scorer.pk,
-            "revision": scorer.revision,
+            "revision": result.revision,
             "aggregate": result.aggregate,
             "rewards": result.rewards,
             "truncated_steps": result.truncated,
         }
+        if result.prompt is not None:
+            body["judge"] = judge_revision(scorer, result.prompt)
         if data["store"]:
             body["stored"] = {"import": result.import_batch, "scores": result.stored_scores}
         return Response(body)
@@ -229,7 +255,8 @@ class OpenRLHFRewardsView(APIView):
         responses={200: dict[str, Any]},
         parameters=[
             OpenApiParameter("project", str, required=True),
-            OpenApiParameter("scorer", str, required=True),
+            OpenApiParameter("scorer", str, required=True, description=SCORER_HELP),
+            OpenApiParameter("prompt_version", int, description="an llm-judge's prompt version"),
             OpenApiParameter("aggregate", str, enum=list(AGGREGATES)),
             OpenApiParameter("separator", str, description="default: a blank line"),
             OpenApiParameter("timeout", float),
@@ -269,6 +296,7 @@ class OpenRLHFRewardsView(APIView):
             credit="none",
             timeout=options.get("timeout"),
             store=options["store"],
+            prompt_version=options.get("prompt_version"),
         )
         if isinstance(result, Response):
             return result
@@ -278,7 +306,7 @@ class OpenRLHFRewardsView(APIView):
                 "rewards": rewards,
                 "scores": [r["steps"] for r in result.rewards],
                 "scorer": scorer.name,
-                "revision": scorer.revision,
+                "revision": result.revision,
             }
         )
 

@@ -6,6 +6,12 @@ The scorer travels with each request as plain data (:func:`scorer_wire`); the wo
 builds its spec once per scorer id and revision and loads the model once per process
 (``scoring.prm.adapters.scorer_load``, the workers' one model cache), so a training run's
 thousands of requests load it once.
+
+An LLM judge travels the same way (:func:`judge_wire`: its model, parameters and the
+prompt version's text); its requests of one pass are asked together through the judge's
+backend (a remote endpoint ``concurrency`` calls at a time, a local model in batches,
+kept loaded as a PRM is) and read as a judge run reads them (``scoring/judges/scorer.py``).
+An endpoint that fails is a 502 naming the judge.
 """
 
 # Django-free: the batching core and loop, run by `manage.py reward_worker`, the tests and
@@ -17,8 +23,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from scoring.judges.backend import JudgeSpec
+from scoring.judges.config import JudgeError
+from scoring.judges.modes import Prompt
+from scoring.judges.scorer import JudgeStepScorer, PastDeadline
 from scoring.prm.base import ScorerError, ScorerSpec, StepInput, StepResult, TrajectoryInput
-from scoring.prm.kinds import kind_get
+from scoring.prm.kinds import LLM_JUDGE, kind_get
 from scoring.rewards.channel import RewardChannel
 
 logger = logging.getLogger(__name__)
@@ -26,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 class Scores(Protocol):
     def score(self, trajectories: list[TrajectoryInput]) -> list[StepResult]: ...
+
+
+# The scorer a request carries (its wire) made ready to score, given the latest deadline
+# of the requests it serves in this pass (a judge stops asking past it).
+Load = Callable[[dict[str, Any], float], Scores]
 
 
 def scorer_wire(spec: ScorerSpec, *, key: str) -> dict[str, Any]:
@@ -40,6 +55,34 @@ def scorer_wire(spec: ScorerSpec, *, key: str) -> dict[str, Any]:
         "trust_remote_code": spec.trust_remote_code,
         "artifact": spec.artifact,
     }
+
+
+def judge_wire(spec: JudgeSpec, prompt: Prompt, *, key: str, name: str) -> dict[str, Any]:
+    """A judge as a request carries it: ``key`` names the judge, its prompt version and
+    parameters; ``name`` is what an error says."""
+    return {
+        "key": key,
+        "kind": LLM_JUDGE,
+        "name": name,
+        "model_ref": spec.model_ref,
+        "params": spec.params.to_dict(),
+        "revision": spec.revision,
+        "trust_remote_code": spec.trust_remote_code,
+        "prompt": {"system": prompt.system, "template": prompt.template},
+    }
+
+
+def judge_from_wire(wire: dict[str, Any], *, deadline: float) -> JudgeStepScorer:
+    from scoring.judges.config import judge_params
+
+    spec = JudgeSpec(
+        model_ref=wire["model_ref"],
+        params=judge_params(wire["params"]),
+        revision=wire["revision"],
+        trust_remote_code=wire["trust_remote_code"],
+    )
+    prompt = Prompt(wire["prompt"]["system"], wire["prompt"]["template"])
+    return JudgeStepScorer(spec, prompt, deadline=deadline)
 
 
 def scorer_from_wire(wire: dict[str, Any]) -> ScorerSpec:
@@ -75,7 +118,7 @@ class SpecCache:
 def serve_batch(
     requests: list[dict[str, Any]],
     *,
-    load: Callable[[dict[str, Any]], Scores],
+    load: Load,
     now: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """The answer to each request still within its deadline, by request id: ``steps``
@@ -95,9 +138,7 @@ def serve_batch(
     return answers
 
 
-def _serve_group(
-    group: list[dict[str, Any]], load: Callable[[dict[str, Any]], Scores]
-) -> dict[str, dict[str, Any]]:
+def _serve_group(group: list[dict[str, Any]], load: Load) -> dict[str, dict[str, Any]]:
     # Steps get keys unique over the whole group; each key says where its value goes.
     where: dict[int, tuple[str, int, int]] = {}
     steps: dict[str, list[list[float | None]]] = {}
@@ -112,10 +153,20 @@ def _serve_group(
                 where[key] = (request["id"], t_index, s_index)
                 step_inputs.append(StepInput(key, text, role, labelable=scored, score=scored))
             inputs.append(TrajectoryInput(len(inputs), trajectory["task"], tuple(step_inputs)))
+    wire = group[0]["scorer"]
     try:
-        results = load(group[0]["scorer"]).score(inputs)
+        results = load(wire, max(r["deadline"] for r in group)).score(inputs)
     except ScorerError as error:
         return {r["id"]: {"error": f"the scorer cannot run: {error}", "status": 400} for r in group}
+    except PastDeadline:
+        logger.info("a judge was still asked past the deadline of %d requests", len(group))
+        return {}  # their callers have had their 504 already
+    except JudgeError as error:
+        # The endpoint's failure (unreachable, a refused key, no such model, errors past
+        # the retries) or the worker's (the key's variable unset): the trainer must see
+        # it, never a reward made of the steps that were answered.
+        message = f"the judge {wire.get('name', '')!r} failed: {error}"
+        return {r["id"]: {"error": message, "status": 502} for r in group}
     except Exception as error:  # the worker answers and goes on; the log has the trace
         logger.exception("scoring a batch of %d requests failed", len(group))
         return {
@@ -140,7 +191,7 @@ class RewardWorker:
         self,
         channel: RewardChannel,
         *,
-        load: Callable[[dict[str, Any]], Scores],
+        load: Load,
         max_requests: int,
         block_s: float = 1.0,
     ) -> None:
@@ -167,13 +218,16 @@ class RewardWorker:
             self.serve_once()
 
 
-def model_loader() -> Callable[[dict[str, Any]], Scores]:
-    """Load a request's scorer through the workers' one model cache (imports torch)."""
-    from scoring.prm import adapters
-
+def model_loader() -> Load:
+    """Load a request's scorer through the workers' one model cache (imports torch for
+    a model scorer or a local judge)."""
     specs = SpecCache()
 
-    def load(wire: dict[str, Any]) -> Scores:
+    def load(wire: dict[str, Any], deadline: float) -> Scores:
+        if wire["kind"] == LLM_JUDGE:
+            return judge_from_wire(wire, deadline=deadline)
+        from scoring.prm import adapters
+
         return adapters.scorer_load(specs.spec(wire))
 
     return load

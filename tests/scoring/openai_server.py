@@ -7,11 +7,14 @@ streaming off, logprobs on request. ``POST /control`` (JSON) tells it what to do
 ``fail`` (a list of statuses the next requests answer with, e.g. ``[429, 500]``),
 ``retry_after`` (seconds sent with a 429), ``delay`` (seconds each answer waits, to see
 concurrency), ``fixed_replies`` (texts the next requests reply, in turn) or
-``fixed_reply`` (text every request replies), ``oracles`` (a list of ``{"task", "step",
-"agent"}``: a request whose user message holds an oracle's task text is answered as a
-perfect failure-attribution judge would, reading the default attribution prompts: the
-decisive step is ``step``, its agent ``agent``), ``reset``. ``GET /stats`` says what it
-saw: requests, answers by status, the most in flight at once, the user messages asked.
+``fixed_reply`` (text every request replies), ``replies_for`` (a list of ``{"contains",
+"reply"}``: a request whose user message holds ``contains`` replies ``reply``, the first
+such rule winning, whatever order concurrent requests come in), ``oracles`` (a list of
+``{"task", "step", "agent"}``: a request whose user message holds an oracle's task text
+is answered as a perfect failure-attribution judge would, reading the default attribution
+prompts: the decisive step is ``step``, its agent ``agent``), ``reset``. ``GET /stats``
+says what it saw: requests, answers by status, the most in flight at once and those in
+flight now, the user messages asked.
 ``max_context`` replaces ``--max-context`` (for long real logs). ``GET /v1/models`` lists
 the model with its ``max_model_len``, as vLLM does, and ``POST /tokenize`` counts a
 chat's prompt tokens in vLLM's shape (``{"count", "max_model_len", "tokens"}``) unless
@@ -42,6 +45,7 @@ _FRESH: dict[str, Any] = {
     "delay": 0.0,
     "fixed_replies": [],
     "fixed_reply": None,
+    "replies_for": [],
     "oracles": [],
     "max_context": None,
     "tokenize": True,
@@ -116,6 +120,7 @@ def main() -> None:
                     "tokenized": state.tokenized,
                     "statuses": dict(state.statuses),
                     "max_in_flight": state.max_in_flight,
+                    "in_flight": state.in_flight,
                     "asked": list(state.asked),
                 }
             self._send(200, stats, counted=False)
@@ -141,6 +146,12 @@ def main() -> None:
                 failure = control["fail"].pop(0) if control["fail"] else None
                 fixed = control["fixed_replies"].pop(0) if control["fixed_replies"] else None
                 fixed = fixed if fixed is not None else control["fixed_reply"]
+                if fixed is None:
+                    asked = body["messages"][-1]["content"]
+                    fixed = next(
+                        (r["reply"] for r in control["replies_for"] if r["contains"] in asked),
+                        None,
+                    )
                 if fixed is None and control["oracles"]:
                     fixed = oracle_reply(control["oracles"], body["messages"][-1]["content"])
                 delay = float(control["delay"])

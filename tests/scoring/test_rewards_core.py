@@ -153,7 +153,7 @@ def test_requests_for_one_scorer_share_one_call_and_get_what_they_would_alone(
     model = CountingScorer(adapters.scorer_build(specs.spec(scorer_wire(spec, key="1@"))))
     loaded: list[str] = []
 
-    def load(wire: dict[str, Any]) -> Any:
+    def load(wire: dict[str, Any], deadline: float) -> Any:
         loaded.append(wire["key"])
         return model
 
@@ -173,7 +173,7 @@ def test_requests_for_one_scorer_share_one_call_and_get_what_they_would_alone(
 
 
 def test_a_scorer_that_cannot_load_answers_each_of_its_requests_with_400() -> None:
-    def load(wire: dict[str, Any]) -> Any:
+    def load(wire: dict[str, Any], deadline: float) -> Any:
         raise prm.ScorerError("cannot load model '/nowhere'")
 
     spec = prm.ScorerSpec(
