@@ -4,8 +4,8 @@ verl: point ``custom_reward_function.path`` at this file (or a file that imports
 ``name: compute_score`` (``NaiveRewardManager``: one call per sample) or
 ``name: compute_score_batch`` (``BatchRewardManager``), and say where Stepscope is either
 in ``custom_reward_function.reward_kwargs`` (``url``, ``token``, ``project``, ``scorer``,
-``aggregate``, ``separator``, ``store``) or in the environment (``STEPSCOPE_URL``,
-``STEPSCOPE_TOKEN``, ``STEPSCOPE_PROJECT``, ``STEPSCOPE_SCORER``)::
+``aggregate``, ``separator``, ``store``, ``prompt_version``) or in the environment
+(``STEPSCOPE_URL``, ``STEPSCOPE_TOKEN``, ``STEPSCOPE_PROJECT``, ``STEPSCOPE_SCORER``)::
 
     custom_reward_function:
       path: /path/to/stepscope_client/rewards.py
@@ -14,7 +14,9 @@ in ``custom_reward_function.reward_kwargs`` (``url``, ``token``, ``project``, ``
 OpenRLHF: ``--remote_rm_url "$(python -c 'from stepscope_client.rewards import
 openrlhf_url; print(openrlhf_url(URL, TOKEN, project="demo", scorer="prm"))')"``.
 
-A response is cut into steps at ``separator`` (a blank line unless told); the task the
+The scorer is any the project registered that the reward service runs: a PRM, a trained
+head or an LLM judge (``prompt_version`` picks a judge's prompt version; its newest by
+default). A response is cut into steps at ``separator`` (a blank line unless told); the task the
 scorer sees is ``extra_info["question"]`` (or ``["prompt"]``) where the data has one.
 """
 
@@ -45,6 +47,7 @@ def openrlhf_url(
     separator: str | None = None,
     timeout: float | None = None,
     store: bool = False,
+    prompt_version: int | None = None,
 ) -> str:
     """The URL to give OpenRLHF as ``--remote_rm_url``: it posts ``{"query": [...],
     "prompts": [...], "labels": [...]}`` there without headers, so the token rides in
@@ -56,6 +59,8 @@ def openrlhf_url(
         params["timeout"] = f"{timeout:g}"
     if store:
         params["store"] = "true"
+    if prompt_version is not None:
+        params["prompt_version"] = str(prompt_version)
     params["token"] = token
     return f"{base_url.rstrip('/')}/api/v1/rewards/openrlhf/?{urlencode(params)}"
 
@@ -101,6 +106,8 @@ def compute_score_batch(
         "timeout": config["timeout"],
         "store": config["store"],
     }
+    if config["prompt_version"] is not None:
+        body["prompt_version"] = config["prompt_version"]
     http = _http(config["url"], config["token"], config["timeout"])
     response = http.post("rewards/", json=body)
     if response.status_code >= 400:
@@ -118,7 +125,17 @@ def compute_score_batch(
 
 
 def _config(options: dict[str, Any]) -> dict[str, Any]:
-    known = {"url", "token", "project", "scorer", "aggregate", "separator", "timeout", "store"}
+    known = {
+        "url",
+        "token",
+        "project",
+        "scorer",
+        "aggregate",
+        "separator",
+        "timeout",
+        "store",
+        "prompt_version",
+    }
     unknown = sorted(set(options) - known)
     if unknown:
         raise TypeError(f"unknown reward options {unknown}; expected some of {sorted(known)}")
@@ -138,6 +155,8 @@ def _config(options: dict[str, Any]) -> dict[str, Any]:
     config["separator"] = options.get("separator", DEFAULT_SEPARATOR)
     config["timeout"] = float(options.get("timeout", DEFAULT_TIMEOUT))
     config["store"] = bool(options.get("store", False))
+    version = options.get("prompt_version")
+    config["prompt_version"] = int(version) if version is not None else None
     return config
 
 

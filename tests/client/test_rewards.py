@@ -3,7 +3,8 @@ the way the trainers call them: verl's reward managers call ``compute_score`` (o
 sample, ``NaiveRewardManager``) or ``compute_score_batch`` (``BatchRewardManager``) with
 the config's ``reward_kwargs`` bound by ``functools.partial``; OpenRLHF's
 ``request_api_wrapper`` posts ``{"query", "prompts", "labels"}`` to ``--remote_rm_url``
-with only a Content-Type header and reads ``rewards``."""
+with only a Content-Type header and reads ``rewards``. The scorer is a tiny PRM, or an
+LLM judge behind the stand-in OpenAI-compatible endpoint (tests/scoring/openai_server.py)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,13 @@ from typing import Any
 
 import pytest
 import requests
+from stepscope_client.errors import StepscopeError
 from stepscope_client.rewards import compute_score, compute_score_batch, openrlhf_url
 
 from scoring import prm
 from scoring.models import Scorer
+from tests.conftest import OpenAIServer
+from tests.scoring.test_judge_runs import remote_judge
 from tests.scoring.test_rewards_api import bare_values
 from trajectories.models import Project
 
@@ -123,3 +127,46 @@ def test_openrlhf_posts_its_remote_rm_body_to_the_url_and_reads_rewards(
     ]
     wrong = requests.post(url=url.replace(token, "ssk_not-a-token"), json=data, timeout=30)
     assert wrong.status_code == 401
+
+
+def test_a_judge_gives_verl_and_openrlhf_rewards_and_its_failure_is_an_error_not_a_zero(
+    live_server: Any,
+    reward_worker: object,
+    token: str,
+    project: Project,
+    openai_server: OpenAIServer,
+) -> None:
+    remote_judge(project, openai_server, name="judge", logprobs=False, max_retries=0)
+    # Every step "cannot be judged": 0.5 each, so a product tells the step counts apart.
+    openai_server.control(fixed_reply="Hard to say. \\boxed{0}")
+    reward_kwargs = {
+        "url": live_server.url,
+        "token": token,
+        "project": "demo",
+        "scorer": "judge",
+        "aggregate": "product",
+        "prompt_version": 1,
+    }
+    info = {"question": QUESTION}
+    score = compute_score("openai/gsm8k", SOLUTIONS[0], "18", info, **reward_kwargs)
+    assert score == pytest.approx(0.125)
+
+    url = openrlhf_url(live_server.url, token, project="demo", scorer="judge", aggregate="product")
+    prompt = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+    data = {"query": [prompt + solution for solution in SOLUTIONS], "prompts": [prompt, prompt]}
+    response = requests.post(
+        url=url, json=data, headers={"Content-Type": "application/json"}, timeout=60
+    )
+    response.raise_for_status()
+    answer = response.json()
+    assert answer["rewards"] == pytest.approx([0.125, 0.25])
+    assert answer["scores"] == [[0.5, 0.5, 0.5], [0.5, 0.5]]
+    assert answer["revision"].startswith("tiny-judge#prompt-v1:")
+    assert openai_server.stats()["requests"] == 3 + 5  # one call per step
+
+    openai_server.control(reset=True)
+    openai_server.control(fail=[500] * 5)
+    with pytest.raises(StepscopeError) as failed:
+        compute_score("openai/gsm8k", SOLUTIONS[1], "18", info, **reward_kwargs)
+    assert failed.value.status == 502
+    assert "the judge 'judge' failed" in str(failed.value)

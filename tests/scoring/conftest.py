@@ -3,15 +3,12 @@ and Celery workers this module may kill."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +19,13 @@ import pytest
 from scoring import prm
 from scoring.models import Scorer
 from tests import isolation
-from tests.conftest import REPO_ROOT
+from tests.conftest import (  # noqa: F401 (the judge tests import these from here)
+    JUDGE_CONTEXT,
+    JUDGE_KEY_ENV,
+    JUDGE_NAME,
+    REPO_ROOT,
+    OpenAIServer,
+)
 from trajectories.models import Project
 
 
@@ -165,86 +168,3 @@ def workers(transactional_db: None) -> Iterator[Workers]:
         yield started
     finally:
         started.stop_all()
-
-
-# The key the test endpoint wants, in the environment under this name for the workers
-# (started later, with a copy of this environment) as a remote judge's api_key_env.
-JUDGE_KEY_ENV = "STEPSCOPE_TEST_JUDGE_KEY"
-JUDGE_KEY = "sk-test-" + uuid.uuid4().hex
-os.environ[JUDGE_KEY_ENV] = JUDGE_KEY
-JUDGE_NAME = "tiny-judge"
-# The test endpoint's context, small enough for a long step to pass it.
-JUDGE_CONTEXT = 768
-
-
-@pytest.fixture(scope="session")
-def tiny_judge(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from scoring.prm import tiny
-
-    return tiny.save_judge_lm(tmp_path_factory.mktemp("tiny-judge") / "judge")
-
-
-@dataclass
-class OpenAIServer:
-    """The test endpoint (tests/scoring/openai_server.py), a process on loopback."""
-
-    base_url: str
-    process: subprocess.Popen[str]
-
-    def _call(self, path: str, payload: dict[str, Any] | None = None) -> Any:
-        data = json.dumps(payload).encode() if payload is not None else None
-        request = urllib.request.Request(
-            self.base_url.removesuffix("/v1") + path,
-            data=data,
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return json.loads(answer.read())
-
-    def control(self, **settings: Any) -> None:
-        self._call("/control", settings)
-
-    def stats(self) -> dict[str, Any]:
-        stats: dict[str, Any] = self._call("/stats")
-        return stats
-
-
-@pytest.fixture(scope="session")
-def openai_server_process(tiny_judge: Path) -> Iterator[OpenAIServer]:
-    log = REPO_ROOT / ".stepscope" / f"test-openai-server-{isolation.NAME}.log"
-    log.parent.mkdir(exist_ok=True)
-    with log.open("ab") as log_file:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.scoring.openai_server",
-                "--model",
-                str(tiny_judge),
-                "--name",
-                JUDGE_NAME,
-                "--key",
-                JUDGE_KEY,
-                "--max-context",
-                str(JUDGE_CONTEXT),
-            ],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=log_file,
-            text=True,
-        )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()  # "PORT n" once it listens; "" if it died
-        if not line.startswith("PORT "):
-            raise RuntimeError(f"the test endpoint did not start; see {log}")
-        yield OpenAIServer(f"http://127.0.0.1:{int(line.split()[1])}/v1", process)
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-@pytest.fixture
-def openai_server(openai_server_process: OpenAIServer) -> OpenAIServer:
-    openai_server_process.control(reset=True)
-    return openai_server_process
