@@ -2,8 +2,9 @@
 a critique. ``config`` holds the judge's parameters and prompt templates, ``modes`` turns
 trajectories into judge requests and verdicts into step values, ``verdicts`` parses the
 replies; ``local`` generates with transformers, ``remote`` asks an OpenAI-compatible
-``chat/completions`` endpoint.
+``chat/completions`` endpoint; ``scorer`` is a judge as a step scorer, storing nothing
+(the reward worker's).
 
-Importing this package, ``config``, ``modes``, ``verdicts`` and ``remote`` loads neither
-torch nor Django; ``local`` loads torch and transformers.
+Importing this package, ``config``, ``modes``, ``verdicts``, ``remote`` and ``scorer``
+loads neither torch nor Django; ``local`` loads torch and transformers.
 """

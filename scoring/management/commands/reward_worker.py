@@ -2,7 +2,8 @@
 
 The reward service's worker (``scoring/rewards/serve.py``): it drains the requests the
 web side queues in Redis, up to N at a time, scores them with the scorer each names
-(loaded once and kept), and answers each on its own key. Run one per GPU, beside the
+(loaded once and kept; an LLM judge is asked, its calls of the pass together), and
+answers each on its own key. Run one per GPU, beside the
 Celery workers; SIGTERM or Ctrl-C stops it after the pass in hand."""
 
 from __future__ import annotations
