@@ -35,8 +35,9 @@ class JudgeStepScorer:
             )
         self.deadline = deadline
         params = spec.params
-        if deadline is not None:
-            # One call, or one wait between retries, never outlasts the callers' wait.
+        if deadline is not None and params.backend == "remote":
+            # One call, or one wait between retries, never outlasts the callers' wait. (A
+            # local judge's parameters stay as they are: they key its loaded model.)
             left = max(0.1, deadline - time.time())
             params = dataclasses.replace(
                 params,

@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 
 from scoring import prm
+from scoring.judges.backend import JudgeSpec, judge_load
+from scoring.judges.config import DEFAULT_SYSTEM, DEFAULT_TEMPLATES, PER_STEP, judge_params
+from scoring.judges.modes import Prompt
 from scoring.prm import adapters
 from scoring.rewards.inputs import (
     RewardInputError,
@@ -21,6 +24,8 @@ from scoring.rewards.inputs import (
 )
 from scoring.rewards.serve import (
     SpecCache,
+    judge_wire,
+    model_loader,
     scorer_wire,
     serve_batch,
     trajectories_wire,
@@ -207,3 +212,19 @@ def test_waiting_outlasts_the_redis_clients_socket_timeout() -> None:
     finally:
         answer_late.join()
     assert channel.wait("r2", deadline=time.time() + 0.5) is None
+
+
+def test_a_local_judge_stays_loaded_whatever_each_pass_deadline(tiny_judge: Any) -> None:
+    """The deadline shortens a remote judge's timeouts, never a local judge's parameters,
+    which key its loaded model: a training run's passes load it once."""
+    spec = JudgeSpec(str(tiny_judge), judge_params({"device": "cpu", "max_tokens": 4}))
+    prompt = Prompt(DEFAULT_SYSTEM, DEFAULT_TEMPLATES[PER_STEP])
+    wire = judge_wire(spec, prompt, key="judge:1", name="judge")
+    load = model_loader()
+    first, second = load(wire, time.time() + 5), load(wire, time.time() + 50)
+    assert judge_load(first.spec) is judge_load(second.spec)  # type: ignore[attr-defined]
+    remote = JudgeSpec(
+        "m", judge_params({"backend": "remote", "base_url": "http://127.0.0.1:9/v1"})
+    )
+    soon = load(judge_wire(remote, prompt, key="judge:2", name="r"), time.time() + 5)
+    assert soon.spec.params.timeout_seconds <= 5  # type: ignore[attr-defined]
