@@ -19,6 +19,7 @@ An endpoint that fails is a 502 naming the judge.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
@@ -141,6 +142,7 @@ def serve_batch(
 def _serve_group(group: list[dict[str, Any]], load: Load) -> dict[str, dict[str, Any]]:
     # Steps get keys unique over the whole group; each key says where its value goes.
     where: dict[int, tuple[str, int, int]] = {}
+    trajectory_where: list[tuple[str, int]] = []
     steps: dict[str, list[list[float | None]]] = {}
     inputs: list[TrajectoryInput] = []
     for request in group:
@@ -153,6 +155,7 @@ def _serve_group(group: list[dict[str, Any]], load: Load) -> dict[str, dict[str,
                 where[key] = (request["id"], t_index, s_index)
                 step_inputs.append(StepInput(key, text, role, labelable=scored, score=scored))
             inputs.append(TrajectoryInput(len(inputs), trajectory["task"], tuple(step_inputs)))
+            trajectory_where.append((request["id"], t_index))
     wire = group[0]["scorer"]
     try:
         results = load(wire, max(r["deadline"] for r in group)).score(inputs)
@@ -165,8 +168,15 @@ def _serve_group(group: list[dict[str, Any]], load: Load) -> dict[str, dict[str,
         # The endpoint's failure (unreachable, a refused key, no such model, errors past
         # the retries) or the worker's (the key's variable unset): the trainer must see
         # it, never a reward made of the steps that were answered.
-        message = f"the judge {wire.get('name', '')!r} failed: {error}"
-        return {r["id"]: {"error": message, "status": 502} for r in group}
+        name = wire.get("name", "")
+        return {
+            r["id"]: {
+                "error": f"the judge {name!r} failed: "
+                + _judge_error_placed(str(error), r["id"], where, trajectory_where),
+                "status": 502,
+            }
+            for r in group
+        }
     except Exception as error:  # the worker answers and goes on; the log has the trace
         logger.exception("scoring a batch of %d requests failed", len(group))
         return {
@@ -181,6 +191,36 @@ def _serve_group(group: list[dict[str, Any]], load: Load) -> dict[str, dict[str,
         request_id: {"steps": rows, "truncated": truncated[request_id]}
         for request_id, rows in steps.items()
     }
+
+
+# How a judge's error names what it asked about (``scoring.judges.modes.describe``), by
+# the keys the worker gave the pass's steps and trajectories.
+_DESCRIBED = re.compile(r"\b(?:step (\d+) of )?trajectory (\d+)\b")
+
+
+def _judge_error_placed(
+    message: str,
+    request_id: str,
+    where: dict[int, tuple[str, int, int]],
+    trajectory_where: list[tuple[str, int]],
+) -> str:
+    """``message`` with the worker's keys turned into the caller's positions
+    (``trajectories.1 step 2``), or, where the judge failed on another request served in
+    the same pass, saying so."""
+
+    def place(match: re.Match[str]) -> str:
+        step, trajectory = match.group(1), int(match.group(2))
+        if step is not None and int(step) in where:
+            owner, t_index, s_index = where[int(step)]
+            if owner == request_id:
+                return f"trajectories.{t_index} step {s_index}"
+        elif step is None and trajectory < len(trajectory_where):
+            owner, t_index = trajectory_where[trajectory]
+            if owner == request_id:
+                return f"trajectories.{t_index}"
+        return "a trajectory of another request asked in the same pass"
+
+    return _DESCRIBED.sub(place, message)
 
 
 class RewardWorker:

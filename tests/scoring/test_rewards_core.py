@@ -12,7 +12,13 @@ import pytest
 
 from scoring import prm
 from scoring.judges.backend import JudgeSpec, judge_load
-from scoring.judges.config import DEFAULT_SYSTEM, DEFAULT_TEMPLATES, PER_STEP, judge_params
+from scoring.judges.config import (
+    DEFAULT_SYSTEM,
+    DEFAULT_TEMPLATES,
+    PER_STEP,
+    JudgeError,
+    judge_params,
+)
 from scoring.judges.modes import Prompt
 from scoring.prm import adapters
 from scoring.rewards.inputs import (
@@ -228,3 +234,28 @@ def test_a_local_judge_stays_loaded_whatever_each_pass_deadline(tiny_judge: Any)
     )
     soon = load(judge_wire(remote, prompt, key="judge:2", name="r"), time.time() + 5)
     assert soon.spec.params.timeout_seconds <= 5  # type: ignore[attr-defined]
+
+
+def test_a_failing_judge_answers_502_placing_the_step_in_each_callers_own_batch() -> None:
+    """The judge's error names the worker's keys for the pass (request b's second step
+    is the pass's step 5); each caller reads its own positions, or that another request
+    failed it."""
+    spec = prm.ScorerSpec(
+        kind=prm.TOKEN_CLASSIFICATION,
+        model_ref="/unused",
+        params=prm.params_for_kind(prm.TOKEN_CLASSIFICATION, {}),
+    )
+
+    def load(wire: dict[str, Any], deadline: float) -> Any:
+        raise JudgeError("the endpoint failed for step 5 of trajectory 1; last: HTTP 500")
+
+    requests = [_request("a", spec, [RECORD], 2e9), _request("b", spec, [RECORD], 2e9)]
+    for request in requests:
+        request["scorer"]["name"] = "strict"
+    answers = serve_batch(requests, load=load)
+    assert answers["b"] == {
+        "error": "the judge 'strict' failed: the endpoint failed for trajectories.0 step 1;"
+        " last: HTTP 500",
+        "status": 502,
+    }
+    assert "for a trajectory of another request asked in the same pass" in answers["a"]["error"]

@@ -176,6 +176,7 @@ def test_a_judge_past_the_deadline_is_a_504_and_a_failing_endpoint_a_502_naming_
         detail = failed.json()["detail"]
         assert detail.startswith("the judge 'judge' failed: the judge endpoint")
         assert "HTTP 500: injected" in detail
+        assert "for trajectories.0 step " in detail  # the caller's position, not the pass's
 
         unreachable = http.post("/api/v1/rewards/", json={**body, "scorer": "nowhere"})
         assert unreachable.status_code == 502, unreachable.text
