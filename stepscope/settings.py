@@ -215,6 +215,11 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# The suite makes thousands of users: the default hasher's million PBKDF2 rounds cost
+# ~0.5 s a password here, most of the suite's time. Tests (and the servers and workers
+# they start, which set STEPSCOPE_TESTING) hash with a fast one; nothing else does.
+if TESTING:
+    PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "project-list"
 LOGOUT_REDIRECT_URL = "login"
