@@ -571,3 +571,10 @@ class QueueAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_id} to {self.annotator_id} ({self.status})"
+
+
+# --- Span labels (labeling/spans.py) ---------------------------------------------------
+# Defined in their own module; imported here so that Django registers them with the app.
+from labeling.spans import SpanLabel as SpanLabel  # noqa: E402
+from labeling.spans import SpanLabelEvent as SpanLabelEvent  # noqa: E402
+from labeling.spans import SpanSchema as SpanSchema  # noqa: E402
