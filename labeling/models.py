@@ -497,6 +497,10 @@ class Queue(models.Model):
     )
     # The filters the selection was made with, for the record.
     selection = models.JSONField(default=dict, blank=True)
+    # The names of the step schemas the queue asks for, in the order given; empty: every
+    # active schema of the project (as before queues named theirs). Its annotators' pages
+    # offer those schemas and their progress counts labels under them.
+    schemas = models.JSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
