@@ -4,6 +4,9 @@ naming their field."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -18,6 +21,8 @@ from labeling.services import (
     span_schema_save,
 )
 from labeling.spans import TRIAGE_VALUES
+from tests.exports.test_exports import export
+from tests.factories import trajectory_with_steps
 from tests.labeling.conftest import leased_state, state
 from trajectories.models import Project, Trajectory
 
@@ -281,3 +286,62 @@ def test_outsiders_get_404(
     assert client.post(reverse("span-delete", args=[span.pk])).status_code == 404
     assert client.get(reverse("trajectory-spans", args=[trajectory.pk])).status_code == 404
     assert SpanLabel.objects.filter(pk=span.pk).exists()
+
+
+# --- The export ----------------------------------------------------------------------------
+
+
+def test_the_spans_export_writes_segments_and_per_step_values(
+    owner: User, researcher: User, trajectory: Trajectory, triage: SpanSchema, tmp_path: Path
+) -> None:
+    other = trajectory_with_steps(trajectory.project, ["Alone."], external_id="no-spans")
+    assert other.pk
+    span_label_set(
+        state=state(owner, trajectory), schema="triage", start=0, end=2, value="regression"
+    )
+    span_label_set(
+        state=state(owner, trajectory), schema="triage", start=1, end=1, value="decisive progress"
+    )
+    span_label_set(
+        state=state(researcher, trajectory), schema="triage", start=3, end=4, value="regression"
+    )
+    export(
+        "--project",
+        trajectory.project.slug,
+        "--format",
+        "spans",
+        "--labels",
+        "human:majority",
+        "--neutral",
+        "keep",
+        "--out",
+        str(tmp_path),
+    )
+    records = [json.loads(line) for line in (tmp_path / "spans.jsonl").read_text().splitlines()]
+    # The trajectory without spans is left out.
+    assert [r["id"] for r in records] == ["apples"]
+    (record,) = records
+    assert record["step_count"] == 5
+    assert record["segments"] == [
+        {"schema": "triage", "start": 0, "end": 2, "value": "regression", "annotator": "owner"},
+        {
+            "schema": "triage",
+            "start": 1,
+            "end": 1,
+            "value": "decisive progress",
+            "annotator": "owner",
+        },
+        {
+            "schema": "triage",
+            "start": 3,
+            "end": 4,
+            "value": "regression",
+            "annotator": "researcher",
+        },
+    ]
+    assert record["step_values"] == {
+        "triage": {
+            "owner": [["regression"], ["decisive progress", "regression"], ["regression"], [], []],
+            "researcher": [[], [], [], ["regression"], ["regression"]],
+        }
+    }
