@@ -63,6 +63,8 @@ def test_a_span_is_labelled_by_keyboard(
     span = SpanLabel.objects.get(trajectory=short)
     assert (span.start_index, span.end_index, span.value) == (0, 3, "decisive progress")
     assert not StepLabel.objects.filter(step__trajectory=short).exists()
+    # The brackets are drawn once the swapped panel settles.
+    page.wait_for_function("() => document.querySelectorAll('.span-bracket').length === 4")
     brackets = page.eval_on_selector_all(
         "li.step:has(.span-bracket)", "rows => rows.map(r => Number(r.dataset.index))"
     )
@@ -89,7 +91,10 @@ def test_a_span_is_labelled_by_keyboard(
     page.keyboard.press("k")
     page.keyboard.press("Shift+K")
     page.keyboard.press("4")
-    page.wait_for_function("() => document.querySelectorAll('#span-list .span-item').length === 2")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#span-list .span-item').length === 2"
+        " && document.querySelectorAll('li.step[data-index=\"27\"] .span-bracket').length === 2"
+    )
     assert sorted(
         SpanLabel.objects.filter(trajectory=long).values_list("start_index", "end_index", "value")
     ) == [(0, 29, "useful exploration"), (26, 27, "regression")]
@@ -101,3 +106,5 @@ def test_a_span_is_labelled_by_keyboard(
     page.locator('li.step[data-index="26"]').scroll_into_view_if_needed()
     shot(page, f"spans-long-{width}")
     assert page.evaluate(WIDEST, width) == []
+    page.locator("#span-list").scroll_into_view_if_needed()
+    shot(page, f"spans-panel-{width}")
