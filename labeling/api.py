@@ -25,7 +25,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
-from labeling import selectors, services
+from labeling import selectors, services, span_api
 from labeling.models import Queue, QueueAssignment, StepLabel
 from labeling.serializers import (
     BulkLabelsSerializer,
@@ -363,3 +363,5 @@ urlpatterns: list[URLPattern | URLResolver] = [
     ),
     path("", include(router.urls)),
 ]
+# Span labels (labeling/span_api.py).
+urlpatterns += span_api.urlpatterns

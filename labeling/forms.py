@@ -91,8 +91,23 @@ class QueueForm(TrajectoryFilterForm):
         help_text="Nobody ticked: every member may take items.",
     )
     limit = forms.IntegerField(required=False, min_value=1, label="At most")
+    schemas = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Label schemas",
+        help_text="Nothing ticked: every active schema.",
+    )
 
-    field_order = ["name", "description", "overlap", "lease_minutes", "order", "assignees"]
+    field_order = [
+        "name",
+        "description",
+        "overlap",
+        "lease_minutes",
+        "order",
+        "assignees",
+        "schemas",
+    ]
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -100,6 +115,11 @@ class QueueForm(TrajectoryFilterForm):
         assignees = self.fields["assignees"]
         assert isinstance(assignees, forms.ModelMultipleChoiceField)
         assignees.queryset = User.objects.filter(memberships__project=project).order_by("username")
+        # The queue asks for some of the project's active step schemas, or all of them.
+        schemas = self.fields["schemas"]
+        assert isinstance(schemas, forms.MultipleChoiceField)
+        names = LabelSchema.objects.filter(project=project, is_active=True).order_by("id")
+        schemas.choices = [(n, n) for n in dict.fromkeys(names.values_list("name", flat=True))]
         self.fields["after"].disabled = True
 
     def clean_name(self) -> str:

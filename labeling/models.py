@@ -497,6 +497,10 @@ class Queue(models.Model):
     )
     # The filters the selection was made with, for the record.
     selection = models.JSONField(default=dict, blank=True)
+    # The names of the step schemas the queue asks for, in the order given; empty: every
+    # active schema of the project (as before queues named theirs). Its annotators' pages
+    # offer those schemas and their progress counts labels under them.
+    schemas = models.JSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -571,3 +575,10 @@ class QueueAssignment(models.Model):
 
     def __str__(self) -> str:
         return f"{self.item_id} to {self.annotator_id} ({self.status})"
+
+
+# --- Span labels (labeling/spans.py) ---------------------------------------------------
+# Defined in their own module; imported here so that Django registers them with the app.
+from labeling.spans import SpanLabel as SpanLabel  # noqa: E402
+from labeling.spans import SpanLabelEvent as SpanLabelEvent  # noqa: E402
+from labeling.spans import SpanSchema as SpanSchema  # noqa: E402

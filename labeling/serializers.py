@@ -204,6 +204,7 @@ class QueueSerializer(serializers.ModelSerializer[Queue]):
             "overlap",
             "lease_seconds",
             "order",
+            "schemas",
             "is_active",
             "created_at",
         ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from labeling.views import decisive, labels, queues, review, schemas
+from labeling.views import decisive, labels, queues, review, schemas, spans
 
 urlpatterns = [
     # The labeling surface: the trajectory page, and its writes and partials.
@@ -24,4 +24,7 @@ urlpatterns = [
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
     path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
+    # Span labels: the trajectory page's span panel, and removing one of yours.
+    path("t/<int:pk>/spans/", spans.trajectory_spans, name="trajectory-spans"),
+    path("spans/<int:pk>/delete/", spans.span_delete, name="span-delete"),
 ]

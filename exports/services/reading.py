@@ -24,6 +24,7 @@ from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
+from exports.writers.inputs import ExportSpan
 from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
@@ -67,6 +68,7 @@ class TrajectoryVerdict:
 
     first_error_index: int | None = None
     decisive: ParsedDecisive | None = None
+    spans: tuple[ExportSpan, ...] = ()
 
 
 class ExportCancelled(Exception):
@@ -144,11 +146,19 @@ def read_chunks(
                         trajectory_id: ParsedDecisive(agent=agent, step_index=step, reason=reason)
                         for trajectory_id, agent, step, reason in cursor.fetchall()
                     }
+                span_rows: dict[int, list[ExportSpan]] = {}
+                if "spans" in plan.reads:
+                    cursor.execute(SPANS_SQL, [ids])
+                    for trajectory_id, *span in cursor.fetchall():
+                        span_rows.setdefault(trajectory_id, []).append(ExportSpan(*span))
+                with_verdict = first_errors.keys() | decisive_rows.keys() | span_rows.keys()
                 verdicts = {
                     trajectory_id: TrajectoryVerdict(
-                        first_errors.get(trajectory_id), decisive_rows.get(trajectory_id)
+                        first_errors.get(trajectory_id),
+                        decisive_rows.get(trajectory_id),
+                        tuple(span_rows.get(trajectory_id, ())),
                     )
-                    for trajectory_id in first_errors.keys() | decisive_rows.keys()
+                    for trajectory_id in with_verdict
                 }
                 cursor.execute(steps_sql, [*extra_params, ids])
                 yield ids, heads, cursor.fetchall(), verdicts
@@ -344,6 +354,7 @@ def trajectories_from_rows(
             labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
             first_error_index=verdict.first_error_index,
             decisive=verdict.decisive,
+            spans=verdict.spans,
             policy_version=policy_version or None,
             training_step=training_step,
         )
@@ -379,6 +390,16 @@ STEP_TRAINING_SQL = (
 
 
 NO_VERDICT = TrajectoryVerdict()
+# The span labels of a chunk's trajectories (the ``spans`` format), by start, longer
+# first, then schema and annotator.
+SPANS_SQL = (
+    "SELECT sl.trajectory_id, ss.name, sl.start_index, sl.end_index, sl.value, u.username"
+    " FROM labeling_spanlabel sl"
+    " JOIN labeling_spanschema ss ON ss.id = sl.schema_id"
+    " JOIN auth_user u ON u.id = sl.annotator_id"
+    " WHERE sl.trajectory_id = ANY(%s)"
+    " ORDER BY sl.trajectory_id, sl.start_index, sl.end_index DESC, ss.name, u.username, sl.id"
+)
 
 
 def _json(value: Any) -> Any:

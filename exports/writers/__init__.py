@@ -28,7 +28,13 @@ from exports.writers.export import (
     task_groups,
     write_export,
 )
-from exports.writers.inputs import ExportOptions, ExportStep, ExportTrajectory, TaskGroup
+from exports.writers.inputs import (
+    ExportOptions,
+    ExportSpan,
+    ExportStep,
+    ExportTrajectory,
+    TaskGroup,
+)
 from exports.writers.labels import (
     Neutral,
     first_error_position,
@@ -47,6 +53,7 @@ __all__ = [
     "ExportFormat",
     "ExportOptions",
     "ExportResult",
+    "ExportSpan",
     "ExportStep",
     "ExportTrajectory",
     "ExportedFile",

@@ -38,6 +38,7 @@ from exports.writers.records import (
     prm800k_records,
     processbench_records,
     sft_records,
+    span_records,
     stepscope_records,
     trl_stepwise_records,
 )
@@ -61,6 +62,7 @@ DEFAULT_SPLIT = "train"
 #   critiques       an LLM judge's critique of each step (``options.critiques``)
 #   decisive        a trajectory's decisive failure (``options.decisive``)
 #   pairs           sibling steps compared by ``options.pair_value``
+#   spans           every annotator's span labels (runs of steps with a value)
 Reads = frozenset[str]
 READS = frozenset(
     {
@@ -72,6 +74,7 @@ READS = frozenset(
         "critiques",
         "decisive",
         "pairs",
+        "spans",
     }
 )
 
@@ -209,6 +212,13 @@ FORMATS: dict[str, ExportFormat] = {
             ("parquet", "jsonl"),
             reads=frozenset({"metadata"}),
             whole_tasks=True,
+        ),
+        ExportFormat(
+            "spans",
+            "Span labels: segments and per-step values",
+            (Output("spans", span_records),),
+            ("jsonl", "json"),
+            reads=frozenset({"spans"}),
         ),
     )
 }

@@ -59,6 +59,18 @@ class ExportStep:
     training: StepTraining | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ExportSpan:
+    """One annotator's span label: ``value`` on steps ``start`` to ``end`` (indices into
+    the trajectory's steps, both included) under the span schema ``schema``."""
+
+    schema: str
+    start: int
+    end: int
+    value: str
+    annotator: str
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExportTrajectory:
     id: int
@@ -84,6 +96,8 @@ class ExportTrajectory:
     # An RL rollout's policy version and training step.
     policy_version: str | None = None
     training_step: int | None = None
+    # Every annotator's span labels, by start (only for a format that reads ``spans``).
+    spans: Sequence[ExportSpan] = ()
 
     @property
     def group_key(self) -> str:

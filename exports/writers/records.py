@@ -1,5 +1,6 @@
 """Record builders for the per-trajectory formats (no Django): ``stepscope``,
-``trl-stepwise``, ``prm800k``, ``processbench``, ``kto``, ``sft`` and ``critique``.
+``trl-stepwise``, ``prm800k``, ``processbench``, ``kto``, ``sft``, ``critique`` and
+``spans``.
 
 Each builder takes one task's trajectories (a :class:`TaskGroup`), the export options and
 a tally that counts what it left out and why, and yields plain dicts in a fixed key
@@ -20,6 +21,7 @@ from exports.writers.labels import (
     mapped_bool,
 )
 from exports.writers.text import chat_messages, prompt_text, step_text
+from metrics.spans import Span, per_step_values
 from trajectories.formats import stepscope
 from trajectories.formats.base import ParsedLabel, ParsedStep, ParsedTrajectory
 
@@ -340,3 +342,40 @@ def critique_records(
                 "label": label,
                 "agrees": agrees,
             }
+
+
+def span_records(group: TaskGroup, options: ExportOptions, tally: Counter[str]) -> Iterator[Record]:
+    """A trajectory's span labels, once as segment records (schema, start and end step
+    index, both included, value, annotator) and once as per-step values: per schema and
+    annotator, a list per step of the values whose spans cover it (empty where none
+    does; several where spans overlap). A trajectory without spans is left out."""
+    for trajectory in group.trajectories:
+        if not trajectory.spans:
+            tally["trajectories without spans"] += 1
+            continue
+        count = len(trajectory.steps)
+        segments = [
+            {
+                "schema": span.schema,
+                "start": span.start,
+                "end": span.end,
+                "value": span.value,
+                "annotator": span.annotator,
+            }
+            for span in trajectory.spans
+        ]
+        grouped: dict[str, dict[str, list[Span]]] = {}
+        for span in trajectory.spans:
+            grouped.setdefault(span.schema, {}).setdefault(span.annotator, []).append(
+                Span(trajectory.id, span.start, span.end, span.value)
+            )
+        yield {
+            "id": trajectory.external_id,
+            "task_key": trajectory.task_key,
+            "step_count": count,
+            "segments": segments,
+            "step_values": {
+                schema: {name: per_step_values(spans, count) for name, spans in sorted(by.items())}
+                for schema, by in sorted(grouped.items())
+            },
+        }

@@ -79,3 +79,20 @@ __all__ = [
     "step_rows",
     "visible_labels",
 ]
+
+# Span labels (``spans.py``).
+from labeling.selectors.spans import (
+    SpanHistoryEntry,
+    span_agreement_by_schema,
+    span_history,
+    span_schemas_active,
+    spans_visible,
+)
+
+__all__ += [
+    "SpanHistoryEntry",
+    "span_agreement_by_schema",
+    "span_history",
+    "span_schemas_active",
+    "spans_visible",
+]

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, User
+from django.contrib.postgres.aggregates import ArrayAgg
 from django.db import models
-from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Left, Length
 from django.http import Http404
@@ -102,6 +103,8 @@ class Lease:
     queue_id: int
     queue_name: str
     overlap: int
+    # The schema names the queue asks for (``Queue.schemas``); empty: every active one.
+    schemas: list[str] = field(default_factory=list)
 
     @property
     def expired(self) -> bool:
@@ -254,7 +257,7 @@ _SQL_VERDICT = f"""SELECT row_to_json(tl) FROM labeling_trajectorylabel tl
     WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s"""
 _SQL_LEASE = f"""SELECT json_build_object('assignment_id', a.id, 'status', a.status,
         'expires_at', a.expires_at, 'item_id', i.id, 'queue_id', q.id, 'queue_name', q.name,
-        'overlap', q.overlap)
+        'overlap', q.overlap, 'schemas', q.schemas)
     FROM labeling_queueassignment a
     JOIN labeling_queueitem i ON i.id = a.item_id
     JOIN labeling_queue q ON q.id = i.queue_id
@@ -333,7 +336,44 @@ def labeling_state_for_user(
     trajectory = queryset.first()
     if trajectory is None:
         raise Http404("No such trajectory.")
-    return _state_from_row(trajectory, uid)
+    state = _state_from_row(trajectory, uid)
+    if state.lease is not None and state.lease.schemas:
+        _count_queue_schemas(state)
+    return state
+
+
+def _count_queue_schemas(state: LabelingState) -> None:
+    """Progress under a queue that names its schemas: one to label per labelable step
+    and schema of the queue that applies to it, and this user's labels under them (in
+    first-error mode, those up to their first error). One query."""
+    wanted = {schema.pk: schema for schema in state.schemas}
+    rows = (
+        Step.objects.filter(trajectory_id=state.trajectory.pk, labelable=True)
+        .annotate(
+            _mine=ArrayAgg(
+                "labels__schema_id",
+                filter=Q(labels__annotator_id=state.user_id, labels__schema_id__in=list(wanted)),
+                default=Value([]),
+            )
+        )
+        .values_list("index", "kind", "role", "agent", "_mine")
+    )
+    first_error = state.first_error_index
+    counts = {"labelable": 0, "labelled": 0, "to_first": 0, "labelled_to_first": 0}
+    for index, kind, role, agent, mine in rows:
+        for schema in wanted.values():
+            if not schema.applies(kind, role, agent):
+                continue
+            done = schema.pk in (mine or [])
+            counts["labelable"] += 1
+            counts["labelled"] += done
+            if first_error is not None and index <= first_error:
+                counts["to_first"] += 1
+                counts["labelled_to_first"] += done
+    state.labelable = counts["labelable"]
+    state.labelled = counts["labelled"]
+    state.labelable_to_first_error = counts["to_first"]
+    state.labelled_to_first_error = counts["labelled_to_first"]
 
 
 def _state_from_row(trajectory: Trajectory, user_id: int) -> LabelingState:
@@ -350,6 +390,10 @@ def _state_from_row(trajectory: Trajectory, user_id: int) -> LabelingState:
         for schema in (_from_json(LabelSchema, data) for data in row._schemas or [])
         if schema is not None
     ]
+    if lease is not None and lease.schemas:
+        # The queue asks for some schemas only: those, in the queue's order.
+        by_name = {schema.name: schema for schema in schemas}
+        schemas = [by_name[name] for name in lease.schemas if name in by_name]
     return LabelingState(
         trajectory=trajectory,
         user_id=user_id,

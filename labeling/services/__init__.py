@@ -89,3 +89,12 @@ __all__ = [
     "step_labels_set",
     "trajectory_submit",
 ]
+
+# Span labels (``spans.py``).
+from labeling.services.spans import (
+    span_label_delete,
+    span_label_set,
+    span_schema_save,
+)
+
+__all__ += ["span_label_delete", "span_label_set", "span_schema_save"]

@@ -152,6 +152,12 @@ def check_schema(state: LabelingState, schema_id: int | None) -> LabelSchema:
     other = LabelSchema.objects.filter(pk=schema_id).only("project_id", "name", "version").first()
     if other is None or other.project_id != state.project.pk:
         raise LabelingError("That label schema does not belong to this project.", field="schema")
+    if state.lease is not None and state.lease.schemas and other.name not in state.lease.schemas:
+        raise LabelingError(
+            f"Queue {state.lease.queue_name!r} asks for {', '.join(state.lease.schemas)};"
+            f" not for {other.name!r}.",
+            field="schema",
+        )
     newest = next((s for s in state.schemas if s.name == other.name), None)
     now = f"the project now uses v{newest.version}" if newest else "it is no longer labelled"
     raise StaleSchema(

@@ -14,6 +14,7 @@ from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.utils import timezone
 
 from labeling.models import (
+    LabelSchema,
     Queue,
     QueueAssignment,
     QueueItem,
@@ -40,14 +41,30 @@ def queue_create(
     description: str = "",
     limit: int | None = None,
     order: str = Queue.Order.POSITION,
+    schemas: list[str] | None = None,
 ) -> Queue:
     """A queue over the project's trajectories that match ``filters`` (oldest first, at
     most ``limit``), inserted in one statement whatever the selection's size; leased in
-    ``order`` (for "most uncertain first", ranked by the latest trained head now)."""
+    ``order`` (for "most uncertain first", ranked by the latest trained head now).
+    ``schemas`` names the active step schemas it asks for (none: every active one)."""
     if Queue.objects.filter(project=project, name=name).exists():
         raise LabelingError(f"A queue named {name!r} exists already.")
     if order not in Queue.Order.values:
         raise LabelingError(f"Unknown queue order {order!r}.")
+    schemas = list(dict.fromkeys(schemas or []))
+    if schemas:
+        active = set(
+            LabelSchema.objects.filter(project=project, is_active=True).values_list(
+                "name", flat=True
+            )
+        )
+        unknown = [name for name in schemas if name not in active]
+        if unknown:
+            raise LabelingError(
+                f"Queue schemas: {', '.join(map(repr, unknown))} is no active label schema of"
+                f" this project (active: {', '.join(sorted(active)) or 'none'}).",
+                field="schemas",
+            )
     selection_check(project, filters)  # SelectionError names a scorer or run it lacks
     with transaction.atomic():
         queue = Queue.objects.create(
@@ -57,6 +74,7 @@ def queue_create(
             overlap=overlap,
             lease_seconds=lease_seconds,
             order=order,
+            schemas=schemas,
             created_by=created_by,
             selection=selection_definition(filters) | ({"limit": limit} if limit else {}),
         )

@@ -58,6 +58,7 @@ def queue_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 assignees=list(data["assignees"]),
                 limit=data["limit"],
                 order=data["order"] or Queue.Order.POSITION,
+                schemas=list(data["schemas"]),
             )
         except services.LabelingError as error:
             form.add_error(None, error.message)

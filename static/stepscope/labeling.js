@@ -11,6 +11,7 @@
      s            submit the trajectory         n           next item in the queue
      d            the decisive failure: the current step and its agent (decisive.js)
      g            guidelines                    ?           shortcuts
+     Shift+j / Shift+k  select a run of steps; a span value's key then labels it
      Esc          close what is open            Ctrl+Enter  save an open editor
 */
 (function () {
@@ -368,6 +369,137 @@
     const row = document.getElementById("step-" + event.detail.step);
     if (row) setCurrent(row);
     markAfterFirstError();
+  });
+
+  // --- Span labels ---------------------------------------------------------------------
+
+  // Shift+j / Shift+k select a run of steps from the current one (the anchor); while a
+  // run is selected, a span value's key (the span panel's data, labeling/_spans.html)
+  // labels it through the panel's form, and Esc, j or k clears it. Spans are drawn as
+  // brackets beside the steps they cover, one lane each. The listener runs in the
+  // capture phase, before the keys above, so a span key never also labels the step.
+  let spanAnchor = null; // data-index of the step the selection started from
+
+  function spanData() {
+    const node = document.getElementById("spans");
+    if (!node || !node.dataset.spans) return null;
+    try {
+      return JSON.parse(node.dataset.spans);
+    } catch (error) {
+      return null;
+    }
+  }
+
+  function stepRows() {
+    return Array.from(root.querySelectorAll("li.step[data-index]"));
+  }
+
+  function selectionRange() {
+    const row = current();
+    if (spanAnchor === null || !row) return null;
+    const here = Number(row.dataset.index);
+    return [Math.min(spanAnchor, here), Math.max(spanAnchor, here)];
+  }
+
+  function markSelection() {
+    const range = selectionRange();
+    stepRows().forEach(function (row) {
+      const i = Number(row.dataset.index);
+      row.classList.toggle("in-span-selection", Boolean(range) && i >= range[0] && i <= range[1]);
+    });
+  }
+
+  function clearSelection() {
+    spanAnchor = null;
+    markSelection();
+  }
+
+  function extendSelection(delta) {
+    const row = current();
+    if (row && spanAnchor === null) spanAnchor = Number(row.dataset.index);
+    move(delta);
+    markSelection();
+  }
+
+  function labelSpan(key) {
+    const range = selectionRange();
+    const data = spanData();
+    const form = document.getElementById("span-form");
+    if (!range || !data || !form) return false;
+    let found = null;
+    data.schemas.some(function (schema) {
+      const entry = schema.values.find(function (v) { return v.key && v.key.toLowerCase() === key.toLowerCase(); });
+      if (entry) found = { schema: schema.id, value: entry.value };
+      return Boolean(entry);
+    });
+    if (!found) return false;
+    form.querySelector("#span-schema").value = String(found.schema);
+    form.querySelector("#span-start").value = String(range[0]);
+    form.querySelector("#span-end").value = String(range[1]);
+    form.querySelector("#span-value").value = found.value;
+    form.requestSubmit();
+    clearSelection();
+    return true;
+  }
+
+  function drawSpans() {
+    const rowsByIndex = new Map();
+    stepRows().forEach(function (row) {
+      row.querySelectorAll(".span-bracket").forEach(function (mark) { mark.remove(); });
+      rowsByIndex.set(Number(row.dataset.index), row);
+    });
+    const data = spanData();
+    if (!data) return;
+    // A span takes the first lane that is free at its start (spans come by start).
+    const laneEnds = [];
+    data.spans.forEach(function (span) {
+      let lane = laneEnds.findIndex(function (end) { return end < span.start; });
+      if (lane < 0) {
+        lane = laneEnds.length;
+        laneEnds.push(span.end);
+      } else {
+        laneEnds[lane] = span.end;
+      }
+      for (let i = span.start; i <= span.end; i += 1) {
+        const row = rowsByIndex.get(i);
+        if (!row) continue;
+        const mark = document.createElement("span");
+        mark.className = "span-bracket" + (i === span.start ? " is-first" : "") + (i === span.end ? " is-last" : "");
+        mark.style.setProperty("--span-color", span.color);
+        mark.style.setProperty("--lane", String(lane));
+        mark.dataset.spanValue = span.value;
+        mark.title = span.value + " · " + span.annotator + " · steps " + span.start + "–" + span.end;
+        row.appendChild(mark);
+      }
+    });
+    // Every step keeps room for all lanes, so the steps line up whatever spans they are in.
+    const timeline = document.getElementById("steps");
+    if (timeline) {
+      timeline.classList.toggle("has-spans", laneEnds.length > 0);
+      timeline.style.setProperty("--span-lanes", String(laneEnds.length));
+    }
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    const target = event.target;
+    if (typing(target) || document.querySelector("dialog[open]")) return;
+    if (target instanceof Element && target.closest("[data-editor-form]")) return;
+    if (root.dataset.canLabel !== "true" || !document.getElementById("span-form")) return;
+    const key = event.key;
+    if (event.shiftKey && (key === "J" || key === "K")) {
+      event.preventDefault();
+      extendSelection(key === "J" ? 1 : -1);
+    } else if (spanAnchor !== null && (key === "Escape" || key === "j" || key === "k")) {
+      clearSelection();
+    } else if (spanAnchor !== null && labelSpan(key)) {
+      event.preventDefault();
+    }
+  }, true);
+
+  document.body.addEventListener("htmx:afterSettle", function () {
+    drawSpans();
+    markSelection();
   });
 
   // Start on the first step that still needs a label (or the one in the URL's #fragment).

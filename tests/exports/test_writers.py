@@ -14,6 +14,7 @@ import pytest
 
 from exports.writers import (
     ExportOptions,
+    ExportSpan,
     ExportStep,
     ExportTrajectory,
     Neutral,
@@ -854,6 +855,10 @@ def documented_rollouts() -> list[ExportTrajectory]:
             success=False,
             first_error_index=1,
             labels_by_annotator=[[("alice", 1)], [("alice", -1)], []],
+            spans=(
+                ExportSpan("triage", 0, 0, "decisive progress", "alice"),
+                ExportSpan("triage", 1, 2, "regression", "alice"),
+            ),
             **common,
         ),
     ]
@@ -872,6 +877,7 @@ def test_docs_show_records_the_builders_make() -> None:
         "critique",
         "rl",
         "rl-prompts",
+        "spans",
     }
     assert set(examples) == outputs
     for output, documented in examples.items():

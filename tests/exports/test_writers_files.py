@@ -20,6 +20,7 @@ import pytest
 
 from exports.writers import (
     FORMATS,
+    ExportSpan,
     ExportTrajectory,
     SplitSpecError,
     build_manifest,
@@ -105,6 +106,12 @@ def corpus(tasks: int = 6) -> list[ExportTrajectory]:
                 success=False,
                 model_name="tiny",
                 source_format="stepscope",
+                # Span labels (only the ``spans`` format reads them): a run of
+                # exploration, and the regression inside and after it.
+                spans=(
+                    ExportSpan("triage", 1, 3, "useful exploration", "alice"),
+                    ExportSpan("triage", 3, 5, "regression", "alice"),
+                ),
             )
         )
     return items
@@ -607,6 +614,17 @@ def check_nested(output: str, dataset: datasets.Dataset) -> None:
         assert features["steps"].feature["content"] == V("string")
         assert features["outcome"]["reward"] == V("float64")
         assert row["id"] == "run-0"
+    elif output == "spans":
+        assert features["segments"].feature["start"] == V("int64")
+        assert row["id"] == "run-1"
+        assert row["step_values"]["triage"]["alice"] == [
+            [],
+            ["useful exploration"],
+            ["useful exploration"],
+            ["regression", "useful exploration"],
+            ["regression"],
+            ["regression"],
+        ]
     else:  # pragma: no cover - every output is checked above
         raise AssertionError(output)
 

@@ -140,6 +140,11 @@ ACCESS: dict[str, dict[str, str]] = {
     # form clears the user's own, which the annotator without a lease may not (refused,
     # redirected back with the reason).
     "decisive-failure": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
+    # The span panel: every member reads it (a page without HTMX); an empty form is refused
+    # with a redirect back. Removing a span: only your own (the world's is the admin's);
+    # anyone else's refusal is a redirect back with the message, an outsider's a 404.
+    "trajectory-spans": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
+    "span-delete": _MEMBER_WRITE,
     "guidelines": _GET_ONLY,
     # Queues: members take, skip and see them; researchers and admins make and close them.
     "queue-list": _GET_ONLY,
@@ -253,6 +258,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-trajectory-submit": {"GET": "401 405 405 405 405", "POST": "401 404 403 400 400"},
     # An empty body clears your decisive failure: the annotator holds no lease (403).
     "api:api-trajectory-decisive": {"GET": "401 405 405 405 405", "POST": "401 404 403 200 200"},
+    # A trajectory's spans (empty body: 400 naming the fields) and one span (removed with
+    # DELETE: OTHER_WRITES).
+    "api:api-trajectory-spans": {"GET": "401 404 200 200 200", "POST": "401 404 400 400 400"},
+    "api:api-span-detail": _API_OBJECT,
     "api:api-queue-list": _API_LIST,
     "api:api-queue-detail": _API_OBJECT,
     "api:api-queue-lease": _API_OBJECT,
@@ -413,6 +422,9 @@ def test_the_export_list_takes_its_project(tmp_path: Path) -> None:
 # nothing: 200) and delete it (without the slug typed in ``confirm``: 400, nothing gone).
 OTHER_WRITES = {
     "api:project-detail": {"PATCH": "401 404 403 403 200", "DELETE": "401 404 403 403 400"},
+    # Your own span (the world's is the admin's): the annotator holds no lease (403), the
+    # researcher's is not theirs (404).
+    "api:api-span-detail": {"DELETE": "401 404 403 404 204"},
 }
 
 

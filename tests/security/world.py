@@ -29,7 +29,14 @@ from rest_framework.authtoken.models import Token
 from accounts.services import api_token_create
 from automation.models import Rule, RuleFiring, Webhook, WebhookDelivery
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
-from labeling.models import LabelSchema, Queue, StepLabel, TrajectoryLabel
+from labeling.models import (
+    LabelSchema,
+    Queue,
+    SpanLabel,
+    SpanSchema,
+    StepLabel,
+    TrajectoryLabel,
+)
 from labeling.services import queue_create
 from rollouts.models import Policy, RolloutJob
 from scoring import prm
@@ -101,6 +108,8 @@ class World:
     rule: Rule
     webhook: Webhook
     delivery: WebhookDelivery
+    # The admin's span on the trajectory, under a span schema whose value holds the text.
+    span: SpanLabel
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -158,6 +167,7 @@ class World:
             ("webhook-deliveries", self.delivery.pk),
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
+            ("spans", self.span.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),
             ("project-deletions", self.deletion.pk),
             ("p/<slug:slug>/members/invites/", self.invite.pk),
@@ -580,6 +590,16 @@ def build_world(
         rule=rule,
         webhook=webhook,
         delivery=delivery,
+        span=SpanLabel.objects.create(
+            trajectory=trajectory,
+            schema=SpanSchema.objects.create(
+                project=project, name=f"triage {text}", values=[{"value": f"role {text}"}]
+            ),
+            annotator=users["admin"],
+            start_index=1,
+            end_index=3,
+            value=f"role {text}",
+        ),
     )
 
 

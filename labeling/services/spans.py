@@ -1,0 +1,139 @@
+"""Writes for span labels: a project's span schemas, and an annotator's value on a run of
+consecutive steps (``labeling/spans.py`` says what they are). Labelling a span follows
+the rules of labelling a step: reviewers label anything in their project, annotators
+what a queue leased them; an annotator removes only their own spans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+
+from labeling.selectors import LabelingState
+from labeling.services.common import (
+    LabelingError,
+    NotAllowed,
+    history_context,
+    require_can_label,
+)
+from labeling.spans import TRIAGE_VALUES, SpanLabel, SpanSchema, span_values_error
+from trajectories.models import Project
+
+
+def span_schema_save(
+    *,
+    project: Project,
+    name: str,
+    values: list[dict[str, Any]] | None = None,
+    is_active: bool = True,
+) -> SpanSchema:
+    """Create the project's span schema ``name``, or change its values (the TRIAGE roles
+    when none are given). A value that spans already carry cannot be taken away, and no
+    two active span schemas of a project share a key."""
+    name = name.strip()
+    if not name or len(name) > 100:
+        raise LabelingError("A span schema needs a name of 1 to 100 characters.", field="name")
+    values = [dict(v) for v in TRIAGE_VALUES] if values is None else values
+    problem = span_values_error(values)
+    if problem is not None:
+        raise LabelingError(f"Span schema {name!r}: {problem}.", field="values")
+    with transaction.atomic():
+        schema = SpanSchema.objects.select_for_update().filter(project=project, name=name).first()
+        if schema is not None:
+            kept = {e["value"] for e in values}
+            used = set(
+                schema.labels.exclude(value__in=kept).values_list("value", flat=True).distinct()
+            )
+            if used:
+                raise LabelingError(
+                    f"Span schema {name!r}: spans carry {', '.join(sorted(used))!s}; keep"
+                    " the value or remove those spans first.",
+                    field="values",
+                )
+        if is_active:
+            others = SpanSchema.objects.filter(project=project, is_active=True).exclude(name=name)
+            taken = {e["key"].lower(): o.name for o in others for e in o.entries if e["key"]}
+            for position, entry in enumerate(values):
+                holder = taken.get(str(entry.get("key") or "").lower())
+                if holder is not None:
+                    raise LabelingError(
+                        f"Span schema {name!r}: values.{position} ({entry['value']}): key"
+                        f" {entry['key']!r} labels span schema {holder!r} already.",
+                        field="values",
+                    )
+        if schema is None:
+            return SpanSchema.objects.create(
+                project=project, name=name, values=values, is_active=is_active
+            )
+        schema.values = values
+        schema.is_active = is_active
+        schema.save(update_fields=["values", "is_active"])
+        return schema
+
+
+def _span_schema(state: LabelingState, schema: int | str) -> SpanSchema:
+    """The trajectory's project's active span schema, by id or by name."""
+    found = SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)
+    found = found.filter(pk=schema) if isinstance(schema, int) else found.filter(name=schema)
+    picked = found.first()
+    if picked is None:
+        names = ", ".join(
+            SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)
+            .order_by("id")
+            .values_list("name", flat=True)
+        )
+        raise LabelingError(
+            f"Span schema {schema!r} is not an active span schema of this project"
+            f" (active: {names or 'none'}).",
+            field="schema",
+        )
+    return picked
+
+
+def span_label_set(
+    *, state: LabelingState, schema: int | str, start: int, end: int, value: str
+) -> tuple[SpanLabel, bool]:
+    """Give the steps ``start`` to ``end`` (both included) this user's ``value`` under the
+    span schema ``schema`` (its id or name). The same range under the same schema again
+    replaces the value. Returns the span and whether it is new. Errors name the field
+    (``schema``, ``start``, ``end``, ``value``)."""
+    require_can_label(state)
+    picked = _span_schema(state, schema)
+    count = state.trajectory.step_count
+    for field, index in (("start", start), ("end", end)):
+        if not 0 <= index < count:
+            raise LabelingError(
+                f"Span {field} {index} is not a step of this trajectory (its steps are 0 to"
+                f" {count - 1}).",
+                field=field,
+            )
+    if start > end:
+        raise LabelingError(f"Span start {start} is after its end {end}.", field="end")
+    if picked.entry_for(value) is None:
+        allowed = ", ".join(repr(e["value"]) for e in picked.entries)
+        raise LabelingError(
+            f"Span value {value!r} is not one of {picked.name!r}'s values ({allowed}).",
+            field="value",
+        )
+    with transaction.atomic(), history_context(action="span"):
+        span, created = SpanLabel.objects.update_or_create(
+            trajectory_id=state.trajectory.pk,
+            schema=picked,
+            annotator_id=state.user_id,
+            start_index=start,
+            end_index=end,
+            defaults={"value": value},
+        )
+    return span, created
+
+
+def span_label_delete(*, state: LabelingState, span_id: int) -> None:
+    """Remove one of this user's spans on the trajectory (kept in the history). Another
+    annotator's span, or one of another trajectory, is not found (404)."""
+    require_can_label(state)
+    with transaction.atomic(), history_context(action="span"):
+        deleted, _ = SpanLabel.objects.filter(
+            pk=span_id, trajectory_id=state.trajectory.pk, annotator_id=state.user_id
+        ).delete()
+    if not deleted:
+        raise NotAllowed("No such span of yours on this trajectory.", status=404)
