@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from labeling import selectors, services
+from labeling.api_rubrics import urlpatterns as rubric_urls
 from labeling.models import Queue, QueueAssignment, StepLabel
 from labeling.serializers import (
     BulkLabelsSerializer,
@@ -361,5 +362,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
         DecisiveFailure.as_view(),
         name="api-trajectory-decisive",
     ),
+    # Rubrics and episode verdicts (labeling/api_rubrics.py).
+    *rubric_urls,
     path("", include(router.urls)),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from labeling.views import decisive, labels, queues, review, schemas
+from labeling.views import decisive, labels, queues, review, rubrics, schemas
 
 urlpatterns = [
     # The labeling surface: the trajectory page, and its writes and partials.
@@ -24,4 +24,8 @@ urlpatterns = [
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
     path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
+    # Rubrics and episode verdicts (labeling/views/rubrics.py).
+    path("p/<slug:slug>/rubric/", rubrics.rubric_edit, name="rubric-edit"),
+    path("t/<int:pk>/rubric/", rubrics.rubric_panel, name="rubric-panel"),
+    path("t/<int:pk>/episode/", rubrics.episode_panel, name="episode-panel"),
 ]
