@@ -46,26 +46,63 @@
     setCurrent(all[(at + 1) % all.length]);
   }
 
+  // Key presses post one after another, each reading the panel the one before left, so
+  // "m m" moves met -> not met however fast it is typed. The panel is replaced with the
+  // answer (an error goes to the panel's message box).
+  let chain = Promise.resolve();
+
+  function post(pick) {
+    chain = chain.then(function () {
+      const picked = pick();
+      if (!picked) return null;
+      const data = new FormData(picked.form);
+      Object.keys(picked.values).forEach(function (name) { data.set(name, picked.values[name]); });
+      return fetch(picked.form.action, {
+        method: "POST", body: data, credentials: "same-origin", headers: { "HX-Request": "true" },
+      }).then(function (response) {
+        return response.text().then(function (text) {
+          const box = document.createElement("template");
+          box.innerHTML = text.trim();
+          if (!response.ok) {
+            say(box.content.textContent.trim() || "The mark was not saved (" + response.status + ").");
+            return;
+          }
+          const panel = box.content.firstElementChild;
+          const old = document.getElementById("rubric");
+          if (!panel || !old) return;
+          old.replaceWith(panel);
+          if (window.htmx) window.htmx.process(panel);
+          const row = current();
+          if (row) row.classList.add("rubric-current");
+        });
+      }).catch(function () { say("The mark was not saved: the server did not answer."); });
+    });
+  }
+
   function mark() {
     if (!current()) next();
-    const row = current();
-    if (!row) return;
-    const at = MARKS.indexOf(row.dataset.mark || "");
-    const button = row.querySelector('[data-mark-button="' + MARKS[(at + 1) % MARKS.length] + '"]');
-    if (button) button.click();
+    post(function () {
+      const row = current();
+      const form = row ? row.querySelector("form.rubric-marks") : null;
+      if (!form) return null;
+      const at = MARKS.indexOf(row.dataset.mark || "");
+      return { form: form, values: { mark: MARKS[(at + 1) % MARKS.length] } };
+    });
   }
 
   function evidence(index) {
     if (!current()) next();
-    const row = current();
-    if (!row || index === undefined || index === null) return;
-    const form = row.querySelector("form.rubric-link");
-    if (!form) {
-      say("Mark the criterion first (m), then link its evidence.");
-      return;
-    }
-    form.querySelector("input[name=toggle_step]").value = index;
-    form.requestSubmit();
+    if (index === undefined || index === null) return;
+    post(function () {
+      const row = current();
+      if (!row) return null;
+      const form = row.querySelector("form.rubric-link");
+      if (!form) {
+        say("Mark the criterion first (m), then link its evidence.");
+        return null;
+      }
+      return { form: form, values: { toggle_step: index } };
+    });
   }
 
   document.addEventListener("stepscope:rubric", function (event) {
@@ -90,11 +127,10 @@
     if (row) setCurrent(row);
   });
 
-  document.addEventListener("htmx:afterSwap", function (event) {
-    if (event.target && event.target.id === "rubric" || document.getElementById("rubric")) {
-      const row = current();
-      if (row) row.classList.add("rubric-current");
-    }
+  // A mark saved with the mouse (the panel's own HTMX forms) keeps the current criterion.
+  document.addEventListener("htmx:afterSettle", function () {
+    const row = current();
+    if (row) row.classList.add("rubric-current");
   });
 
   document.addEventListener("stepscope:episode", function () {
