@@ -24,6 +24,7 @@ from exports.writers import (
     ExportStep,
     ExportTrajectory,
 )
+from labeling.selectors.rubrics import rubric_exports
 from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
@@ -67,6 +68,9 @@ class TrajectoryVerdict:
 
     first_error_index: int | None = None
     decisive: ParsedDecisive | None = None
+    # One annotator's rubric results and episode verdicts (``options.rubric``).
+    rubric: tuple[dict[str, Any], ...] = ()
+    episode: tuple[dict[str, Any], ...] = ()
 
 
 class ExportCancelled(Exception):
@@ -126,6 +130,8 @@ def read_chunks(
     ``sample``, only those of ``order``'s steps)."""
     verdicts_of = plan.first_errors_of
     decisive = plan.decisive_sql
+    # ``human:<user>``: whose rubric results and episode verdicts the records carry.
+    rubric_of = plan.request.options.rubric.partition(":")[2]
     with step_values_table(plan, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -144,11 +150,21 @@ def read_chunks(
                         trajectory_id: ParsedDecisive(agent=agent, step_index=step, reason=reason)
                         for trajectory_id, agent, step, reason in cursor.fetchall()
                     }
+                rubrics: dict[int, list[dict[str, Any]]] = {}
+                episodes: dict[int, list[dict[str, Any]]] = {}
+                if rubric_of:
+                    rubrics, episodes = rubric_exports(rubric_of, ids)
                 verdicts = {
                     trajectory_id: TrajectoryVerdict(
-                        first_errors.get(trajectory_id), decisive_rows.get(trajectory_id)
+                        first_errors.get(trajectory_id),
+                        decisive_rows.get(trajectory_id),
+                        tuple(rubrics.get(trajectory_id, ())),
+                        tuple(episodes.get(trajectory_id, ())),
                     )
-                    for trajectory_id in first_errors.keys() | decisive_rows.keys()
+                    for trajectory_id in first_errors.keys()
+                    | decisive_rows.keys()
+                    | rubrics.keys()
+                    | episodes.keys()
                 }
                 cursor.execute(steps_sql, [*extra_params, ids])
                 yield ids, heads, cursor.fetchall(), verdicts
@@ -344,6 +360,8 @@ def trajectories_from_rows(
             labels_by_annotator=per_annotator if lossless and any(per_annotator) else (),
             first_error_index=verdict.first_error_index,
             decisive=verdict.decisive,
+            rubric=verdict.rubric,
+            episode=verdict.episode,
             policy_version=policy_version or None,
             training_step=training_step,
         )

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db.models import OuterRef, Subquery
+from django.db.models import Exists, OuterRef, Subquery
 
-from labeling.models import EpisodeVerdict, Rubric, RubricMark
+from labeling.models import EpisodeVerdict, Rubric, RubricMark, TrajectoryLabel
 from labeling.rubrics import rubric_score
 from labeling.selectors.surface import LabelingState
 from trajectories.models import Project
@@ -138,3 +138,54 @@ def episode_verdicts(state: LabelingState, *, mine_only: bool = False) -> list[E
     if mine_only or state.blind:
         verdicts = verdicts.filter(annotator_id=state.user_id)
     return list(verdicts.order_by("annotator__username", "agent"))
+
+
+def rubric_exports(
+    username: str, trajectory_ids: list[int]
+) -> tuple[dict[int, list[dict[str, Any]]], dict[int, list[dict[str, Any]]]]:
+    """For exports: ``username``'s rubric results and episode verdicts on those of
+    ``trajectory_ids`` they submitted, by trajectory id. A result is ``{"rubric",
+    "version", "score", "criteria": [{"criterion", "mark", "evidence"}]}`` (rubrics by
+    name, then version; criteria in rubric order, unmarked ones left out); a verdict
+    ``{"agent", "outcome", "failure_mode", "critique"}``, the episode's first. Two queries."""
+    submitted = TrajectoryLabel.objects.filter(
+        trajectory_id=OuterRef("trajectory_id"),
+        annotator__username=username,
+        status=TrajectoryLabel.Status.SUBMITTED,
+    )
+    marks = (
+        RubricMark.objects.filter(trajectory_id__in=trajectory_ids, annotator__username=username)
+        .filter(Exists(submitted))
+        .select_related("rubric")
+        .order_by("trajectory_id", "rubric__name", "rubric__version", "criterion")
+    )
+    grouped: dict[tuple[int, int], list[RubricMark]] = {}
+    for mark in marks:
+        grouped.setdefault((mark.trajectory_id, mark.rubric_id), []).append(mark)
+    results: dict[int, list[dict[str, Any]]] = {}
+    for (trajectory_id, _), items in grouped.items():
+        rubric = items[0].rubric
+        results.setdefault(trajectory_id, []).append(
+            {
+                "rubric": rubric.name,
+                "version": rubric.version,
+                "score": rubric_score(rubric.criteria, {m.criterion: m.mark for m in items}),
+                "criteria": [
+                    {"criterion": m.criterion, "mark": m.mark, "evidence": list(m.evidence)}
+                    for m in items
+                ],
+            }
+        )
+    verdicts: dict[int, list[dict[str, Any]]] = {}
+    for trajectory_id, agent, outcome, failure_mode, critique in (
+        EpisodeVerdict.objects.filter(
+            trajectory_id__in=trajectory_ids, annotator__username=username
+        )
+        .filter(Exists(submitted))
+        .order_by("trajectory_id", "agent")
+        .values_list("trajectory_id", "agent", "outcome", "failure_mode", "critique")
+    ):
+        verdicts.setdefault(trajectory_id, []).append(
+            {"agent": agent, "outcome": outcome, "failure_mode": failure_mode, "critique": critique}
+        )
+    return results, verdicts
