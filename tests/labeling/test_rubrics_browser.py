@@ -90,3 +90,9 @@ def test_rubric_with_evidence_and_episode_verdict_by_keyboard(
     assert page.locator("#episode .episode-form").count() == 3
     assert page.evaluate(WIDEST, width) == []
     shot(page, f"rubric-episode-{width}")
+
+    # The rubric page (a researcher reads it; only admins save) fits the screen too.
+    page.goto(live_server.url + reverse("rubric-edit", args=[project.slug]))
+    assert page.input_value("#rubric-criteria textarea >> nth=1") == LONG
+    assert page.evaluate(WIDEST, width) == []
+    shot(page, f"rubric-page-{width}")
