@@ -26,6 +26,7 @@ from rest_framework.response import Response
 from rest_framework.routers import DefaultRouter
 
 from labeling import selectors, services, span_api
+from labeling.api_rubrics import urlpatterns as rubric_urls
 from labeling.models import Queue, QueueAssignment, StepLabel
 from labeling.serializers import (
     BulkLabelsSerializer,
@@ -361,6 +362,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
         DecisiveFailure.as_view(),
         name="api-trajectory-decisive",
     ),
+    # Rubrics and episode verdicts (labeling/api_rubrics.py).
+    *rubric_urls,
     path("", include(router.urls)),
 ]
 # Span labels (labeling/span_api.py).

@@ -23,6 +23,13 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from labeling.rubric_models import (  # noqa: F401  (Django finds the models here)
+    EpisodeVerdict,
+    EpisodeVerdictEvent,
+    Rubric,
+    RubricMark,
+    RubricMarkEvent,
+)
 from trajectories.models import Project, Step, Trajectory
 
 TERNARY_VALUES = [
@@ -48,7 +55,11 @@ DEFAULT_ERROR_TAGS = [
 # The keys the labeling page binds for itself (static/stepscope/labeling.js, the keydown
 # handler; tests/labeling/test_reserved_keys.py reads the script and keeps the two the
 # same). A schema value may not take one, in either case (Caps Lock sends "J" for j).
-RESERVED_KEYS: tuple[str, ...] = ("j", "k", "?", "g", "f", "t", "r", "c", "u", "h", "s", "d", "n")
+RESERVED_KEYS: tuple[str, ...] = (
+    *("j", "k", "?", "g", "f", "t", "r", "c", "u", "h", "s", "d", "n"),
+    # The rubric and episode-verdict panels (static/stepscope/rubrics.js).
+    *("b", "m", "e", "v"),
+)
 _RESERVED_MEANINGS = {
     "j": "next step",
     "k": "previous step",
@@ -63,6 +74,10 @@ _RESERVED_MEANINGS = {
     "s": "submit",
     "d": "decisive failure",
     "n": "next queue item",
+    "b": "next rubric criterion",
+    "m": "rubric mark",
+    "e": "rubric evidence",
+    "v": "episode verdict",
 }
 
 

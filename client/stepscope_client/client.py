@@ -231,6 +231,59 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         )
         return answer
 
+    # Rubrics and episode verdicts
+
+    def save_rubric(
+        self, project: str, criteria: Sequence[Mapping[str, Any]], *, name: str = "rubric"
+    ) -> dict[str, Any]:
+        """Save a new version of the project's rubric ``name`` (project admins): each
+        criterion ``{"text", "weight", "condition"}``."""
+        body = {"name": name, "criteria": [dict(c) for c in criteria]}
+        answer: dict[str, Any] = self._request("POST", f"projects/{project}/rubrics/", json=body)
+        return answer
+
+    def rubrics(self, project: str) -> list[dict[str, Any]]:
+        """The project's current rubrics (the newest version of each name)."""
+        answer: list[dict[str, Any]] = self._request("GET", f"projects/{project}/rubrics/")
+        return answer
+
+    def mark_rubric(
+        self,
+        trajectory: int,
+        rubric: int,
+        marks: Sequence[Mapping[str, Any]],
+        *,
+        queue: int | None = None,
+    ) -> dict[str, Any]:
+        """Set your marks on a rubric version for a trajectory, all or none: each
+        ``{"criterion", "mark" (met, not_met, na), "evidence" (step indexes)}``. Returns
+        your result with its ``score``."""
+        body: dict[str, Any] = {"rubric": rubric, "marks": [dict(m) for m in marks]}
+        if queue is not None:
+            body["queue"] = queue
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/rubric/", json=body
+        )
+        return answer
+
+    def rubric_results(self, trajectory: int) -> list[dict[str, Any]]:
+        """The rubric results on a trajectory you may see (blind mode applies)."""
+        answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/rubric/")
+        return answer
+
+    def episode_verdict(self, trajectory: int, **answers: Any) -> dict[str, Any]:
+        """Set your episode verdict (``agent`` left out: the whole run; ``outcome``,
+        ``failure_mode``, ``critique``, ``queue``)."""
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/episode/", json=answers
+        )
+        return answer
+
+    def episode_verdicts(self, trajectory: int) -> list[dict[str, Any]]:
+        """The episode verdicts on a trajectory you may see (blind mode applies)."""
+        answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/episode/")
+        return answer
+
     # Scores
 
     def push_scores(

@@ -63,8 +63,10 @@ def bulk_export_write(
     by format and container), else None (the caller writes it with the row builders).
     Runs inside the export's transaction."""
     write = BULK.get((plan.export.name, plan.container))
-    # A judge's critiques and decisive failures are added by the row builders only.
-    if write is None or plan.judge_id is not None or plan.request.options.decisive:
+    # A judge's critiques, decisive failures and rubric results are added by the row
+    # builders only.
+    options = plan.request.options
+    if write is None or plan.judge_id is not None or options.decisive or options.rubric:
         return None
     return write(plan, out_dir, progress)
 

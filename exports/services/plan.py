@@ -145,6 +145,7 @@ def _resolve(project: Project, request: ExportRequest, export: ExportFormat) -> 
     labels_sql = label_source_sql(project, request.labels)
     labels_sql_joined = label_source_sql(project, request.labels, scoped=False)
     judge_id = _judge(scorers, export, options.critiques)
+    _rubric_check(export, request)
     lossless = "annotators" in export.reads
     first_errors_of = label_source_annotator(request.labels) if lossless else None
     return ExportPlan(
@@ -260,6 +261,27 @@ def _decisive(scorers: _Scorers, export: ExportFormat, request: ExportRequest) -
     if text and not User.objects.filter(username=username).exists():
         raise ValueError(f"decisive: no annotator {username!r}")
     return DECISIVE_LABEL_SQL, [username]
+
+
+def _rubric_check(export: ExportFormat, request: ExportRequest) -> None:
+    """The ``rubric`` option names one annotator (``human:<user>``) and a format whose
+    JSON records carry it; the error names the option."""
+    text = request.options.rubric
+    if not text:
+        return
+    if "rubric" not in export.reads:
+        allowed = ", ".join(formats_reading("rubric"))
+        raise ValueError(
+            f"rubric: {export.name} has no record per trajectory to carry it; it goes in {allowed}"
+        )
+    container = request.container or export.containers[0]
+    if container not in ("jsonl", "json"):
+        raise ValueError(f"rubric: written in jsonl or json records, not {container}")
+    kind, _, username = text.partition(":")
+    if kind != "human" or not username or username == "majority":
+        raise ValueError(f"rubric: {text!r} is not human:<username>")
+    if not User.objects.filter(username=username).exists():
+        raise ValueError(f"rubric: no annotator {username!r}")
 
 
 def credit_run_for(project: Project, run_id: int) -> AttributionRun:

@@ -25,6 +25,7 @@ from exports.writers import (
     ExportTrajectory,
 )
 from exports.writers.inputs import ExportSpan
+from labeling.selectors.rubrics import rubric_exports
 from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.services.progress import ProgressWriter
 from trajectories.services.projects import IMPORTED_ANNOTATOR_PREFIX
@@ -69,6 +70,9 @@ class TrajectoryVerdict:
     first_error_index: int | None = None
     decisive: ParsedDecisive | None = None
     spans: tuple[ExportSpan, ...] = ()
+    # One annotator's rubric results and episode verdicts (``options.rubric``).
+    rubric: tuple[dict[str, Any], ...] = ()
+    episode: tuple[dict[str, Any], ...] = ()
 
 
 class ExportCancelled(Exception):
@@ -128,6 +132,8 @@ def read_chunks(
     ``sample``, only those of ``order``'s steps)."""
     verdicts_of = plan.first_errors_of
     decisive = plan.decisive_sql
+    # ``human:<user>``: whose rubric results and episode verdicts the records carry.
+    rubric_of = plan.request.options.rubric.partition(":")[2]
     with step_values_table(plan, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -151,12 +157,24 @@ def read_chunks(
                     cursor.execute(SPANS_SQL, [ids])
                     for trajectory_id, *span in cursor.fetchall():
                         span_rows.setdefault(trajectory_id, []).append(ExportSpan(*span))
-                with_verdict = first_errors.keys() | decisive_rows.keys() | span_rows.keys()
+                rubrics: dict[int, list[dict[str, Any]]] = {}
+                episodes: dict[int, list[dict[str, Any]]] = {}
+                if rubric_of:
+                    rubrics, episodes = rubric_exports(rubric_of, ids)
+                with_verdict = (
+                    first_errors.keys()
+                    | decisive_rows.keys()
+                    | span_rows.keys()
+                    | rubrics.keys()
+                    | episodes.keys()
+                )
                 verdicts = {
                     trajectory_id: TrajectoryVerdict(
                         first_errors.get(trajectory_id),
                         decisive_rows.get(trajectory_id),
                         tuple(span_rows.get(trajectory_id, ())),
+                        tuple(rubrics.get(trajectory_id, ())),
+                        tuple(episodes.get(trajectory_id, ())),
                     )
                     for trajectory_id in with_verdict
                 }
@@ -355,6 +373,8 @@ def trajectories_from_rows(
             first_error_index=verdict.first_error_index,
             decisive=verdict.decisive,
             spans=verdict.spans,
+            rubric=verdict.rubric,
+            episode=verdict.episode,
             policy_version=policy_version or None,
             training_step=training_step,
         )

@@ -61,6 +61,7 @@ DEFAULT_SPLIT = "train"
 #   training        what an RL trainer knew of each step (policy version, logprobs, ...)
 #   critiques       an LLM judge's critique of each step (``options.critiques``)
 #   decisive        a trajectory's decisive failure (``options.decisive``)
+#   rubric          an annotator's rubric results and episode verdicts (``options.rubric``)
 #   pairs           sibling steps compared by ``options.pair_value``
 #   spans           every annotator's span labels (runs of steps with a value)
 Reads = frozenset[str]
@@ -73,6 +74,7 @@ READS = frozenset(
         "training",
         "critiques",
         "decisive",
+        "rubric",
         "pairs",
         "spans",
     }
@@ -141,7 +143,7 @@ FORMATS: dict[str, ExportFormat] = {
                 ),
             ),
             ("jsonl", "parquet", "json"),
-            reads=frozenset({"critiques", "decisive"}),
+            reads=frozenset({"critiques", "decisive", "rubric"}),
             boolean_labels=True,
         ),
         ExportFormat(
@@ -156,7 +158,7 @@ FORMATS: dict[str, ExportFormat] = {
             "PRM800K-style",
             (Output("prm800k", prm800k_records, columns=frozenset({"decisive"})),),
             ("jsonl",),
-            reads=frozenset({"decisive"}),
+            reads=frozenset({"decisive", "rubric"}),
         ),
         ExportFormat(
             "processbench",

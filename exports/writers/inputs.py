@@ -93,6 +93,12 @@ class ExportTrajectory:
     # Which agent, at which step (an index into ``steps``), decided that the run failed,
     # from the export's decisive-failure source (a person's, an import's or a model's).
     decisive: ParsedDecisive | None = None
+    # One annotator's rubric results (``options.rubric``): per rubric version
+    # ``{"rubric", "version", "score", "criteria": [{"criterion", "mark", "evidence"}]}``,
+    # evidence as indexes into the trajectory's steps; and their episode verdicts
+    # ``{"agent", "outcome", "failure_mode", "critique"}`` (agent "" for the episode).
+    rubric: Sequence[dict[str, Any]] = ()
+    episode: Sequence[dict[str, Any]] = ()
     # An RL rollout's policy version and training step.
     policy_version: str | None = None
     training_step: int | None = None
@@ -164,6 +170,10 @@ class ExportOptions:
     # ``decisive`` (trl-stepwise, prm800k, processbench). The lossless format always
     # writes one, from this source or else the label source's own.
     decisive: str = ""
+    # ``human:<user>``: whose rubric results and episode verdicts (on trajectories they
+    # submitted) go in each trajectory-level record's ``rubric``, ``rubric_reward`` (the
+    # first rubric's score) and ``episode`` (trl-stepwise and prm800k as JSON lines).
+    rubric: str = ""
 
     def __post_init__(self) -> None:
         # The Django side passes the --neutral text as it came; a frozen dataclass needs
@@ -183,7 +193,7 @@ class ExportOptions:
         if not self.labeler.strip():
             raise ValueError("labeler is empty")
         _check_choice("critique_rows", self.critique_rows, ("all", "agreeing"))
-        for name in ("critiques", "decisive"):
+        for name in ("critiques", "decisive", "rubric"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(f"{name} is {getattr(self, name)!r}; expected a name (text)")
 

@@ -102,6 +102,15 @@ def decisive_record(
     return record
 
 
+def rubric_fields(trajectory: ExportTrajectory, record: Record) -> None:
+    """Add the trajectory's rubric results (``rubric``, per criterion), the first
+    rubric's score as ``rubric_reward`` (null when it has none) and its episode verdicts
+    (``episode``) to ``record``."""
+    record["rubric"] = [dict(result) for result in trajectory.rubric]
+    record["rubric_reward"] = trajectory.rubric[0]["score"] if trajectory.rubric else None
+    record["episode"] = [dict(verdict) for verdict in trajectory.episode]
+
+
 def stepscope_records(
     group: TaskGroup, options: ExportOptions, tally: Counter[str]
 ) -> Iterator[Record]:
@@ -150,6 +159,8 @@ def trl_stepwise_records(
         if options.decisive:
             positions = {step.index: position for position, step in enumerate(written)}
             record["decisive"] = decisive_record(trajectory, positions)
+        if options.rubric:
+            rubric_fields(trajectory, record)
         yield record
 
 
@@ -207,6 +218,8 @@ def prm800k_records(
         }
         if options.decisive:
             record["decisive"] = decisive_record(trajectory, positions)
+        if options.rubric:
+            rubric_fields(trajectory, record)
         yield record
 
 

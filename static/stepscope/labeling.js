@@ -10,6 +10,8 @@
      f            mark the first error          h           the step's label history
      s            submit the trajectory         n           next item in the queue
      d            the decisive failure: the current step and its agent (decisive.js)
+     b / m / e    rubric: next criterion / cycle its mark / the current step as evidence
+     v            the episode verdict (rubrics.js)
      g            guidelines                    ?           shortcuts
      Shift+j / Shift+k  select a run of steps; a span value's key then labels it
      Esc          close what is open            Ctrl+Enter  save an open editor
@@ -103,6 +105,20 @@
     const form = document.getElementById("decisive-form");
     if (!row || !form) return false;
     form.dispatchEvent(new CustomEvent("stepscope:decisive", { bubbles: true, detail: { index: row.dataset.index } }));
+    return true;
+  }
+
+  // The rubric and episode-verdict panels (rubrics.js acts on these events).
+  function rubric(action) {
+    if (!document.querySelector("#rubric .rubric-row")) return false;
+    const row = current();
+    document.dispatchEvent(new CustomEvent("stepscope:rubric", { detail: { action: action, index: row ? row.dataset.index : null } }));
+    return true;
+  }
+
+  function episode() {
+    if (!document.querySelector("#episode select:not([disabled])")) return false;
+    document.dispatchEvent(new CustomEvent("stepscope:episode"));
     return true;
   }
 
@@ -259,6 +275,10 @@
     else if (key === "s") submitFinish();
     else if (key === "d") handled = decisive();
     else if (key === "n") nextItem();
+    else if (key === "b") handled = rubric("next");
+    else if (key === "m") handled = rubric("mark");
+    else if (key === "e") handled = rubric("evidence");
+    else if (key === "v") handled = episode();
     else handled = current() ? clickIn(current(), 'button[name="value"][data-key="' + CSS.escape(key) + '"]') : false;
     if (handled) event.preventDefault();
   });

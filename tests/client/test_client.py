@@ -121,6 +121,27 @@ def test_labels_are_pushed_in_one_request_and_submitted(
     assert StepLabel.objects.filter(step__trajectory_id=trajectory).count() == 2
 
 
+def test_rubric_and_episode_verdict_through_the_client(stepscope: Client, project: Project) -> None:
+    stepscope.push_trajectories(project.slug, records(1))
+    trajectory = stepscope.trajectory_id(project.slug, "rollout-0")
+    rubric = stepscope.save_rubric(
+        project.slug, [{"text": "Counts right", "weight": 3}, {"text": "Explains"}]
+    )
+    assert [r["id"] for r in stepscope.rubrics(project.slug)] == [rubric["id"]]
+
+    result = stepscope.mark_rubric(
+        trajectory,
+        rubric["id"],
+        [{"criterion": 0, "mark": "met", "evidence": [1]}, {"criterion": 1, "mark": "not_met"}],
+    )
+    assert result["score"] == 0.75
+    assert stepscope.rubric_results(trajectory)[0]["criteria"][0]["evidence"] == [1]
+    stepscope.episode_verdict(trajectory, outcome="success", critique="fine")
+    assert [v["outcome"] for v in stepscope.episode_verdicts(trajectory)] == ["success"]
+    with pytest.raises(StepscopeError, match="not a valid choice"):
+        stepscope.mark_rubric(trajectory, rubric["id"], [{"criterion": 0, "mark": "yes"}])
+
+
 def test_trajectory_id_refuses_to_pick_one_of_two_with_the_same_id(
     stepscope: Client, project: Project
 ) -> None:

@@ -146,6 +146,14 @@ ACCESS: dict[str, dict[str, str]] = {
     "trajectory-spans": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
     "span-delete": _MEMBER_WRITE,
     "guidelines": _GET_ONLY,
+    # The rubric and episode-verdict panels: every member reads them (a page without
+    # HTMX); an empty form is refused (or, for a verdict, clears the user's own, which the
+    # annotator without a lease may not): redirected back with the reason.
+    "rubric-panel": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
+    "episode-panel": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
+    # Every member reads the rubric; only the project admin saves a new version (an
+    # empty one is refused with a message, redirected back).
+    "rubric-edit": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 302"},
     # Queues: members take, skip and see them; researchers and admins make and close them.
     "queue-list": _GET_ONLY,
     "queue-detail": _GET_ONLY,
@@ -262,6 +270,12 @@ ACCESS: dict[str, dict[str, str]] = {
     # DELETE: OTHER_WRITES).
     "api:api-trajectory-spans": {"GET": "401 404 200 200 200", "POST": "401 404 400 400 400"},
     "api:api-span-detail": _API_OBJECT,
+    # Rubrics: members read them, admins save a new version (an empty body is a 400).
+    "api:api-project-rubrics": {"GET": "401 404 200 200 200", "POST": "401 404 403 403 400"},
+    # Rubric marks: an empty body names the missing fields (400) once membership is checked.
+    "api:api-trajectory-rubric": {"GET": "401 404 200 200 200", "POST": "401 404 400 400 400"},
+    # An empty body clears your episode verdict: the annotator holds no lease (403).
+    "api:api-trajectory-episode": {"GET": "401 404 200 200 200", "POST": "401 404 403 200 200"},
     "api:api-queue-list": _API_LIST,
     "api:api-queue-detail": _API_OBJECT,
     "api:api-queue-lease": _API_OBJECT,

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from labeling.models import StepLabel, TrajectoryLabel
+from labeling.models import EpisodeVerdict, StepLabel, TrajectoryLabel
 from tests.security.world import Route, Visitors, World, body, build_world, project_routes
 
 pytestmark = pytest.mark.django_db
@@ -29,6 +29,13 @@ def world(tmp_path: Path) -> World:
     )
     TrajectoryLabel.objects.filter(annotator=world.other_annotator).update(
         comment=f"comment {SECRET}"
+    )
+    # Their episode verdict's critique, through the episode panel and API.
+    EpisodeVerdict.objects.create(
+        trajectory=world.trajectory,
+        annotator=world.other_annotator,
+        outcome="failure",
+        critique=f"critique {SECRET}",
     )
     return world
 
@@ -80,6 +87,8 @@ def test_blind_annotator_reads_no_other_annotators_labels(world: World) -> None:
         f"/t/{world.trajectory.pk}/review/",
         "/api/v1/labels/",
         f"/api/v1/trajectories/{world.trajectory.pk}/labels/",
+        f"/t/{world.trajectory.pk}/episode/",
+        f"/api/v1/trajectories/{world.trajectory.pk}/episode/",
     ):
         assert page in shown, f"a researcher should see the label on {page}"
 

@@ -84,6 +84,14 @@ class Command(BaseCommand):
             help="human:<user>, import:<source> or model:<scorer>: whose decisive failure"
             " goes in each trajectory-level record (stepscope writes the label source's)",
         )
+        parser.add_argument(
+            "--rubric",
+            default=None,
+            metavar="SOURCE",
+            help="human:<user>: whose rubric results (per criterion, and the score as"
+            " rubric_reward) and episode verdicts go in each trajectory-level record"
+            " (trl-stepwise, prm800k; JSON lines)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         project = Project.objects.filter(slug=options["project"]).first()
@@ -99,6 +107,7 @@ class Command(BaseCommand):
                 ("critiques", "critiques"),
                 ("critique_rows", "critique_rows"),
                 ("decisive", "decisive"),
+                ("rubric", "rubric"),
             )
             if options[name] is not None
         }
