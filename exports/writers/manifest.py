@@ -24,6 +24,10 @@ MANIFEST_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 
 
+# ExportOptions fields newer than the manifest format (rubrics, issue #36).
+LATER_OPTIONS = ("rubric",)
+
+
 def build_manifest(
     result: ExportResult,
     *,
@@ -44,6 +48,11 @@ def build_manifest(
     """
     options = dataclasses.asdict(result.options)
     options["neutral"] = result.options.neutral.value
+    # Options added after manifests were first written show only when set, so an export
+    # that uses none of them keeps the manifest it had.
+    for name in LATER_OPTIONS:
+        if not options[name]:
+            del options[name]
     outputs = sorted({file.output for file in result.files})
     writer: dict[str, str] = {}
     if result.container == "parquet":

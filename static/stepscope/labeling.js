@@ -275,10 +275,10 @@
     else if (key === "s") submitFinish();
     else if (key === "d") handled = decisive();
     else if (key === "n") nextItem();
-    else if (key === "b") handled = rubric("next");
-    else if (key === "m") handled = rubric("mark");
-    else if (key === "e") handled = rubric("evidence");
-    else if (key === "v") handled = episode();
+    else if (key === "b" && rubric("next")) handled = true;
+    else if (key === "m" && rubric("mark")) handled = true;
+    else if (key === "e" && rubric("evidence")) handled = true;
+    else if (key === "v" && episode()) handled = true;
     else handled = current() ? clickIn(current(), 'button[name="value"][data-key="' + CSS.escape(key) + '"]') : false;
     if (handled) event.preventDefault();
   });

@@ -32,7 +32,7 @@ SEVERITY = [
     {"value": 2, "name": "major", "key": "8"},
     {"value": 3, "name": "critical", "key": "9"},
 ]
-PROGRESS = [{"value": v, "name": f"p{v}", "key": k} for v, k in ((0, "z"), (1, "x"), (2, "v"))]
+PROGRESS = [{"value": v, "name": f"p{v}", "key": k} for v, k in ((0, "z"), (1, "x"), (2, "y"))]
 
 
 def add_schemas(project: Project) -> list[LabelSchema]:

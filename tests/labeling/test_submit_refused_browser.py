@@ -48,10 +48,11 @@ def test_refused_submit_says_why_beside_the_button(
     error.wait_for(state="visible")
     assert "12 steps still need a label" in error.inner_text()
     assert error.get_attribute("role") == "alert"
-    # It is on screen, beside the button, while the flash area is scrolled away.
+    # It is on screen, beside the button, while the flash area is scrolled away (scrolled
+    # to the bottom edge, its box may end a fraction of a pixel past it).
     box = error.bounding_box()
     button = page.locator("#finish-submit").bounding_box()
-    assert box["y"] >= 0 and box["y"] + box["height"] <= height
+    assert box["y"] >= 0 and box["y"] + box["height"] <= height + 1
     assert abs(box["y"] - button["y"]) < 120
     assert not page.locator("#flash").is_visible() or not page.inner_text("#flash").strip()
     assert not TrajectoryLabel.objects.exists()
