@@ -23,7 +23,7 @@ from trajectories.models import (
 )
 from trajectories.search import search_probe_pays
 from trajectories.selection import TrajectoryFilters
-from trajectories.selectors.filtering import trajectories_filtered
+from trajectories.selectors.filtering import SELECTION_RANK, trajectories_filtered
 
 TRAJECTORY_PAGE_SIZE = 50
 # Trajectory list rows show the start of the task only; the full text is never loaded there.
@@ -124,7 +124,9 @@ def trajectory_list_page(
         columns = list_columns_all()
     if ordering is None:
         ordering = list_ordering_parse(DEFAULT_ORDERING, columns)
-    by_id = ordering.text == DEFAULT_ORDERING
+    # A ranked selection (semantic search) keeps its own order under the default one.
+    ranked = filters.ranked and ordering.text == DEFAULT_ORDERING
+    by_id = ordering.text == DEFAULT_ORDERING and not filters.ranked
     probe = by_id and bool(filters.q.strip()) and search_probe_pays(filters.q, size)
     queryset = trajectories_filtered(project, filters, search_probe=probe)
     if by_id and after is not None:
@@ -146,7 +148,8 @@ def trajectory_list_page(
         task_preview=Left("task", TASK_PREVIEW_CHARS), task_length=Length("task"), **annotations
     )
     start = 0 if by_id else offset
-    rows: list[Trajectory] = list(_ordered(queryset, ordering)[start : start + size + 1])
+    ordered = queryset.order_by(SELECTION_RANK, "id") if ranked else _ordered(queryset, ordering)
+    rows: list[Trajectory] = list(ordered[start : start + size + 1])
     for row in rows:
         row.list_cells = [(column, column.cell(row)) for column in columns]  # type: ignore[attr-defined]
     if len(rows) <= size:
