@@ -172,3 +172,16 @@ def test_worker_embeds_what_arrives(celery_worker: Any, settings: Any) -> None:
     assert wait_until(
         lambda: embedding_coverage(project, embedding_model_current()).embedded == 1, timeout=60
     )
+
+
+def test_trajectory_page_links_more_like_this_step(
+    client: Client, owner: User, project: Project, runs: Any
+) -> None:
+    client.force_login(owner)
+    step = Step.objects.get(trajectory=runs["refusal"], index=1)
+    page = client.get(f"/t/{runs['refusal'].pk}/").content.decode()
+    link = f"/p/{project.slug}/trajectories/?similar_step={step.pk}&amp;origin="
+    assert link in page
+    listed = client.get(link.replace("&amp;", "&")).content.decode()
+    assert f"More like step {step.pk}" in listed
+    assert listed.index(">sorry<") < listed.index(">arith<")
