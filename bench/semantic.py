@@ -163,6 +163,7 @@ def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
         table_bytes, index_bytes = cursor.fetchone()
     step_id = Step.objects.filter(trajectory__project=project).order_by("id").values("id")[0]["id"]
     queries = {
+        "baseline: outcome=failure alone": {"outcome": "failure"},
         "similar_step + outcome=failure": {"similar_step": str(step_id), "outcome": "failure"},
         "similar (text) + outcome=failure": {
             "similar": "the agent gave up on the refund",
@@ -184,6 +185,15 @@ def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
             "warm_median_ms": round(statistics.median(warm) * 1000, 1),
             "warm_range_ms": [round(min(warm) * 1000, 1), round(max(warm) * 1000, 1)],
         }
+    encoder = encoder_get(encoder_configured())
+    encodes = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        encoder.encode(["the agent gave up on the refund"])
+        encodes.append(time.perf_counter() - start)
+    latency["encoding the query text alone"] = {
+        "warm_median_ms": round(statistics.median(encodes) * 1000, 1)
+    }
     per_million = 1_000_000 / max(stored, 1)
     figures = {
         "vectors": stored,

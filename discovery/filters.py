@@ -5,11 +5,13 @@ Registered with trajectories' selector by ``DiscoveryConfig.ready()``."""
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from django.contrib.postgres.fields import ArrayField
 from django.db.models import BigIntegerField, F, Func, QuerySet, Value
 
 from discovery import selectors, store
-from discovery.encoder import encoder_get
+from discovery.encoder import EncoderInfo, encoder_get
 from discovery.services import embedding_model_current, encoder_configured
 from discovery.store import vector_text
 from trajectories.models import Project, Step, Trajectory
@@ -50,7 +52,7 @@ def similar_narrowing(
                 )
             raise SelectionError({"similar_step": message})
     else:
-        vector = vector_text(encoder_get(encoder_configured()).encode([filters.similar])[0])
+        vector = _text_vector(encoder_configured(), filters.similar)
     nearest = selectors.nearest_trajectories(
         model,
         vector,
@@ -66,3 +68,10 @@ def similar_narrowing(
         output_field=BigIntegerField(),
     )
     return queryset.filter(id__in=ids).annotate(**{SELECTION_RANK: rank})
+
+
+@lru_cache(maxsize=256)
+def _text_vector(info: EncoderInfo, text: str) -> str:
+    """A query text's vector, kept: the list page checks its selection, then lists it,
+    and a next page asks again."""
+    return vector_text(encoder_get(info).encode([text])[0])
