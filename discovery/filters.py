@@ -29,8 +29,8 @@ def similar_narrowing(
     if not store.pgvector_available():
         raise SelectionError({name: store.PGVECTOR_MISSING})
     model = embedding_model_current()
-    coverage = selectors.embedding_coverage(project, model)
-    if model is None or coverage.embedded == 0:
+    if model is None or not selectors.project_has_vectors(project, model):
+        coverage = selectors.embedding_coverage(project, model)
         raise SelectionError(
             {
                 name: f"no step of project {project.slug!r} is embedded yet (0 of"
@@ -46,6 +46,7 @@ def similar_narrowing(
             ).exists():
                 message = f"no step {filters.similar_step} in project {project.slug!r}"
             else:
+                coverage = selectors.embedding_coverage(project, model)
                 message = (
                     f"step {filters.similar_step} is not embedded yet ({coverage.embedded}"
                     f" of {coverage.total} steps are)"

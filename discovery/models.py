@@ -24,7 +24,7 @@ class EmbeddingModel(models.Model):
         return f"{self.name}@{self.revision}" if self.revision else self.name
 
 
-class VectorField(models.Field):  # type: ignore[type-arg]
+class VectorField(models.Field):
     """pgvector's ``vector`` (any width), read and written as its text (``[0.1,0.2]``).
     Queries go through ``discovery/store.py``'s SQL; the field exists so Django knows
     the tables (a test database's flush truncates them with the steps)."""

@@ -122,7 +122,8 @@ def _json(value: Any) -> Any:
 def _scope(
     project_id: int, trajectory_ids: Sequence[int] | None, import_batch_id: int | None
 ) -> tuple[str, list[Any]]:
-    conditions, params = ["t.project_id = %s"], [project_id]
+    conditions: list[str] = ["t.project_id = %s"]
+    params: list[Any] = [project_id]
     if trajectory_ids:
         conditions.append("t.id = ANY(%s)")
         params.append(list(trajectory_ids))

@@ -87,9 +87,7 @@ def vector_index_ensure(model_id: int, dim: int) -> None:
             )
 
 
-def step_vectors_write(
-    model_id: int, rows: Sequence[tuple[int, int]], vectors: Sequence[Any]
-) -> int:
+def step_vectors_write(model_id: int, rows: Sequence[tuple[int, int]], vectors: Any) -> int:
     """Store ``vectors`` for the (step id, trajectory id) ``rows``; a step already stored
     (a redelivered chunk) is kept. How many were new."""
     if not rows:
@@ -110,7 +108,7 @@ def step_vectors_write(
         return int(cursor.rowcount)
 
 
-def task_vectors_write(model_id: int, trajectory_ids: Sequence[int], vectors: Sequence[Any]) -> int:
+def task_vectors_write(model_id: int, trajectory_ids: Sequence[int], vectors: Any) -> int:
     if not trajectory_ids:
         return 0
     with connection.cursor() as cursor:
