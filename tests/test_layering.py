@@ -43,6 +43,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("scoring",),
     ("rollouts",),
     ("evaluation", "exports"),
+    # Semantic search (and, next, failure modes): reads the steps, the labels and the
+    # label sources below it; fills the selection language's narrowing hook.
+    ("discovery",),
     # Rules that act as trajectories arrive, and webhooks: on every app they act through.
     ("automation",),
     # The project list and home (every app's numbers), and the demo (make run's login,

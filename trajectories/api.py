@@ -37,6 +37,7 @@ from trajectories.models import (
 )
 from trajectories.selection import FILTERS, SelectionError, selection_parse
 from trajectories.selectors import (
+    SELECTION_RANK,
     can_manage_data,
     list_ordering_parse,
     list_sort_key,
@@ -205,6 +206,9 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
             queryset = queryset.filter(external_id=params["external_id"])
         if self.action == "list" and params.get("ordering"):
             queryset = self._sorted(queryset, project, params["ordering"])
+        elif self.action == "list" and SELECTION_RANK in queryset.query.annotations:
+            # Semantic search: nearest first.
+            self.cursor_ordering = (SELECTION_RANK, "id")
         return queryset
 
     def _sorted(

@@ -108,6 +108,21 @@ class TrajectoryFilters:
         aliases=("search",),
         max_length=SEARCH_MAX_LENGTH,
     )
+    # Semantic search (the discovery app's condition): the trajectories whose steps (and,
+    # for text, task) mean nearest to the text or to one step, nearest first.
+    similar: str = text(
+        "Similar to",
+        "Steps that mean something like this text (semantic search), nearest first;"
+        " combines with every other filter.",
+        group="trajectory",
+        max_length=SEARCH_MAX_LENGTH,
+    )
+    similar_step: int | None = integer(
+        "Similar to step",
+        "A step's id: the steps nearest in meaning to it (more like this step), nearest first.",
+        group="trajectory",
+        minimum=1,
+    )
     outcome: str = choice(
         "Outcome",
         "success, failure or unknown.",
@@ -293,6 +308,12 @@ class TrajectoryFilters:
     def is_empty(self) -> bool:
         return self == TrajectoryFilters()
 
+    @property
+    def ranked(self) -> bool:
+        """Whether the selection has an order of its own (nearest first), which the list
+        shows unless told to sort by a column."""
+        return bool(self.similar) or self.similar_step is not None
+
 
 @dataclass(frozen=True)
 class VersionRange:
@@ -454,6 +475,8 @@ def _expected(spec: FilterSpec) -> str:
 
 def _checks_across(values: Mapping[str, Any]) -> dict[str, str]:
     errors: dict[str, str] = {}
+    if values.get("similar") and values.get("similar_step") is not None:
+        errors["similar_step"] = "give similar (a text) or similar_step (a step), not both"
     if values.get("human_model") and not values.get("model_scorer"):
         errors["human_model"] = "needs model_scorer (the scorer to compare with)"
     for bound in ("credit_above", "credit_below"):

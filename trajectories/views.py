@@ -60,7 +60,7 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
             columns=columns,
         )
     )
-    sorted_by_id = ordering.text == selectors.DEFAULT_ORDERING
+    sorted_by_id = ordering.text == selectors.DEFAULT_ORDERING and not filters.ranked
     context = {
         "project": project,
         "form": form,

@@ -146,13 +146,17 @@ FULL = TrajectoryFilters(
     advantage_disagrees="yes",
     origin="imported",
     label_schema="correctness",
+    similar="the agent gave up",
 )
+# similar and similar_step exclude each other: the second round-trips on its own.
+MORE_LIKE_STEP = TrajectoryFilters(similar_step=42, outcome="failure")
 
 
 def test_every_filter_round_trips_through_storage_and_the_query_string() -> None:
-    assert set(selection_definition(FULL)) == set(FILTERS)
-    assert selection_parse(selection_definition(FULL)) == FULL
-    assert selection_parse(selection_query(FULL)) == FULL
+    assert set(selection_definition(FULL)) == set(FILTERS) - {"similar_step"}
+    for filters in (FULL, MORE_LIKE_STEP):
+        assert selection_parse(selection_definition(filters)) == filters
+        assert selection_parse(selection_query(filters)) == filters
     assert selection_definition(TrajectoryFilters()) == {}
     assert TrajectoryFilters().is_empty() and not FULL.is_empty()
 

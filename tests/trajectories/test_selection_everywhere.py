@@ -20,6 +20,7 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 
+from discovery.services import embeddings_build
 from exports.services import export_plan_build, selection_save
 from exports.services.reading import ordered_ids
 from labeling.models import LabelSchema, QueueItem, StepLabel
@@ -79,6 +80,9 @@ CASES: dict[str, dict[str, str]] = {
     "old training names": {"policy": "global_step_9", "min_train_step": "1"},
     "origin": {"origin": "rollouts"},
     "combined": {"first_error": "yes", "outcome": "failure", "q": "answer"},
+    # Semantic search ranks every embedded trajectory; another filter narrows it.
+    "similar": {"similar": "looking up an animal", "outcome": "success"},
+    "similar_step": {"similar_step": "{step}", "model": "m2"},
 }
 
 
@@ -154,6 +158,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
                 ("bare", 0, -0.2),
             ):
                 Step.objects.filter(pk=steps[name][index].pk).update(advantage=advantage)
+            embeddings_build(project_id=project.pk)
 
             schema = LabelSchema.objects.get(project=project)
 
@@ -200,6 +205,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
             "judge": judge,
             "policy": policy,
             "ids": {t.pk for t in made.values()},
+            "step": steps["agreed"][1].pk,
             # What the list shows for each case, rendered once for the module: every
             # job kind's test compares against it, and no test writes trajectories.
             "shown": {},
@@ -211,7 +217,10 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
 
 
 def query_of(world: dict[str, Any], case: str) -> dict[str, str]:
-    return {name: value.format(run=world["run"].pk) for name, value in CASES[case].items()}
+    return {
+        name: value.format(run=world["run"].pk, step=world["step"])
+        for name, value in CASES[case].items()
+    }
 
 
 def listed(world: dict[str, Any], query: dict[str, str]) -> set[int]:

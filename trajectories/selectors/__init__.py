@@ -34,10 +34,13 @@ from trajectories.selectors.access import (
     trajectory_get_for_user,
 )
 from trajectories.selectors.filtering import (
+    SELECTION_RANK,
     FilterCondition,
+    SelectionNarrowing,
     selection_check,
     trajectories_filtered,
     trajectory_filter_register,
+    trajectory_narrowing_register,
 )
 from trajectories.selectors.listing import (
     DEFAULT_ORDERING,
@@ -85,6 +88,7 @@ __all__ = [
     "LIST_SORTS",
     "MANAGING_ROLES",
     "RECENT_IMPORT_BATCHES",
+    "SELECTION_RANK",
     "STEP_PREVIEW_CHARS",
     "TASK_PREVIEW_CHARS",
     "TRAJECTORY_PAGE_SIZE",
@@ -95,6 +99,7 @@ __all__ = [
     "FilterCondition",
     "ListOrdering",
     "ProjectStats",
+    "SelectionNarrowing",
     "TaskRollouts",
     "TreeStep",
     "can_download_exports",
@@ -125,5 +130,6 @@ __all__ = [
     "trajectory_filter_register",
     "trajectory_get_for_user",
     "trajectory_list_page",
+    "trajectory_narrowing_register",
     "trajectory_text_full",
 ]

@@ -23,7 +23,7 @@ from trajectories.models import (
     Trajectory,
 )
 from trajectories.search import search_condition
-from trajectories.selection import FILTERS, TrajectoryFilters
+from trajectories.selection import FILTERS, SelectionError, TrajectoryFilters
 
 _OUTCOME_FILTERS = {
     "success": Q(success=True),
@@ -48,6 +48,30 @@ def trajectory_filter_register(name: str) -> Callable[[FilterCondition], FilterC
     def register(condition: FilterCondition) -> FilterCondition:
         _FILTER_CONDITIONS[name] = condition
         return condition
+
+    return register
+
+
+# A narrowing sees the selection built so far and may run a query on it: semantic search
+# takes the steps nearest to a text among the filtered trajectories' steps (an index walk
+# that must know the other filters). It may annotate ``SELECTION_RANK`` (smaller first),
+# which the list follows under its default order. Filled by the higher apps, as above.
+SELECTION_RANK = "selection_rank"
+SelectionNarrowing = Callable[
+    [Project, TrajectoryFilters, QuerySet[Trajectory]], QuerySet[Trajectory] | None
+]
+_NARROWINGS: dict[str, SelectionNarrowing] = {}
+
+
+def trajectory_narrowing_register(
+    name: str,
+) -> Callable[[SelectionNarrowing], SelectionNarrowing]:
+    """Decorate a narrowing for ``trajectories_filtered`` to apply after every condition.
+    It returns the narrowed queryset, or None when its fields filter nothing."""
+
+    def register(narrowing: SelectionNarrowing) -> SelectionNarrowing:
+        _NARROWINGS[name] = narrowing
+        return narrowing
 
     return register
 
@@ -93,6 +117,14 @@ def trajectories_filtered(
         narrowed = condition(project, filters)
         if narrowed is not None:
             queryset = queryset.filter(narrowed)
+    for narrowing in _NARROWINGS.values():
+        narrowed_set = narrowing(project, filters, queryset)
+        if narrowed_set is not None:
+            queryset = narrowed_set
+    if filters.ranked and SELECTION_RANK not in queryset.query.annotations:
+        # No app fills the ranking (a deployment without the discovery app): refused,
+        # never silently dropped.
+        raise SelectionError({"similar": "semantic search is not installed"})
     return queryset
 
 

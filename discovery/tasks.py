@@ -1,0 +1,17 @@
+"""Celery tasks for semantic search: thin wrappers that take ids and call a service."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from discovery import services
+from stepscope.jobs.retry import REDELIVERABLE
+
+
+@shared_task(name="discovery.embed", **REDELIVERABLE)
+def embed(project_id: int, trajectory_ids: list[int], import_batch_id: int | None) -> int:
+    return services.embeddings_build(
+        project_id=project_id,
+        trajectory_ids=trajectory_ids or None,
+        import_batch_id=import_batch_id,
+    ).steps
