@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,44 +75,41 @@ def embeddings_build(
     encoder = encoder_get(encoder_configured())
     scope, scope_params = _scope(project_id, trajectory_ids, import_batch_id)
     steps = tasks = 0
-    after = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""SELECT s.id, s.trajectory_id, s.content, s.tool_name, s.tool_args
-                FROM trajectories_step s JOIN trajectories_trajectory t ON t.id = s.trajectory_id
-                WHERE {scope} AND s.id > %s AND NOT EXISTS (
-                    SELECT 1 FROM {store.STEP_TABLE} v
-                    WHERE v.model_id = %s AND v.step_id = s.id)
-                ORDER BY s.id LIMIT %s""",
-                [*scope_params, after, model.pk, chunk_steps],
-            )
-            rows = cursor.fetchall()
-        if not rows:
-            break
+    step_sql = f"""SELECT s.id, s.trajectory_id, s.content, s.tool_name, s.tool_args
+        FROM trajectories_step s JOIN trajectories_trajectory t ON t.id = s.trajectory_id
+        WHERE {scope} AND s.id > %s AND NOT EXISTS (
+            SELECT 1 FROM {store.STEP_TABLE} v WHERE v.model_id = %s AND v.step_id = s.id)
+        ORDER BY s.id LIMIT %s"""
+    for rows in _chunks(step_sql, scope_params, model.pk, chunk_steps):
         vectors = encoder.encode([step_text(r[2], r[3], _json(r[4])) for r in rows])
         with transaction.atomic():
             steps += store.step_vectors_write(model.pk, [(r[0], r[1]) for r in rows], vectors)
-        after = rows[-1][0]
-    after = 0
-    while True:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"""SELECT t.id, t.task FROM trajectories_trajectory t
-                WHERE {scope} AND t.id > %s AND t.task <> '' AND NOT EXISTS (
-                    SELECT 1 FROM {store.TASK_TABLE} v
-                    WHERE v.model_id = %s AND v.trajectory_id = t.id)
-                ORDER BY t.id LIMIT %s""",
-                [*scope_params, after, model.pk, chunk_steps],
-            )
-            rows = cursor.fetchall()
-        if not rows:
-            break
+    task_sql = f"""SELECT t.id, t.task FROM trajectories_trajectory t
+        WHERE {scope} AND t.id > %s AND t.task <> '' AND NOT EXISTS (
+            SELECT 1 FROM {store.TASK_TABLE} v WHERE v.model_id = %s AND v.trajectory_id = t.id)
+        ORDER BY t.id LIMIT %s"""
+    for rows in _chunks(task_sql, scope_params, model.pk, chunk_steps):
         vectors = encoder.encode([r[1] for r in rows])
         with transaction.atomic():
             tasks += store.task_vectors_write(model.pk, [r[0] for r in rows], vectors)
-        after = rows[-1][0]
     return BuildResult(steps, tasks)
+
+
+def _chunks(
+    sql: str, scope_params: list[Any], model_id: int, size: int
+) -> Iterator[list[tuple[Any, ...]]]:
+    """The rows of ``sql`` (scope, then ``id > %s``, the model, ``LIMIT %s``; ordered by
+    the id in the first column) ``size`` at a time, each chunk read after the last one's
+    vectors were written, so a stopped pass resumes where it was."""
+    after = 0
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*scope_params, after, model_id, size])
+            rows = cursor.fetchall()
+        if not rows:
+            return
+        yield rows
+        after = rows[-1][0]
 
 
 def _json(value: Any) -> Any:

@@ -71,6 +71,14 @@ def test_more_like_this_step_ranks_the_paraphrase_first(project: Project, runs: 
     assert names(project, similar_step=str(step.pk))[0] == "sorry"
 
 
+def test_build_walks_every_step_a_chunk_at_a_time(project: Project) -> None:
+    trajectory_with_steps(project, [f"step {i}" for i in range(5)])
+    trajectory_with_steps(project, ["alone"])
+    result = embeddings_build(project_id=project.pk, chunk_steps=2)
+    assert (result.steps, result.tasks) == (6, 2)
+    assert embeddings_build(project_id=project.pk, chunk_steps=2).steps == 0
+
+
 def test_build_is_resumable_and_records_the_encoder(project: Project) -> None:
     first = trajectory_with_steps(project, ["one step", "two steps"])
     trajectory_with_steps(project, ["three steps"])
