@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.apps import apps
@@ -384,9 +385,24 @@ def test_django_free_modules_import_only_django_free_code() -> None:
     assert found == []
 
 
-# Third-party libraries the Django-free modules share, imported once by the probe before
-# it forks a child per module (a fresh interpreter per module took half a minute). None of
-# them loads Django; if one did, every module's check would fail, not pass.
+# All the Django-free modules imported into one interpreter without Django settings: if
+# Django stays out of sys.modules, no one of them loads it (imports only add modules).
+TOGETHER_PROBE = """
+import importlib, json, sys
+errors = {}
+for module in sys.argv[1].split(","):
+    try:
+        importlib.import_module(module)
+    except BaseException as error:
+        errors[module] = {"error": repr(error)}
+loaded = [m for m in sys.modules if m == "django" or m.startswith("django.")]
+print(json.dumps({"errors": errors, "loaded": loaded}))
+"""
+
+# When Django did load, which module brought it: a child forked per module from one
+# interpreter that has loaded only ``PRELOADED``, the heavy libraries they share (a fresh
+# interpreter per module took half a minute). None of them loads Django; if one did,
+# every module's check would fail, not pass.
 PRELOADED = ("numpy", "scipy", "pyarrow", "orjson", "ijson", "torch", "transformers", "captum")
 
 FORKING_PROBE = """
@@ -418,12 +434,11 @@ print(json.dumps(results))
 """
 
 
-def django_modules_loaded_by_each(modules: list[str]) -> dict[str, object]:
-    """For each module, the Django modules loaded by importing it alone into a child of
-    one interpreter that has no Django settings and has loaded only ``PRELOADED``."""
+def probe_run(probe: str, *arguments: str) -> Any:
+    """The JSON a probe prints, run in a fresh interpreter with no Django settings."""
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
     completed = subprocess.run(
-        [sys.executable, "-c", FORKING_PROBE, ",".join(PRELOADED), ",".join(modules)],
+        [sys.executable, "-c", probe, *arguments],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -432,7 +447,18 @@ def django_modules_loaded_by_each(modules: list[str]) -> dict[str, object]:
         check=False,
     )
     assert completed.returncode == 0, completed.stderr
-    loaded: dict[str, object] = json.loads(completed.stdout.strip().splitlines()[-1])
+    return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def django_modules_loaded_by_each(
+    modules: list[str], preloaded: tuple[str, ...] = PRELOADED
+) -> dict[str, object]:
+    """For each module, the Django modules loaded by importing it alone (or an error):
+    one import of them all answers when none does, the forking probe names the culprits."""
+    together = probe_run(TOGETHER_PROBE, ",".join(modules))
+    if not together["errors"] and not together["loaded"]:
+        return {module: [] for module in modules}
+    loaded: dict[str, object] = probe_run(FORKING_PROBE, ",".join(preloaded), ",".join(modules))
     return loaded
 
 
@@ -444,9 +470,12 @@ def django_free_probe() -> dict[str, object]:
 def test_probe_sees_django_when_it_is_imported() -> None:
     # Guards against probes that could never fail.
     assert "django.conf" in django_modules_loaded_by("import django.conf")
-    forked = django_modules_loaded_by_each(["json", "django.conf"])
+    forked = django_modules_loaded_by_each(["json", "django.conf"], preloaded=("csv",))
     assert forked["json"] == []
     assert isinstance(forked["django.conf"], list) and "django.conf" in forked["django.conf"]
+    assert django_modules_loaded_by_each(["json", "csv"]) == {"json": [], "csv": []}
+    failing = django_modules_loaded_by_each(["json", "no_such_module_here"], preloaded=("csv",))
+    assert "error" in failing["no_such_module_here"]  # type: ignore[operator]
 
 
 @pytest.mark.parametrize("module", django_free_modules())
