@@ -63,13 +63,15 @@ def test_junk_parameters_never_cause_a_server_error(role: str, blind: bool, tmp_
     for route in project_routes():
         if route.key in ("api:api-schema", "api:api-docs"):
             continue
-        for value in JUNK:
+        for number, value in enumerate(JUNK):
             junk = {name: value for name in names}
             query = "?" + urlencode(junk)
-            for htmx in (False, True):
-                response = visitors.request(route, role, "GET", query=query, htmx=htmx)
-                if failed(response):
-                    errors.append(f"GET {route.path(world)} {value[:20]!r} htmx={htmx}")
+            # Pages answer HTMX with their partials: every value reaches one of the two
+            # (both, over the five values); the API has no partials.
+            htmx = number % 2 == 1 and not route.key.startswith("api:")
+            response = visitors.request(route, role, "GET", query=query, htmx=htmx)
+            if failed(response):
+                errors.append(f"GET {route.path(world)} {value[:20]!r} htmx={htmx}")
             response = visitors.request(route, role, "POST", data=junk)
             if failed(response):
                 errors.append(f"POST {route.path(world)} {value[:20]!r}")
