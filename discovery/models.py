@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from django.db import models
 
+from discovery.question_models import (  # noqa: F401  (Django finds the models here)
+    Question,
+    QuestionAnswer,
+)
+
 
 class EmbeddingModel(models.Model):
     """An encoder by name and revision: vectors of two rows are never compared, so a

@@ -15,3 +15,10 @@ def embed(project_id: int, trajectory_ids: list[int], import_batch_id: int | Non
         trajectory_ids=trajectory_ids or None,
         import_batch_id=import_batch_id,
     ).steps
+
+
+@shared_task(name="discovery.question_answer", **REDELIVERABLE)
+def question_answer(question_id: int) -> None:
+    from discovery.question_services import question_run
+
+    question_run(question_id)

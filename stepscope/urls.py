@@ -26,4 +26,5 @@ urlpatterns = [
     path("", include("exports.urls")),
     path("", include("evaluation.urls")),
     path("", include("automation.urls")),
+    path("", include("discovery.urls")),
 ]

@@ -183,6 +183,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "judge-alignment-examples": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "judge-alignment-score": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "failure-list": _GET_ONLY,
+    # Questions in plain language: members read them; researchers and admins ask (an
+    # empty form names what is missing: 400).
+    "question-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
+    "question-detail": _GET_ONLY,
     # Scoring and attribution.
     "scoring-section": _GET_ONLY,
     "scoring-run-start": _START,

@@ -28,6 +28,7 @@ from rest_framework.authtoken.models import Token
 
 from accounts.services import api_token_create
 from automation.models import Rule, RuleFiring, Webhook, WebhookDelivery
+from discovery.models import Question, QuestionAnswer
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import (
     LabelSchema,
@@ -110,6 +111,9 @@ class World:
     delivery: WebhookDelivery
     # The admin's span on the trajectory, under a span schema whose value holds the text.
     span: SpanLabel
+    # A question the judge answered: its text, criterion, a refused name and the answer's
+    # reason hold the text.
+    question: Question
 
     def token(self, role: str) -> str:
         return Token.objects.get_or_create(user=self.users[role])[0].key
@@ -168,6 +172,7 @@ class World:
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("spans", self.span.pk),
+            ("questions", self.question.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),
             ("project-deletions", self.deletion.pk),
             ("p/<slug:slug>/members/invites/", self.invite.pk),
@@ -600,7 +605,32 @@ def build_world(
             end_index=3,
             value=f"role {text}",
         ),
+        question=_question(judge, trajectory, step, text, users["admin"]),
     )
+
+
+def _question(
+    judge: Scorer, trajectory: Trajectory, step: Step, text: str, admin: User
+) -> Question:
+    question = Question.objects.create(
+        project=trajectory.project,
+        created_by=admin,
+        judge=judge,
+        judge_name=f"judge {text}"[:200],
+        text=f"question {text}",
+        status=Question.Status.DONE,
+        filters={"origin": "", "outcome": "failure"},
+        proposed={"filters": {"outcome": "failure", f"name {text}": 1}, "criterion": text},
+        refused={f"name {text}": f"unknown filter {text}"},
+        criterion=f"criterion {text}",
+        total=1,
+        done=1,
+        matched=1,
+    )
+    QuestionAnswer.objects.create(
+        question=question, trajectory=trajectory, step=step, matched=True, reason=f"why {text}"
+    )
+    return question
 
 
 def _batch(export_job: ExportJob, trajectory: Trajectory) -> ExportBatch:

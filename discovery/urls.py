@@ -1,0 +1,8 @@
+from django.urls import path
+
+from discovery import question_views
+
+urlpatterns = [
+    path("p/<slug:slug>/questions/", question_views.question_list, name="question-list"),
+    path("questions/<int:pk>/", question_views.question_detail, name="question-detail"),
+]
