@@ -19,11 +19,26 @@ from discovery.question_services import (
     question_judges,
     questions_for_project,
 )
+from stepscope.jobs.lifecycle import job_cancel
+from stepscope.jobs.views import JobRows
 from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.selection import SelectionError
 from trajectories.selectors import can_manage_data, project_get_for_user
 
 RECENT = 20
+
+# Each question's row on the questions page polls itself while the judge reads; Cancel
+# (researchers and admins) stops the judge, keeping the answers stored so far.
+_question_rows = JobRows(
+    get_for_user=question_get_for_user,
+    can_manage=can_manage_data,
+    cancel=job_cancel,
+    template="discovery/_question_row.html",
+    page="question-list",
+    name="question",
+)
+question_row = _question_rows.row_view()
+question_cancel = _question_rows.cancel_view()
 
 
 @login_required
@@ -56,6 +71,7 @@ def question_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "form": form,
         "can_ask": can_ask,
+        "can_manage": can_ask,
         "has_judges": question_judges(project).exists(),
         "questions": questions_for_project(project)[:RECENT],
     }

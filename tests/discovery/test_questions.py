@@ -191,6 +191,18 @@ def test_the_page_asks_for_managers_and_shows_members_only(
     question = Question.objects.create(project=project, judge=scorer, judge_name="asker", text="q?")
     assert client.get(reverse("question-detail", args=[question.pk])).status_code == 200
 
+    assert client.post(reverse("question-cancel", args=[question.pk])).status_code == 403
+    client.force_login(owner)
+    listed = client.get(page)
+    assert f'id="question-{question.pk}"'.encode() in listed.content
+    assert b"Cancel" in listed.content  # queued, and the owner may cancel
+    cancelled = client.post(reverse("question-cancel", args=[question.pk]), HTTP_HX_REQUEST="true")
+    assert cancelled.status_code == 200 and b"status-cancelled" in cancelled.content
+    question.refresh_from_db()
+    assert question.status == Question.Status.CANCELLED
+    assert question_run(question.pk) is None  # a cancelled question asks the judge nothing
+    assert openai_server.stats()["requests"] == 0
+
     client.force_login(UserFactory.create())
     assert client.get(page).status_code == 404
     assert client.get(reverse("question-detail", args=[question.pk])).status_code == 404

@@ -187,6 +187,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # empty form names what is missing: 400).
     "question-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
     "question-detail": _GET_ONLY,
+    "question-row": _ROW,
+    "question-cancel": _CANCEL,
     # Scoring and attribution.
     "scoring-section": _GET_ONLY,
     "scoring-run-start": _START,
