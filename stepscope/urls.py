@@ -25,5 +25,6 @@ urlpatterns = [
     path("", include("rollouts.urls")),
     path("", include("exports.urls")),
     path("", include("evaluation.urls")),
+    path("", include("discovery.urls")),
     path("", include("automation.urls")),
 ]
