@@ -64,7 +64,7 @@ class FailureModeRunSerializer(serializers.ModelSerializer[FailureModeRun]):
 class FailureModeRunStartSerializer(StrictSerializer):
     labels = serializers.CharField(required=False, allow_blank=True, default="")
     threshold = serializers.FloatField(required=False, min_value=0, max_value=1, allow_null=True)
-    selection = serializers.DictField(required=False, default=dict)
+    filters = serializers.DictField(required=False, default=dict)
     judge = serializers.CharField(required=False, allow_blank=True, default="")
 
 
@@ -104,7 +104,7 @@ class FailureModesView(generics.GenericAPIView[Any]):
     size, share, examples, splits by model, agent, tool and task, and the selection
     (``failure_mode``) that chooses its trajectories; and the recent runs. POST: start a
     run (researchers and admins): ``labels`` (a label source, default the compare page's),
-    ``threshold``, ``selection`` (the list's filters; default the failed trajectories),
+    ``threshold``, ``filters`` (the list's, by name; default the failed trajectories),
     ``judge`` (an LLM judge's name, for one-line descriptions). 202 with the run."""
 
     serializer_class = FailureModeRunStartSerializer
@@ -145,9 +145,9 @@ class FailureModesView(generics.GenericAPIView[Any]):
         body.is_valid(raise_exception=True)
         data = body.validated_data
         try:
-            filters = selection_parse(data["selection"])
+            filters = selection_parse(data["filters"])
         except SelectionError as error:
-            raise ValidationError({"selection": error.by_name()}) from None
+            raise ValidationError({"filters": error.by_name()}) from None
         try:
             run = mode_services.failure_mode_run_start(
                 project=project,

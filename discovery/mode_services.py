@@ -82,8 +82,6 @@ def failure_mode_run_start(
     except ValueError as error:
         raise FailureModeError({"labels": str(error)}) from None
     filters = filters or TrajectoryFilters()
-    if filters.ranked:
-        raise FailureModeError({"similar": "a failure-mode run takes no ranked filter"})
     try:
         selection_check(project, filters)
     except SelectionError as error:

@@ -199,7 +199,7 @@ def test_the_api_starts_a_run_and_lists_modes(
 ) -> None:
     client.force_login(owner)
     url = "/api/v1/projects/demo/failure-modes/"
-    started = client.post(url, {"selection": {"model": "m1"}}, content_type="application/json")
+    started = client.post(url, {"filters": {"model": "m1"}}, content_type="application/json")
     assert started.status_code == 202, started.content
     assert started.json()["selection"] == {"model": "m1"}
     failure_modes_execute(run_id=started.json()["id"])
@@ -207,7 +207,23 @@ def test_the_api_starts_a_run_and_lists_modes(
     assert listed["run"]["status"] == "done" and listed["run"]["total"] == 3
     assert sum(mode["size"] for mode in listed["modes"]) == 3
     assert all(mode["examples"] and mode["splits"]["model"] for mode in listed["modes"])
-    bad = client.post(url, {"selection": {"nope": 1}, "extra": 2}, content_type="application/json")
+    bad = client.post(url, {"filters": {"nope": 1}, "extra": 2}, content_type="application/json")
     assert bad.status_code == 400 and "extra" in bad.json()
-    bad = client.post(url, {"selection": {"nope": 1}}, content_type="application/json")
-    assert bad.status_code == 400 and "nope" in str(bad.json())
+    bad = client.post(url, {"filters": {"nope": 1}}, content_type="application/json")
+    assert bad.status_code == 400 and "nope" in bad.json()["filters"]
+
+
+def test_a_judge_describes_each_new_mode_in_one_line(failing: Project, openai_server: Any) -> None:
+    from tests.scoring.test_judge_runs import remote_judge
+
+    judge = remote_judge(failing, openai_server, name="describer")
+    openai_server.control(fixed_reply="The agent went wrong in one way.\nA second line.")
+    run = run_now(failing, judge=judge.name)
+    assert run.status == "done", run.error
+    assert [m.description for m in run.modes.all()] == ["The agent went wrong in one way."] * 3
+    asked = openai_server.stats()["asked"]
+    assert len(asked) == 3 and all("first wrong steps" in m for m in asked)
+    # A re-run keeps the descriptions of the modes it keeps and asks nothing again.
+    again = run_now(failing, judge=judge.name)
+    assert all(m.description for m in again.modes.all())
+    assert len(openai_server.stats()["asked"]) == 3
