@@ -1,7 +1,8 @@
 """The ``similar`` / ``similar_step`` filters of the selection language
 (``trajectories.selection``): the trajectories whose steps mean nearest to a text or to
-one step, among those the other filters pass, nearest first (``SELECTION_RANK``).
-Registered with trajectories' selector by ``DiscoveryConfig.ready()``."""
+one step, among those the other filters pass, nearest first (``SELECTION_RANK``); and
+``failure_mode``, the members of one failure mode. Registered with trajectories' selector
+by ``DiscoveryConfig.ready()``."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from django.conf import settings
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.utils import timezone
@@ -97,7 +98,12 @@ def failure_mode_run_start(
             judge=scorer,
             created_by=user,
         )
-        transaction.on_commit(lambda: failure_modes_run.delay(run.pk))
+        # It may encode steps that have no vector yet: the embedding pass's queue.
+        transaction.on_commit(
+            lambda: failure_modes_run.apply_async(
+                args=[run.pk], queue=settings.STEPSCOPE_EMBEDDING_QUEUE
+            )
+        )
     return run
 
 

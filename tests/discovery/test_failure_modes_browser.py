@@ -49,6 +49,8 @@ def test_open_the_modes_and_make_a_queue_from_one(
     assert first.locator(".mode-examples li a").count() == 3
     assert page.evaluate("document.documentElement.scrollWidth") <= width
     shot(page, f"failure-modes-{width}")
+    first.scroll_into_view_if_needed()
+    shot(page, f"failure-modes-card-{width}")
     mode = run.modes.first()
     assert mode is not None
     page.locator(f"#mode-{mode.pk} button", has_text="Make a queue").click()
