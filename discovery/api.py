@@ -19,6 +19,7 @@ from rest_framework.routers import SimpleRouter
 from discovery import mode_selectors, mode_services
 from discovery.models import FailureModeRun
 from labeling.selectors import can_compare
+from scoring.models import Scorer
 from stepscope.jobs.api import JobViewSet
 from stepscope.serializers import StrictSerializer
 from trajectories.models import Project
@@ -35,8 +36,8 @@ def _project(request: Request, slug: str) -> Project:
 
 
 class FailureModeRunSerializer(serializers.ModelSerializer[FailureModeRun]):
-    project = serializers.SlugRelatedField(slug_field="slug", read_only=True)
-    judge = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    project = serializers.SlugRelatedField[Project](slug_field="slug", read_only=True)
+    judge = serializers.SlugRelatedField[Scorer](slug_field="name", read_only=True)
 
     class Meta:
         model = FailureModeRun

@@ -14,8 +14,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -301,7 +302,7 @@ def _jaccard(a: frozenset[Hashable], b: frozenset[Hashable]) -> float:
     return len(a & b) / union if union else 0.0
 
 
-def purity(clusters: Sequence[Sequence[Hashable]], truth: dict[Hashable, str]) -> float:
+def purity(clusters: Sequence[Sequence[Any]], truth: Mapping[Any, str]) -> float:
     """The share of items whose cluster's most common true class is their own (items
     without a true class left out)."""
     counted = right = 0

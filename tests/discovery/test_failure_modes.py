@@ -139,7 +139,7 @@ def test_the_failure_mode_filter_works_in_the_one_selection_language(
     client.force_login(owner)
     listed = client.get(reverse("trajectory-list", args=["demo"]), {"failure_mode": mode.pk})
     assert listed.status_code == 200
-    api = client.get("/api/v1/trajectories/", {"project": "demo", "failure_mode": mode.pk})
+    api = client.get("/api/v1/trajectories/", {"project": "demo", "failure_mode": str(mode.pk)})
     assert api.status_code == 200, api.content
     assert {row["id"] for row in api.json()["results"]} == members
     other = Project.objects.create(slug="other", name="Other")
