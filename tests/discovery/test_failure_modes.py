@@ -227,3 +227,18 @@ def test_a_judge_describes_each_new_mode_in_one_line(failing: Project, openai_se
     again = run_now(failing, judge=judge.name)
     assert all(m.description for m in again.modes.all())
     assert len(openai_server.stats()["asked"]) == 3
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_runs_the_queued_run(celery_worker: Any) -> None:
+    from tests.waiting import wait_until
+    from trajectories.services import project_create
+
+    project = project_create(slug="worked", name="Worked")
+    for theme, texts in THEMES.items():
+        for i, text in enumerate(texts):
+            failed_run(project, f"{theme}{i}", text)
+    run = failure_mode_run_start(project=project, user=None)
+    assert wait_until(lambda: FailureModeRun.objects.get(pk=run.pk).status == "done", timeout=120)
+    run.refresh_from_db()
+    assert (run.total, run.k) == (9, 3) and run.started_at and run.finished_at
