@@ -1,22 +1,28 @@
 """The ``similar`` / ``similar_step`` filters of the selection language
 (``trajectories.selection``): the trajectories whose steps mean nearest to a text or to
-one step, among those the other filters pass, nearest first (``SELECTION_RANK``).
-Registered with trajectories' selector by ``DiscoveryConfig.ready()``."""
+one step, among those the other filters pass, nearest first (``SELECTION_RANK``); and
+``failure_mode``, the members of one failure mode. Registered with trajectories' selector
+by ``DiscoveryConfig.ready()``."""
 
 from __future__ import annotations
 
 from functools import lru_cache
 
 from django.contrib.postgres.fields import ArrayField
-from django.db.models import BigIntegerField, F, Func, QuerySet, Value
+from django.db.models import BigIntegerField, F, Func, Q, QuerySet, Value
 
 from discovery import selectors, store
 from discovery.encoder import EncoderInfo, encoder_get
+from discovery.models import FailureMode, FailureModeMember
 from discovery.services import embedding_model_current, encoder_configured
 from discovery.store import vector_text
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selection import SelectionError, TrajectoryFilters
-from trajectories.selectors import SELECTION_RANK, trajectory_narrowing_register
+from trajectories.selectors import (
+    SELECTION_RANK,
+    trajectory_filter_register,
+    trajectory_narrowing_register,
+)
 
 
 @trajectory_narrowing_register("similar")
@@ -76,3 +82,16 @@ def _text_vector(info: EncoderInfo, text: str) -> str:
     """A query text's vector, kept: the list page checks its selection, then lists it,
     and a next page asks again."""
     return vector_text(encoder_get(info).encode([text])[0])
+
+
+@trajectory_filter_register("failure_mode")
+def failure_mode_condition(project: Project, filters: TrajectoryFilters) -> Q | None:
+    """The trajectories whose first error a failure mode of the project holds."""
+    if filters.failure_mode is None:
+        return None
+    if not FailureMode.objects.filter(pk=filters.failure_mode, run__project=project).exists():
+        raise SelectionError(
+            {"failure_mode": f"no failure mode {filters.failure_mode} in project {project.slug!r}"}
+        )
+    members = FailureModeMember.objects.filter(mode_id=filters.failure_mode)
+    return Q(pk__in=members.values("trajectory_id"))

@@ -3,12 +3,15 @@ only where the database has pgvector (``discovery/store.py``)."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from django.db import models
 
 from discovery.question_models import (  # noqa: F401  (Django finds the models here)
     Question,
     QuestionAnswer,
 )
+from stepscope.jobs.models import ProgressJob
 
 
 class EmbeddingModel(models.Model):
@@ -81,3 +84,77 @@ class TaskVector(models.Model):
 
     def __str__(self) -> str:
         return f"task of trajectory {self.trajectory_id} ({self.model_id})"
+
+
+class FailureModeRun(ProgressJob):
+    """A clustering of a selection's first-error steps (``discovery/modes.py``): the
+    selection (default: the failed trajectories), whose first errors (a label source, a
+    scorer at a threshold), and the judge that describes each mode, if any. ``total``
+    counts the first errors found, ``done`` those clustered."""
+
+    KIND = "failure modes"
+
+    project = models.ForeignKey(
+        "trajectories.Project", on_delete=models.CASCADE, related_name="failure_mode_runs"
+    )
+    label_source = models.CharField(max_length=200)
+    threshold = models.FloatField(default=0.5)
+    selection = models.JSONField(default=dict, blank=True)
+    judge = models.ForeignKey(
+        "scoring.Scorer", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    chosen = models.PositiveIntegerField(default=0)  # trajectories the selection chose
+    k = models.PositiveIntegerField(default=0)
+    silhouette = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"failure modes {self.pk}"
+
+
+class FailureMode(models.Model):
+    """One cluster of a run: its number and name (kept from the run before where its
+    members mostly stay), distinctive words, a judge's one-line description, size, its
+    share of the run's first errors and example steps (nearest its centre)."""
+
+    run = models.ForeignKey(FailureModeRun, on_delete=models.CASCADE, related_name="modes")
+    number = models.PositiveIntegerField()
+    name = models.CharField(max_length=300)
+    words = models.JSONField(default=list, blank=True)
+    description = models.TextField(blank=True)
+    size = models.PositiveIntegerField()
+    share = models.FloatField()
+    examples = models.JSONField(default=list, blank=True)  # step ids
+    kept = models.BooleanField(default=False)  # number and name from the run before
+
+    class Meta:
+        ordering: ClassVar = ["run", "-size", "number"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["run", "number"], name="failure_mode_unique_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"mode {self.number}: {self.name}"
+
+
+class FailureModeMember(models.Model):
+    """A trajectory of a mode, by its first-error step."""
+
+    mode = models.ForeignKey(FailureMode, on_delete=models.CASCADE, related_name="members")
+    trajectory = models.ForeignKey(
+        "trajectories.Trajectory", on_delete=models.CASCADE, related_name="+"
+    )
+    step = models.ForeignKey("trajectories.Step", on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["mode", "trajectory"], name="failure_mode_member_unique"
+            )
+        ]
+        indexes: ClassVar = [models.Index(fields=["trajectory"])]
+
+    def __str__(self) -> str:
+        return f"trajectory {self.trajectory_id} in mode {self.mode_id}"

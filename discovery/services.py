@@ -81,7 +81,7 @@ def embeddings_build(
             SELECT 1 FROM {store.STEP_TABLE} v WHERE v.model_id = %s AND v.step_id = s.id)
         ORDER BY s.id LIMIT %s"""
     for rows in _chunks(step_sql, scope_params, model.pk, chunk_steps):
-        vectors = encoder.encode([step_text(r[2], r[3], _json(r[4])) for r in rows])
+        vectors = encoder.encode([step_text(r[2], r[3], json_value(r[4])) for r in rows])
         with transaction.atomic():
             steps += store.step_vectors_write(model.pk, [(r[0], r[1]) for r in rows], vectors)
     task_sql = f"""SELECT t.id, t.task FROM trajectories_trajectory t
@@ -112,7 +112,7 @@ def _chunks(
         after = rows[-1][0]
 
 
-def _json(value: Any) -> Any:
+def json_value(value: Any) -> Any:
     return json.loads(value) if isinstance(value, str) else value
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q, QuerySet
 from django.urls import reverse
 
 from evaluation import compare_metrics as cm
@@ -28,7 +29,7 @@ from evaluation.compare import (
 )
 from evaluation.compare_steps import step_href
 from labeling.sources import LabelSource, label_schema_scope, label_source_sql
-from trajectories.models import Project
+from trajectories.models import Project, Trajectory
 
 GROUPINGS = {
     "position": "step position",
@@ -115,6 +116,34 @@ def _tags_sql(project: Project, source: LabelSource, step: str) -> tuple[str, li
         ") x CROSS JOIN LATERAL jsonb_array_elements_text(x.tags) AS tag",
         [error, ids, error, ids],
     )
+
+
+# The failed rollouts as a queryset: ``OUTCOME_SQL = 0`` (success false, or without it an
+# outcome reward that is not positive).
+FAILED = Q(success=False) | Q(success__isnull=True, outcome_reward__lte=0)
+
+
+def first_errors(
+    project: Project, source: LabelSource, among: QuerySet[Trajectory]
+) -> list[tuple[int, int]]:
+    """(trajectory id, step id) of the first error of each of ``among``'s trajectories
+    that the source labels with an error: the earliest step labelled with the schema's
+    error value, as the overview reads it (failed or not: ``among`` chooses). A
+    ValueError names a source the project lacks."""
+    ref_sql, ref_params = label_source_sql(project, source)
+    among_sql, among_params = among.order_by().values("id").query.sql_with_params()
+    error = scale_for(project, schema=source_schema(project, source)).bad
+    with transaction.atomic():
+        big_joins(project)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT DISTINCT ON (s.trajectory_id) s.trajectory_id, s.id"
+                f" FROM ({ref_sql}) r JOIN trajectories_step s ON s.id = r.step_id"
+                f" WHERE r.value = %s AND s.trajectory_id IN ({among_sql})"
+                " ORDER BY s.trajectory_id, s.index",
+                [*ref_params, error, *among_params],
+            )
+            return [(int(t), int(s)) for t, s in cursor.fetchall()]
 
 
 def failure_overview(

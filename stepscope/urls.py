@@ -25,6 +25,7 @@ urlpatterns = [
     path("", include("rollouts.urls")),
     path("", include("exports.urls")),
     path("", include("evaluation.urls")),
+    path("", include("discovery.urls")),
     path("", include("automation.urls")),
     path("", include("discovery.urls")),
 ]

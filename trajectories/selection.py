@@ -231,6 +231,14 @@ class TrajectoryFilters:
         ("yes", "no"),
         group="labels",
     )
+    # The discovery app's condition: the members of one failure mode of a clustering run.
+    failure_mode: int | None = integer(
+        "Failure mode",
+        "A failure mode's id (the failure-modes page): the trajectories whose first error"
+        " it holds.",
+        group="labels",
+        minimum=1,
+    )
     # The human majority against model_scorer's scores thresholded at model_threshold, on
     # steps where both have a non-neutral value.
     human_model: str = choice(

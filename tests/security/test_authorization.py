@@ -183,6 +183,14 @@ ACCESS: dict[str, dict[str, str]] = {
     "judge-alignment-examples": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "judge-alignment-score": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "failure-list": _GET_ONLY,
+    # Failure modes: read like the failures page; starting a run and a mode's one-click
+    # queue and selection are for researchers and admins (redirected back with a message).
+    "failure-modes": _GET_ONLY,
+    "failure-modes-start": _CANCEL,
+    "failure-mode-queue": _CANCEL,
+    "failure-mode-selection": _CANCEL,
+    "failure-mode-run-row": _ROW,
+    "failure-mode-run-cancel": _CANCEL,
     # Questions in plain language: members read them; researchers and admins ask (an
     # empty form names what is missing: 400).
     "question-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
@@ -242,6 +250,11 @@ ACCESS: dict[str, dict[str, str]] = {
         "POST": "401 404 403 403 204",
     },
     "api:project-deletion-detail": {"GET": "401 404 404 404 200", "POST": "401 405 405 405 405"},
+    # Failure modes: readers as for compare; a run (an empty body takes the defaults) is
+    # started by researchers and admins.
+    "api:api-failure-modes": {"GET": "401 404 200 200 200", "POST": "401 404 403 202 202"},
+    "api:failure-mode-run-detail": _API_OBJECT,
+    "api:failure-mode-run-cancel": _API_CANCEL,
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,
     "api:trajectory-labels": _API_OBJECT,

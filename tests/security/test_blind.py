@@ -113,6 +113,8 @@ def test_blind_annotator_cannot_fetch_the_label_by_id_or_filter(world: World) ->
         "compare-decisive",
         "compare-disagreements",
         "failure-overview",
+        "failure-modes",
+        "api:api-failure-modes",
     ):
         assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
 

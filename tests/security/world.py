@@ -28,7 +28,13 @@ from rest_framework.authtoken.models import Token
 
 from accounts.services import api_token_create
 from automation.models import Rule, RuleFiring, Webhook, WebhookDelivery
-from discovery.models import Question, QuestionAnswer
+from discovery.models import (
+    FailureMode,
+    FailureModeMember,
+    FailureModeRun,
+    Question,
+    QuestionAnswer,
+)
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import (
     LabelSchema,
@@ -111,6 +117,9 @@ class World:
     delivery: WebhookDelivery
     # The admin's span on the trajectory, under a span schema whose value holds the text.
     span: SpanLabel
+    # A finished failure-mode run with one mode (its name and description hold the text).
+    failure_mode_run: FailureModeRun
+    failure_mode: FailureMode
     # A question the judge answered: its text, criterion, a refused name and the answer's
     # reason hold the text.
     question: Question
@@ -172,6 +181,8 @@ class World:
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("spans", self.span.pk),
+            ("failure-modes", self.failure_mode.pk),
+            ("failure-mode-runs", self.failure_mode_run.pk),
             ("questions", self.question.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),
             ("project-deletions", self.deletion.pk),
@@ -558,6 +569,28 @@ def build_world(
         log=[{"code": 500, "error": text}],
     )
     invite, invite_secret = invite_create(project=project, actor=users["admin"], role="annotator")
+    failure_mode_run = FailureModeRun.objects.create(
+        project=project,
+        label_source="human:majority",
+        status=FailureModeRun.Status.DONE,
+        error=f"modes error {text}",
+        total=1,
+        done=1,
+        chosen=1,
+        k=1,
+        created_by=users["admin"],
+    )
+    failure_mode = FailureMode.objects.create(
+        run=failure_mode_run,
+        number=1,
+        name=f"mode {text}",
+        words=[text],
+        description=f"described {text}",
+        size=1,
+        share=1.0,
+        examples=[step.pk],
+    )
+    FailureModeMember.objects.create(mode=failure_mode, trajectory=trajectory, step=step)
     return World(
         project=project,
         users=users,
@@ -605,6 +638,8 @@ def build_world(
             end_index=3,
             value=f"role {text}",
         ),
+        failure_mode_run=failure_mode_run,
+        failure_mode=failure_mode,
         question=_question(judge, trajectory, step, text, users["admin"]),
     )
 

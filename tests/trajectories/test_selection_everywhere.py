@@ -20,6 +20,8 @@ from django.core.management import CommandError, call_command
 from django.db import transaction
 from django.test import Client
 
+from discovery.mode_services import failure_mode_run_start, run_trajectories
+from discovery.models import FailureMode, FailureModeMember, FailureModeRun
 from discovery.services import embeddings_build
 from exports.services import export_plan_build, selection_save
 from exports.services.reading import ordered_ids
@@ -83,6 +85,8 @@ CASES: dict[str, dict[str, str]] = {
     # Semantic search ranks every embedded trajectory; another filter narrows it.
     "similar": {"similar": "looking up an animal", "outcome": "success"},
     "similar_step": {"similar_step": "{step}", "model": "m2"},
+    # The members of a failure mode (of a run made below, by hand).
+    "failure_mode": {"failure_mode": "{mode}"},
 }
 
 
@@ -197,7 +201,16 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
                 name="judge", model_ref="tiny-judge", project=project, queue="default"
             )
             policy = Policy.objects.create(name="tiny", project=project, model_ref="tiny")
+            modes_run = FailureModeRun.objects.create(
+                project=project, label_source="human:majority", status="done"
+            )
+            mode = FailureMode.objects.create(run=modes_run, number=1, name="x", size=2, share=1)
+            for name in ("split", "long"):
+                FailureModeMember.objects.create(
+                    mode=mode, trajectory=made[name], step=steps[name][1]
+                )
         yield {
+            "mode": mode,
             "project": project,
             "owner": owner,
             "run": run,
@@ -218,7 +231,7 @@ def world(django_db_setup: None, django_db_blocker: Any) -> Iterator[dict[str, A
 
 def query_of(world: dict[str, Any], case: str) -> dict[str, str]:
     return {
-        name: value.format(run=world["run"].pk, step=world["step"])
+        name: value.format(run=world["run"].pk, step=world["step"], mode=world["mode"].pk)
         for name, value in CASES[case].items()
     }
 
@@ -305,7 +318,13 @@ def api_chosen(world: dict[str, Any], filters: TrajectoryFilters) -> set[int]:
     return {row["id"] for row in response.json()["results"]}
 
 
+def failure_modes_chosen(world: dict[str, Any], filters: TrajectoryFilters) -> set[int]:
+    run = failure_mode_run_start(project=world["project"], user=None, filters=filters)
+    return set(run_trajectories(run).values_list("pk", flat=True))
+
+
 KINDS: dict[str, Callable[[dict[str, Any], TrajectoryFilters], set[int]]] = {
+    "failure modes": failure_modes_chosen,
     "scoring": scoring_chosen,
     "judge": judge_chosen,
     "attribution": attribution_chosen,

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('discovery', '0001_initial'),
+        ('discovery', '0002_failure_modes'),
         ('scoring', '0008_scorer_kind_registry'),
         ('trajectories', '0022_importbatch_on_job_base'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),

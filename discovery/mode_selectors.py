@@ -1,0 +1,108 @@
+"""Named reads of failure modes: a user's runs and modes (404 for outsiders), a run's
+modes with their example steps and how each splits by model, agent, tool and task."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connection
+from django.db.models import QuerySet
+from django.http import Http404
+
+from discovery.models import FailureMode, FailureModeRun
+from evaluation.compare_steps import step_href
+from trajectories.models import Project
+from trajectories.selectors import STEP_PREVIEW_CHARS, project_get_for_user
+
+# The values each split shows, most members first.
+SPLIT_TOP = 3
+SPLITS = {
+    "model": "t.model_name",
+    "agent": "s.agent",
+    "tool": "s.tool_name",
+    "task": "t.task_key",
+}
+RUNS_SHOWN = 5
+
+
+def failure_mode_run_get_for_user(user: Any, pk: int) -> FailureModeRun:
+    run = FailureModeRun.objects.select_related("project", "judge").filter(pk=pk).first()
+    if run is None:
+        raise Http404("No such failure-mode run.")
+    project_get_for_user(user, run.project.slug)  # 404 for outsiders
+    return run
+
+
+def failure_mode_get_for_user(user: Any, pk: int) -> FailureMode:
+    mode = FailureMode.objects.select_related("run__project").filter(pk=pk).first()
+    if mode is None:
+        raise Http404("No such failure mode.")
+    project_get_for_user(user, mode.run.project.slug)
+    return mode
+
+
+def failure_mode_runs(project: Project) -> QuerySet[FailureModeRun]:
+    return FailureModeRun.objects.filter(project=project).select_related("judge")
+
+
+def failure_mode_run_latest(project: Project) -> FailureModeRun | None:
+    return failure_mode_runs(project).filter(status=FailureModeRun.Status.DONE).first()
+
+
+@dataclass(frozen=True)
+class Example:
+    step_id: int
+    trajectory_id: int
+    external_id: str
+    index: int
+    preview: str
+
+    @property
+    def href(self) -> str:
+        return step_href(self.trajectory_id, self.index, self.step_id)
+
+
+@dataclass
+class ModeView:
+    mode: FailureMode
+    examples: list[Example] = field(default_factory=list)
+    # split name -> [(value, members)], most members first
+    splits: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+
+
+def failure_modes_shown(run: FailureModeRun) -> list[ModeView]:
+    """The run's modes, largest first, with their examples and splits: three queries."""
+    views = [ModeView(mode) for mode in run.modes.all()]
+    by_id = {view.mode.pk: view for view in views}
+    example_ids = [step for view in views for step in view.mode.examples]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT s.id, s.trajectory_id, t.external_id, s.index,"
+            f" left(coalesce(nullif(s.content, ''), s.tool_name), {STEP_PREVIEW_CHARS})"
+            " FROM trajectories_step s JOIN trajectories_trajectory t ON t.id = s.trajectory_id"
+            " WHERE s.id = ANY(%s)",
+            [example_ids],
+        )
+        examples = {row[0]: Example(*row) for row in cursor.fetchall()}
+        parts = " UNION ALL ".join(
+            f"SELECT m.mode_id, '{name}', coalesce({column}, ''), count(*)"
+            " FROM discovery_failuremodemember m"
+            " JOIN trajectories_step s ON s.id = m.step_id"
+            " JOIN trajectories_trajectory t ON t.id = m.trajectory_id"
+            " JOIN discovery_failuremode f ON f.id = m.mode_id"
+            f" WHERE f.run_id = %s GROUP BY 1, 3"
+            for name, column in SPLITS.items()
+        )
+        cursor.execute(parts, [run.pk] * len(SPLITS))
+        counted = cursor.fetchall()
+    for view in views:
+        view.examples = [examples[s] for s in view.mode.examples if s in examples]
+        view.splits = {name: [] for name in SPLITS}
+    for mode_id, name, value, count in counted:
+        by_id[mode_id].splits[name].append((value or "(none)", int(count)))
+    for view in views:
+        for values in view.splits.values():
+            values.sort(key=lambda pair: (-pair[1], pair[0]))
+            del values[SPLIT_TOP:]
+    return views
