@@ -7,6 +7,7 @@ from rest_framework.routers import DefaultRouter
 from accounts.api import urlpatterns as accounts_urls
 from automation.api import urlpatterns as automation_urls
 from discovery.api import urlpatterns as discovery_urls
+from discovery.question_api import urlpatterns as question_urls
 from evaluation.api import urlpatterns as evaluation_urls
 from exports.api import router as exports_router
 from exports.api import urlpatterns as exports_urls
@@ -31,6 +32,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
     *exports_urls,
     *evaluation_urls,
     *discovery_urls,
+    *question_urls,
     *automation_urls,
     *accounts_urls,
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -206,3 +206,43 @@ def test_the_page_asks_for_managers_and_shows_members_only(
     client.force_login(UserFactory.create())
     assert client.get(page).status_code == 404
     assert client.get(reverse("question-detail", args=[question.pk])).status_code == 404
+
+
+def test_the_api_asks_lists_answers_and_refuses_by_name(
+    project: Project, owner: User, openai_server: OpenAIServer, runs: dict[str, Trajectory]
+) -> None:
+    from rest_framework.test import APIClient
+
+    openai_server.control(max_context=8192, fixed_reply=verdict(True, 0, "It gave up."))
+    judge(project, openai_server)
+    api = APIClient()
+    api.force_authenticate(owner)
+    url = f"/api/v1/projects/{project.slug}/questions/"
+    refused = api.post(url, {"text": "x", "judge": "asker", "colour": 1}, format="json")
+    assert refused.status_code == 400 and "colour" in refused.json()
+    no_judge = api.post(url, {"text": "x", "judge": "nobody"}, format="json")
+    assert no_judge.status_code == 400 and "nobody" in no_judge.json()["judge"][0]
+    bad = api.post(url, {"text": "x", "judge": "asker", "filters": {"bogus": 1}}, format="json")
+    assert bad.status_code == 400 and "bogus" in bad.json()["filters"]
+    asked = api.post(
+        url,
+        {"text": "which won?", "judge": "asker", "filters": {"outcome": "success"}, "limit": 5},
+        format="json",
+    )
+    assert asked.status_code == 202, asked.json()
+    body = asked.json()
+    assert body["status"] == "queued" and body["filters"] == {"origin": "", "outcome": "success"}
+    question_run(body["id"])
+    detail = api.get(f"/api/v1/questions/{body['id']}/").json()
+    assert detail["status"] == "done" and detail["matched"] == 1
+    assert detail["answers"] == [
+        {
+            "trajectory": runs["won"].pk,
+            "step": runs["won"].steps.get(index=0).pk,
+            "step_index": 0,
+            "matched": True,
+            "reason": "It gave up.",
+            "problem": "",
+        }
+    ]
+    assert [q["id"] for q in api.get(url).json()] == [body["id"]]

@@ -255,6 +255,10 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:api-failure-modes": {"GET": "401 404 200 200 200", "POST": "401 404 403 202 202"},
     "api:failure-mode-run-detail": _API_OBJECT,
     "api:failure-mode-run-cancel": _API_CANCEL,
+    # Questions: members read them; researchers and admins ask (an empty body: 400).
+    "api:api-questions": {"GET": "401 404 200 200 200", "POST": "401 404 403 400 400"},
+    "api:api-question-detail": _API_OBJECT,
+    "api:api-question-cancel": _API_CANCEL,
     "api:trajectory-list": _API_LIST,
     "api:trajectory-detail": _API_OBJECT,
     "api:trajectory-labels": _API_OBJECT,
