@@ -24,6 +24,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from labeling.models import Rubric
+from labeling.rubrics import rubric_score
 from labeling.sources import IMPORTED_PREFIX
 from trajectories.models import Project
 
@@ -121,6 +122,43 @@ def rubric_marks_read(rubric: Rubric, source: RubricSource) -> Marks:
         for trajectory_id, _, criterion, mark, evidence in cursor.fetchall():
             marks.setdefault(trajectory_id, {})[criterion] = (mark, tuple(evidence or ()))
     return marks
+
+
+def rubric_source_exports(
+    project: Project, source: RubricSource, trajectory_ids: Sequence[int]
+) -> dict[int, list[dict[str, Any]]]:
+    """For exports: ``source``'s rubric results on ``trajectory_ids``, by trajectory id,
+    in the shape of one annotator's (``labeling.selectors.rubrics.rubric_exports``):
+    ``{"rubric", "version", "score", "criteria": [{"criterion", "mark", "evidence"}]}``,
+    rubrics by name then version, criteria in rubric order. Two queries."""
+    rubrics = {r.pk: r for r in Rubric.objects.filter(project=project)}
+    sql, params = rubric_source_sql(project, list(rubrics), source)
+    grouped: dict[tuple[int, int], list[tuple[int, str, list[int]]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT * FROM ({sql}) r WHERE r.trajectory_id = ANY(%s) ORDER BY 1, 2, 3",
+            [*params, list(trajectory_ids)],
+        )
+        for trajectory_id, rubric_id, criterion, mark, evidence in cursor.fetchall():
+            grouped.setdefault((trajectory_id, rubric_id), []).append(
+                (criterion, mark, list(evidence or []))
+            )
+    results: dict[int, list[dict[str, Any]]] = {}
+    ordered = sorted(
+        grouped.items(),
+        key=lambda item: (item[0][0], rubrics[item[0][1]].name, rubrics[item[0][1]].version),
+    )
+    for (trajectory_id, rubric_id), items in ordered:
+        rubric = rubrics[rubric_id]
+        results.setdefault(trajectory_id, []).append(
+            {
+                "rubric": rubric.name,
+                "version": rubric.version,
+                "score": rubric_score(rubric.criteria, {c: m for c, m, _ in items}),
+                "criteria": [{"criterion": c, "mark": m, "evidence": e} for c, m, e in items],
+            }
+        )
+    return results
 
 
 # --- People's marks ----------------------------------------------------------------------------
