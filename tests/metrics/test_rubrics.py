@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from metrics.rubrics import criterion_alignment, jaccard, rubric_alignment
+from metrics.rubrics import RubricMarks, criterion_alignment, jaccard, rubric_alignment
 
 
 def test_jaccard_of_evidence_steps() -> None:
@@ -43,8 +43,16 @@ def test_kappa_is_none_where_both_always_give_one_mark_and_nothing_paired_is_emp
 
 
 def test_a_rubric_pairs_only_trajectories_both_marked_on_each_criterion() -> None:
-    a = {10: {0: ("met", [1]), 1: ("na", [])}, 11: {0: ("not_met", [])}, 12: {1: ("met", [])}}
-    b = {10: {0: ("met", [1]), 1: ("met", [])}, 11: {1: ("met", [2])}, 13: {0: ("met", [])}}
+    a: RubricMarks = {
+        10: {0: ("met", [1]), 1: ("na", [])},
+        11: {0: ("not_met", [])},
+        12: {1: ("met", [])},
+    }
+    b: RubricMarks = {
+        10: {0: ("met", [1]), 1: ("met", [])},
+        11: {1: ("met", [2])},
+        13: {0: ("met", [])},
+    }
     first, second = rubric_alignment(a, b, 2)
     assert (first.pairs, first.agreement, first.evidence_jaccard) == (1, 1.0, 1.0)
     assert (second.pairs, second.agreement) == (1, 0.0)

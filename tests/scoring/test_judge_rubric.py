@@ -6,6 +6,7 @@ Celery worker."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from labeling.services.rubrics import rubric_save
 from scoring import services
 from scoring.judges.config import DEFAULT_SYSTEM, DEFAULT_TEMPLATES, RUBRIC, template_check
 from scoring.judges.modes import Log, LogStep, Prompt
-from scoring.judges.rubric import rubric_read, rubric_request
+from scoring.judges.rubric import RubricAnswer, rubric_read, rubric_request
 from scoring.models import JudgeReply, JudgeRubricMark, Scorer, ScoringRun
 from scoring.services.runners import ScoringError
 from tests.factories import trajectory_with_steps
@@ -23,18 +24,18 @@ from tests.scoring.test_judge_runs import remote_judge, run_judge
 from tests.waiting import wait_until
 from trajectories.models import Project, Trajectory
 
-CRITERIA = [
+CRITERIA: list[dict[str, Any]] = [
     {"text": "The answer is checked", "weight": 2},
     {"text": "Tests pass", "condition": "if the task asks for code"},
 ]
 
 
-def answer(*marks: tuple[int, str, list[int]]) -> str:
+def answer(*marks: tuple[int, str, list[Any]]) -> str:
     body = {"criteria": [{"criterion": c, "mark": m, "evidence": e} for c, m, e in marks]}
     return f"The work is checked at step 1.\n```json\n{json.dumps(body)}\n```"
 
 
-def read(text: str, criteria: int = 2, steps: int = 3):  # type: ignore[no-untyped-def]
+def read(text: str, criteria: int = 2, steps: int = 3) -> RubricAnswer:
     return rubric_read(text, criterion_count=criteria, step_indexes=list(range(steps)))
 
 
