@@ -9,6 +9,9 @@ import json
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 
 from labeling.models import Rubric
 from labeling.services.rubrics import rubric_save
@@ -111,7 +114,7 @@ def scripted(server: OpenAIServer, *replies: str) -> None:
 
 
 def test_a_rubric_run_stores_each_readable_answers_marks_and_counts_the_rest(
-    project: Project, openai_server: OpenAIServer
+    client: Client, project: Project, owner: User, openai_server: OpenAIServer
 ) -> None:
     rubric, (good, garbled, wrong_step) = rubric_project(project)
     scripted(
@@ -136,6 +139,11 @@ def test_a_rubric_run_stores_each_readable_answers_marks_and_counts_the_rest(
     assert "criteria.0.evidence: 9 is not a step" in errors[wrong_step.pk]
     assert marks[0].reply is not None
     assert marks[0].reply.critique == "The work is checked at step 1."
+    # The run's row says what it filled and how many replies could not be read.
+    client.force_login(owner)
+    row = client.get(reverse("scoring-run-row", args=[run.pk]), HTTP_HX_REQUEST="true")
+    html = row.content.decode()
+    assert "rubric v1: 2 marks" in html and "<strong>2 unreadable</strong> of 3 replies" in html
     # Run again on what has no marks: only the two unreadable trajectories are asked.
     scripted(openai_server, "", answer((0, "not_met", []), (1, "met", [0])), "still no JSON")
     again = run_judge(project, scorer, only_unscored=True)
