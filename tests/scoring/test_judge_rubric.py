@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
@@ -166,6 +168,8 @@ def test_a_rubric_run_needs_a_rubric_and_other_modes_take_none(
         services.scoring_run_start(project=project, scorer=scorer)
     with pytest.raises(ScoringError, match="no rubric named 'style'"):
         services.scoring_run_start(project=project, scorer=scorer, rubric="style")
+    with pytest.raises(CommandError, match="no rubric named 'style'"):
+        call_command("score", project=project.slug, scorer=scorer.name, rubric="style")
     per_step = remote_judge(project, openai_server, name="per-step")
     with pytest.raises(ScoringError, match="only a judge in mode 'rubric' fills a rubric"):
         services.scoring_run_start(project=project, scorer=per_step, rubric="safety")
