@@ -18,10 +18,11 @@ from labeling.rubric_sources import (
 )
 from labeling.services.rubrics import rubric_save
 from scoring import prm
-from scoring.models import Scorer
+from scoring.models import JudgeRubricMark, Scorer
 from scoring.services.rubric_marks import RubricMarkInput, judge_rubric_marks_write
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
-from trajectories.models import Membership, Project, Trajectory
+from trajectories.models import Membership, Project, ProjectDeletion, Trajectory
+from trajectories.services.deletion import project_deletion_run
 
 pytestmark = pytest.mark.django_db
 
@@ -141,3 +142,16 @@ def test_the_judge_source_is_registered_by_scoring(project: Project) -> None:
         "rubric:human:ann3",
         "rubric:judge:judge",
     ]
+
+
+def test_deleting_the_project_takes_its_rubrics_and_every_mark(project: Project) -> None:
+    world = rubric_world(project)
+    deletion = ProjectDeletion.objects.create(
+        project=project, slug=project.slug, name=project.name, total_steps=12
+    )
+    project_deletion_run(deletion_id=deletion.pk, batch_steps=4)
+    deletion.refresh_from_db()
+    assert deletion.status == "done", deletion.error
+    assert not Rubric.objects.filter(pk=world.rubric.pk).exists()
+    assert not RubricMark.objects.exists() and not JudgeRubricMark.objects.exists()
+    assert not Scorer.objects.filter(pk=world.judge.pk).exists()
