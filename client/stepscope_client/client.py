@@ -271,6 +271,17 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/rubric/")
         return answer
 
+    def rubric_alignment(self, project: str, a: str, b: str, *, rubric: str = "") -> dict[str, Any]:
+        """Rubric source ``b`` against ``a`` per criterion (``rubric:human:<user>``,
+        ``rubric:human:majority``, ``rubric:judge:<scorer>``) on the project's current
+        rubric (``rubric``, by name, where it has several): each criterion's ``pairs``,
+        ``agreement``, ``kappa``, ``confusion`` and ``evidence_jaccard``."""
+        params = {"a": a, "b": b, **({"rubric": rubric} if rubric else {})}
+        answer: dict[str, Any] = self._request(
+            "GET", f"projects/{project}/rubric-alignment/", params=params
+        )
+        return answer
+
     def episode_verdict(self, trajectory: int, **answers: Any) -> dict[str, Any]:
         """Set your episode verdict (``agent`` left out: the whole run; ``outcome``,
         ``failure_mode``, ``critique``, ``queue``)."""
@@ -330,7 +341,7 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         ``"skip"`` (the server's default: that step gets no verdict, and the run's
         ``metrics["skipped"]`` names it and why) or ``"fail"`` (the run fails). Further
         fields (``only_unscored``, ``trajectories``, ``filters``, ``queue``,
-        ``prompt_version``) pass as given."""
+        ``prompt_version``, ``rubric`` for a rubric-mode judge) pass as given."""
         body: dict[str, Any] = {"project": project, "scorer": scorer, **options}
         if on_too_long is not None:
             body["on_too_long"] = on_too_long

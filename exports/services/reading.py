@@ -25,6 +25,7 @@ from exports.writers import (
     ExportTrajectory,
 )
 from exports.writers.inputs import ExportSpan
+from labeling.rubric_sources import MAJORITY, rubric_source_exports, rubric_source_parse
 from labeling.selectors.rubrics import rubric_exports
 from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.services.progress import ProgressWriter
@@ -132,8 +133,17 @@ def read_chunks(
     ``sample``, only those of ``order``'s steps)."""
     verdicts_of = plan.first_errors_of
     decisive = plan.decisive_sql
-    # ``human:<user>``: whose rubric results and episode verdicts the records carry.
-    rubric_of = plan.request.options.rubric.partition(":")[2]
+    # Whose rubric results the records carry: one annotator's (``human:<user>``, with
+    # their episode verdicts) or another rubric source's (the annotators' majority, a
+    # judge's rubric run), whose results alone.
+    rubric_source = (
+        rubric_source_parse(plan.request.options.rubric) if plan.request.options.rubric else None
+    )
+    rubric_of = (
+        rubric_source.name
+        if rubric_source and rubric_source.kind == "human" and rubric_source.name != MAJORITY
+        else ""
+    )
     with step_values_table(plan, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -161,6 +171,8 @@ def read_chunks(
                 episodes: dict[int, list[dict[str, Any]]] = {}
                 if rubric_of:
                     rubrics, episodes = rubric_exports(rubric_of, ids)
+                elif rubric_source is not None:
+                    rubrics = rubric_source_exports(plan.project, rubric_source, ids)
                 with_verdict = (
                     first_errors.keys()
                     | decisive_rows.keys()

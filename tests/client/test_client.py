@@ -140,6 +140,12 @@ def test_rubric_and_episode_verdict_through_the_client(stepscope: Client, projec
     assert [v["outcome"] for v in stepscope.episode_verdicts(trajectory)] == ["success"]
     with pytest.raises(StepscopeError, match="not a valid choice"):
         stepscope.mark_rubric(trajectory, rubric["id"], [{"criterion": 0, "mark": "yes"}])
+    # Nothing submitted yet: no trajectory is marked by both; a bad source is named.
+    me = stepscope.rubric_results(trajectory)[0]["annotator"]
+    aligned = stepscope.rubric_alignment(project.slug, f"rubric:human:{me}", "human:majority")
+    assert aligned["trajectories"] == 0 and [c["pairs"] for c in aligned["criteria"]] == [0, 0]
+    with pytest.raises(StepscopeError, match="unknown rubric source"):
+        stepscope.rubric_alignment(project.slug, "model:x", "human:majority")
 
 
 def test_trajectory_id_refuses_to_pick_one_of_two_with_the_same_id(

@@ -174,6 +174,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "compare-first-errors": _GET_ONLY,
     "compare-humans": _GET_ONLY,
     "compare-decisive": _GET_ONLY,
+    "compare-rubrics": _GET_ONLY,
     "compare-disagreements": _GET_ONLY,
     "compare-disagreement-queue": _CANCEL,
     "failure-overview": _GET_ONLY,
@@ -276,6 +277,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:api-compare-decisive": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
+    # Without a and b (and with no rubric in the world) members are told what is missing.
+    "api:api-rubric-alignment": {"GET": "401 404 400 400 400", "POST": "401 405 405 405 405"},
     "api:scorer-alignment": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,
