@@ -1,6 +1,15 @@
 from django.urls import path
 
-from labeling.views import decisive, labels, queues, review, rubrics, schemas, spans
+from labeling.views import (
+    decisive,
+    labels,
+    queues,
+    review,
+    rubrics,
+    schemas,
+    span_schemas,
+    spans,
+)
 
 urlpatterns = [
     # The labeling surface: the trajectory page, and its writes and partials.
@@ -27,6 +36,7 @@ urlpatterns = [
     # Span labels: the trajectory page's span panel, and removing one of yours.
     path("t/<int:pk>/spans/", spans.trajectory_spans, name="trajectory-spans"),
     path("spans/<int:pk>/delete/", spans.span_delete, name="span-delete"),
+    path("p/<slug:slug>/span-schemas/", span_schemas.span_schemas, name="span-schemas"),
     # Rubrics and episode verdicts (labeling/views/rubrics.py).
     path("p/<slug:slug>/rubric/", rubrics.rubric_edit, name="rubric-edit"),
     path("t/<int:pk>/rubric/", rubrics.rubric_panel, name="rubric-panel"),

@@ -145,6 +145,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # anyone else's refusal is a redirect back with the message, an outsider's a 404.
     "trajectory-spans": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
     "span-delete": _MEMBER_WRITE,
+    # Span schemas: every member reads them, the admin edits (an empty form re-renders).
+    "span-schemas": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     "guidelines": _GET_ONLY,
     # The rubric and episode-verdict panels: every member reads them (a page without
     # HTMX); an empty form is refused (or, for a verdict, clears the user's own, which the
