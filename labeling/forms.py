@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
 from labeling.models import LabelSchema, Queue, TrajectoryLabel, reserved_key_error
+from labeling.spans import SpanSchema
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
 
@@ -98,6 +99,13 @@ class QueueForm(TrajectoryFilterForm):
         label="Label schemas",
         help_text="Nothing ticked: every active schema.",
     )
+    span_schemas = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Span schemas",
+        help_text="Runs of steps to label; nothing ticked: none asked for.",
+    )
 
     field_order = [
         "name",
@@ -107,6 +115,7 @@ class QueueForm(TrajectoryFilterForm):
         "order",
         "assignees",
         "schemas",
+        "span_schemas",
     ]
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
@@ -120,6 +129,10 @@ class QueueForm(TrajectoryFilterForm):
         assert isinstance(schemas, forms.MultipleChoiceField)
         names = LabelSchema.objects.filter(project=project, is_active=True).order_by("id")
         schemas.choices = [(n, n) for n in dict.fromkeys(names.values_list("name", flat=True))]
+        spans = self.fields["span_schemas"]
+        assert isinstance(spans, forms.MultipleChoiceField)
+        active = SpanSchema.objects.filter(project=project, is_active=True).order_by("id")
+        spans.choices = [(n, n) for n in active.values_list("name", flat=True)]
         self.fields["after"].disabled = True
 
     def clean_name(self) -> str:

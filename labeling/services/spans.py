@@ -76,6 +76,18 @@ def _span_schema(state: LabelingState, schema: int | str) -> SpanSchema:
     found = SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)
     found = found.filter(pk=schema) if isinstance(schema, int) else found.filter(name=schema)
     picked = found.first()
+    lease = state.lease
+    if (
+        picked is not None
+        and lease is not None
+        and lease.span_schemas
+        and picked.name not in lease.span_schemas
+    ):
+        raise LabelingError(
+            f"Queue {lease.queue_name!r} asks for spans of"
+            f" {', '.join(lease.span_schemas)}; not of {picked.name!r}.",
+            field="schema",
+        )
     if picked is None:
         names = ", ".join(
             SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)

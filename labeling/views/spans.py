@@ -32,6 +32,9 @@ class SpanForm(forms.Form):
 
 def _context(state: LabelingState, **extra: object) -> dict[str, Any]:
     schemas = selectors.span_schemas_active(state.project.pk)
+    if state.lease is not None and state.lease.span_schemas:
+        # A queue that asks for some span schemas offers only those.
+        schemas = [s for s in schemas if s.name in state.lease.span_schemas]
     spans = list(selectors.spans_visible(state))
     colors = {(s.pk, e["value"]): e["color"] for s in schemas for e in s.entries}
     rows = [
