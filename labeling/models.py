@@ -598,6 +598,8 @@ class QueueAssignment(models.Model):
 
 # --- Span labels (labeling/spans.py) ---------------------------------------------------
 # Defined in their own module; imported here so that Django registers them with the app.
+from labeling.spans import FinalSpan as FinalSpan  # noqa: E402
+from labeling.spans import FinalSpanEvent as FinalSpanEvent  # noqa: E402
 from labeling.spans import SpanLabel as SpanLabel  # noqa: E402
 from labeling.spans import SpanLabelEvent as SpanLabelEvent  # noqa: E402
 from labeling.spans import SpanSchema as SpanSchema  # noqa: E402

@@ -7,6 +7,7 @@ from labeling.views import (
     review,
     rubrics,
     schemas,
+    span_review,
     span_schemas,
     spans,
 )
@@ -32,6 +33,7 @@ urlpatterns = [
     path("p/<slug:slug>/review/", review.review_list, name="review-list"),
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
+    path("t/<int:pk>/review/spans/", span_review.review_spans, name="review-spans"),
     path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
     # Span labels: the trajectory page's span panel, and removing one of yours.
     path("t/<int:pk>/spans/", spans.trajectory_spans, name="trajectory-spans"),

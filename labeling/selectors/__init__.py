@@ -87,16 +87,20 @@ __all__ = [
 # Span labels (``spans.py``).
 from labeling.selectors.spans import (
     SpanHistoryEntry,
+    SpanReview,
     span_agreement_by_schema,
     span_history,
+    span_review,
     span_schemas_active,
     spans_visible,
 )
 
 __all__ += [
     "SpanHistoryEntry",
+    "SpanReview",
     "span_agreement_by_schema",
     "span_history",
+    "span_review",
     "span_schemas_active",
     "spans_visible",
 ]

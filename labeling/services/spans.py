@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 
 from labeling.selectors import LabelingState
@@ -16,8 +17,8 @@ from labeling.services.common import (
     history_context,
     require_can_label,
 )
-from labeling.spans import TRIAGE_VALUES, SpanLabel, SpanSchema, span_values_error
-from trajectories.models import Project
+from labeling.spans import TRIAGE_VALUES, FinalSpan, SpanLabel, SpanSchema, span_values_error
+from trajectories.models import Project, Trajectory
 
 
 def span_schema_save(
@@ -149,3 +150,54 @@ def span_label_delete(*, state: LabelingState, span_id: int) -> None:
         ).delete()
     if not deleted:
         raise NotAllowed("No such span of yours on this trajectory.", status=404)
+
+
+def final_span_set(
+    *,
+    trajectory: Trajectory,
+    schema: SpanSchema,
+    adjudicator: User | AbstractBaseUser,
+    start: int,
+    end: int,
+    value: str,
+) -> FinalSpan:
+    """Set the adjudicated ``value`` of the steps ``start`` to ``end`` (both included) of
+    ``trajectory`` under the span schema ``schema``: the same range again replaces the
+    value, and the change is kept in the history. Errors name the field."""
+    if schema.project_id != trajectory.project_id:
+        raise LabelingError("That span schema does not belong to this project.", field="schema")
+    count = trajectory.step_count
+    for field, index in (("start", start), ("end", end)):
+        if not 0 <= index < count:
+            raise LabelingError(
+                f"Final span {field} {index} is not a step of this trajectory (its steps are 0"
+                f" to {count - 1}).",
+                field=field,
+            )
+    if start > end:
+        raise LabelingError(f"Final span start {start} is after its end {end}.", field="end")
+    if schema.entry_for(value) is None:
+        allowed = ", ".join(repr(e["value"]) for e in schema.entries)
+        raise LabelingError(
+            f"Final span value {value!r} is not one of {schema.name!r}'s values ({allowed}).",
+            field="value",
+        )
+    with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
+        final, _ = FinalSpan.objects.update_or_create(
+            trajectory=trajectory,
+            schema=schema,
+            start_index=start,
+            end_index=end,
+            defaults={"value": value, "adjudicator": adjudicator},
+        )
+    return final
+
+
+def final_span_delete(
+    *, trajectory: Trajectory, final_id: int, adjudicator: User | AbstractBaseUser
+) -> None:
+    """Remove one adjudicated span of ``trajectory`` (kept in the history)."""
+    with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
+        deleted, _ = FinalSpan.objects.filter(pk=final_id, trajectory=trajectory).delete()
+    if not deleted:
+        raise NotAllowed("No such final span on this trajectory.", status=404)

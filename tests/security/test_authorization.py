@@ -167,6 +167,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "review-list": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "review-trajectory": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "final-label": _CANCEL,
+    # Span review: reviewers read it; an empty form is refused with a redirect back.
+    "review-spans": {"GET": "login 404 403 200 200", "POST": "login 404 403 302 302"},
     # Every member reads the schema; only the project admin changes it.
     "schema-edit": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     # Compare pages: annotators too, in a project that neither labels blind nor hides
