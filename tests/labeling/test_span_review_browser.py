@@ -1,0 +1,98 @@
+"""Span review in a real browser: the annotators' spans side by side, a pick that makes a
+final span without reloading the page, and a page that fits a laptop's and a phone's
+screen (nothing past the right edge, every control named)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.urls import reverse
+
+from labeling.models import FinalSpan
+from labeling.selectors import labeling_state_for_user
+from labeling.services import span_label_set, span_schema_save
+from tests.browser import sign_in
+from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
+from tests.screens import UNLABELLED, WIDEST, shot
+from trajectories.models import Membership
+from trajectories.services import project_create
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "pw-for-tests"
+
+
+@pytest.mark.parametrize("viewport", [(1440, 900), (390, 844)])
+def test_a_reviewer_picks_a_final_span(
+    page: Any, live_server: Any, viewport: tuple[int, int]
+) -> None:
+    project = project_create(slug="spans", name="Spans")
+    span_schema_save(project=project, name="triage")
+    trajectory = trajectory_with_steps(
+        project, [f"Step {n}: run the tests again and read the same error." for n in range(8)]
+    )
+    people = {}
+    for name, role in (
+        ("lead", Membership.Role.RESEARCHER),
+        ("alice-the-annotator-with-a-long-name", Membership.Role.RESEARCHER),
+        ("bob", Membership.Role.RESEARCHER),
+    ):
+        people[name] = UserFactory.create(username=name)
+        MembershipFactory.create(user=people[name], project=project, role=role)
+    for name, start, end, value in (
+        ("alice-the-annotator-with-a-long-name", 0, 3, "useful exploration"),
+        ("alice-the-annotator-with-a-long-name", 4, 7, "regression"),
+        ("bob", 1, 3, "useful exploration"),
+        ("bob", 5, 7, "no-progress infrastructure"),
+    ):
+        state = labeling_state_for_user(people[name], trajectory.pk)
+        span_label_set(state=state, schema="triage", start=start, end=end, value=value)
+    width, height = viewport
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, live_server, "lead", PASSWORD)
+    page.goto(live_server.url + reverse("review-spans", args=[trajectory.pk]))
+    columns = page.eval_on_selector_all(
+        ".span-review-column[data-annotator]", "cols => cols.map(c => c.dataset.annotator)"
+    )
+    assert columns == ["alice-the-annotator-with-a-long-name", "bob"]
+    # Steps 0 and 4-7 are covered differently: marked.
+    assert page.locator("tr.review-row.has-disagreement").count() == 5
+    if width > 1000:
+        # Side by side: the annotators' columns and the final one share a row.
+        tops = page.eval_on_selector_all(
+            ".span-review-column",
+            "cols => cols.map(c => Math.round(c.getBoundingClientRect().top))",
+        )
+        assert len(set(tops)) == 1, tops
+    # No value is squeezed into a sliver (a long name beside it on a phone).
+    narrowest = page.eval_on_selector_all(
+        ".span-review-grid .span-value",
+        "vs => Math.min(...vs.map(v => v.getBoundingClientRect().width))",
+    )
+    assert narrowest > 60
+    shot(page, f"span-review-{width}")
+    assert page.evaluate(WIDEST, width) == []
+    assert page.evaluate(UNLABELLED) == []
+
+    # Bob's first span becomes final, without a reload.
+    bob = page.locator('.span-review-column[data-annotator="bob"]')
+    bob.get_by_role("button", name="Pick").first.click()
+    page.wait_for_selector("#span-review-status")
+    assert (
+        "Final: steps 1-3 · useful exploration" in page.locator("#span-review-status").inner_text()
+    )
+    final = FinalSpan.objects.get(trajectory=trajectory)
+    assert (final.start_index, final.end_index, final.adjudicator.username) == (1, 3, "lead")
+    assert page.locator(".span-review-final .span-item").count() == 1
+    # A range of the reviewer's own.
+    page.fill("input[name=start]", "4")
+    page.fill("input[name=end]", "7")
+    page.select_option("select[name=value]", "regression")
+    page.get_by_role("button", name="Set final span").click()
+    page.wait_for_function(
+        "() => document.querySelectorAll('.span-review-final .span-item').length === 2"
+    )
+    page.locator(".span-review-final").scroll_into_view_if_needed()
+    shot(page, f"span-review-final-{width}")
+    assert page.evaluate(WIDEST, width) == []
