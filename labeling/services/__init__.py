@@ -96,7 +96,9 @@ from labeling.services.spans import (
     final_span_set,
     span_label_delete,
     span_label_set,
+    span_label_undo,
     span_schema_save,
+    span_undo_is_next,
 )
 
 __all__ += [
@@ -104,5 +106,7 @@ __all__ += [
     "final_span_set",
     "span_label_delete",
     "span_label_set",
+    "span_label_undo",
     "span_schema_save",
+    "span_undo_is_next",
 ]

@@ -6,7 +6,7 @@
    press only clicks the button the mouse would.
 
      j / k        next / previous step          t / r / c   tags / rationale / correction
-     schema keys  label the current step        u           undo the last label
+     schema keys  label the current step        u           undo the last label or span
      f            mark the first error          h           the step's label history
      s            submit the trajectory         n           next item in the queue
      d            the decisive failure: the current step and its agent (decisive.js)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from django.urls import reverse
 
-from labeling.models import FinalSpan
+from labeling.models import FinalSpan, SpanLabel
 from labeling.selectors import labeling_state_for_user
 from labeling.services import span_label_set, span_schema_save
 from tests.browser import sign_in
@@ -96,3 +96,24 @@ def test_a_reviewer_picks_a_final_span(
     page.locator(".span-review-final").scroll_into_view_if_needed()
     shot(page, f"span-review-final-{width}")
     assert page.evaluate(WIDEST, width) == []
+
+
+def test_u_undoes_a_span_made_by_keyboard(page: Any, live_server: Any) -> None:
+    project = project_create(slug="undo", name="Undo")
+    span_schema_save(project=project, name="triage")
+    trajectory = trajectory_with_steps(project, [f"Step {n}: try x = {n}." for n in range(6)])
+    user = UserFactory.create(username="lead")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
+    page.set_viewport_size({"width": 1440, "height": 900})
+    sign_in(page, live_server, "lead", PASSWORD)
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_selector("#span-form")
+    page.locator("body").click(position={"x": 1, "y": 1})
+    page.keyboard.press("Shift+J")
+    page.keyboard.press("4")
+    page.wait_for_function("() => document.querySelectorAll('.span-bracket').length === 2")
+    page.keyboard.press("u")
+    page.wait_for_selector("#span-empty")
+    assert page.locator("#span-status").inner_text() == "Undone: steps 0\u20131."
+    assert page.locator(".span-bracket").count() == 0
+    assert not SpanLabel.objects.exists()
