@@ -489,7 +489,7 @@
         mark.style.setProperty("--lane", String(lane));
         mark.dataset.spanValue = span.value;
         mark.title = span.value + " · " + span.annotator + " · steps " + span.start + "–" + span.end;
-        row.appendChild(mark);
+        (row.querySelector(":scope > .step-body") || row).appendChild(mark);
       }
     });
     // Every step keeps room for all lanes, so the steps line up whatever spans they are in.

@@ -117,3 +117,41 @@ def test_u_undoes_a_span_made_by_keyboard(page: Any, live_server: Any) -> None:
     assert page.locator("#span-status").inner_text() == "Undone: steps 0\u20131."
     assert page.locator(".span-bracket").count() == 0
     assert not SpanLabel.objects.exists()
+
+
+@pytest.mark.parametrize("viewport", [(1440, 900), (390, 844)])
+def test_brackets_sit_beside_the_step_card(
+    page: Any, live_server: Any, viewport: tuple[int, int]
+) -> None:
+    project = project_create(slug="brackets", name="Brackets")
+    span_schema_save(project=project, name="triage")
+    trajectory = trajectory_with_steps(project, [f"Step {n}: try x = {n}." for n in range(6)])
+    user = UserFactory.create(username="lead")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
+    state = labeling_state_for_user(user, trajectory.pk)
+    span_label_set(state=state, schema="triage", start=0, end=3, value="useful exploration")
+    span_label_set(state=state, schema="triage", start=1, end=2, value="regression")
+    width, height = viewport
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, live_server, "lead", PASSWORD)
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    page.wait_for_function("() => document.querySelectorAll('.span-bracket').length === 6")
+    # Each bracket's right edge is within its lane's reach of the card's right edge.
+    gaps = page.eval_on_selector_all(
+        ".span-bracket",
+        """marks => marks.map(m => {
+            const card = m.closest('.step').querySelector('.step-body').getBoundingClientRect();
+            return Math.round(m.getBoundingClientRect().right - card.right);
+        })""",
+    )
+    assert all(0 < gap <= 24 for gap in gaps), gaps
+    # The two lanes stay apart and every card has the same right edge.
+    assert len(set(gaps)) == 2, gaps
+    rights = page.eval_on_selector_all(
+        "li.step > .step-body",
+        "cards => cards.map(c => Math.round(c.getBoundingClientRect().right))",
+    )
+    assert len(set(rights)) == 1, rights
+    page.locator('li.step[data-index="1"]').scroll_into_view_if_needed()
+    shot(page, f"span-brackets-{width}")
+    assert page.evaluate(WIDEST, width) == []
