@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
-from typing import Any
 
 from django.db.models import QuerySet
 
@@ -145,13 +144,17 @@ def span_review(trajectory_id: int, step_count: int, project_id: int) -> list[Sp
         .order_by("start_index", "-end_index", "id")
     )
     schemas = {s.pk: s for s in span_schemas_active(project_id)}
-    for each in [*labels, *finals]:
-        schemas.setdefault(each.schema_id, each.schema)
+    for label in labels:
+        schemas.setdefault(label.schema_id, label.schema)
+    for adjudicated in finals:
+        schemas.setdefault(adjudicated.schema_id, adjudicated.schema)
     reviews = []
     for schema in sorted(schemas.values(), key=lambda s: s.pk):
         colors = {e["value"]: e["color"] for e in schema.entries}
 
-        def shown(row: SpanLabel | FinalSpan, who: str, colors: dict[str, str] = colors) -> Any:
+        def shown(
+            row: SpanLabel | FinalSpan, who: str, colors: dict[str, str] = colors
+        ) -> SpanReviewSpan:
             return SpanReviewSpan(
                 row.pk,
                 row.start_index,
