@@ -155,3 +155,34 @@ def test_brackets_sit_beside_the_step_card(
     page.locator('li.step[data-index="1"]').scroll_into_view_if_needed()
     shot(page, f"span-brackets-{width}")
     assert page.evaluate(WIDEST, width) == []
+
+
+@pytest.mark.parametrize("viewport", [(1440, 900), (390, 844)])
+def test_the_span_schemas_and_between_humans_pages_fit(
+    page: Any, live_server: Any, viewport: tuple[int, int]
+) -> None:
+    project = project_create(slug="pages", name="Pages")
+    span_schema_save(project=project, name="triage")
+    trajectory = trajectory_with_steps(project, [f"Step {n}." for n in range(6)])
+    people = {}
+    for name in ("lead", "ann", "bea"):
+        people[name] = UserFactory.create(username=name)
+        role = Membership.Role.ADMIN if name == "lead" else Membership.Role.RESEARCHER
+        MembershipFactory.create(user=people[name], project=project, role=role)
+    for name, end in (("ann", 3), ("bea", 2)):
+        state = labeling_state_for_user(people[name], trajectory.pk)
+        span_label_set(state=state, schema="triage", start=0, end=end, value="regression")
+    width, height = viewport
+    page.set_viewport_size({"width": width, "height": height})
+    sign_in(page, live_server, "lead", PASSWORD)
+    page.goto(live_server.url + reverse("span-schemas", args=[project.slug]))
+    assert page.locator(".key-clash").count() == 3
+    shot(page, f"span-schemas-{width}")
+    assert page.evaluate(WIDEST, width) == []
+    assert page.evaluate(UNLABELLED) == []
+    page.goto(live_server.url + reverse("compare-humans", args=[project.slug]))
+    table = page.locator("#humans-spans-1")
+    table.scroll_into_view_if_needed()
+    assert "ann · bea" in table.inner_text()
+    shot(page, f"humans-spans-{width}")
+    assert page.evaluate(WIDEST, width) == []
