@@ -295,6 +295,41 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/episode/")
         return answer
 
+    # Span labels: a value on a run of steps under one of the project's span schemas
+
+    def spans(self, trajectory: int) -> dict[str, Any]:
+        """The spans on a trajectory you may see (blind mode applies), as
+        ``{"spans": [{"id", "schema_name", "start", "end", "value", "annotator", ...}],
+        "agreement": {schema: {"iou", "step_agreement", ...}}}``."""
+        answer: dict[str, Any] = self._request("GET", f"trajectories/{trajectory}/spans/")
+        return answer
+
+    def add_span(
+        self,
+        trajectory: int,
+        schema: str | int,
+        start: int,
+        end: int,
+        value: str,
+        *,
+        queue: int | None = None,
+    ) -> dict[str, Any]:
+        """Give steps ``start`` to ``end`` (both included) your ``value`` under the span
+        schema ``schema`` (its name or id); the same range again changes your value.
+        Returns the span."""
+        body: dict[str, Any] = {"schema": str(schema), "start": start, "end": end, "value": value}
+        if queue is not None:
+            body["queue"] = queue
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/spans/", json=body
+        )
+        return answer
+
+    def delete_span(self, span: int, *, queue: int | None = None) -> None:
+        """Remove one of your spans (kept in the history)."""
+        params = {"queue": queue} if queue is not None else None
+        self._request("DELETE", f"spans/{span}/", params=params)
+
     # Scores
 
     def push_scores(

@@ -164,8 +164,8 @@ def read_chunks(
                     }
                 span_rows: dict[int, list[ExportSpan]] = {}
                 if "spans" in plan.reads:
-                    cursor.execute(SPANS_SQL, [ids])
-                    for trajectory_id, *span in cursor.fetchall():
+                    cursor.execute(SPANS_SQL, [ids, ids])
+                    for trajectory_id, *span, _ in cursor.fetchall():
                         span_rows.setdefault(trajectory_id, []).append(ExportSpan(*span))
                 rubrics: dict[int, list[dict[str, Any]]] = {}
                 episodes: dict[int, list[dict[str, Any]]] = {}
@@ -424,13 +424,23 @@ STEP_TRAINING_SQL = (
 NO_VERDICT = TrajectoryVerdict()
 # The span labels of a chunk's trajectories (the ``spans`` format), by start, longer
 # first, then schema and annotator.
+# Every annotator's spans, and the adjudicated ones under the label source's name
+# ``human:adjudicated`` in the annotator's place (no username has a colon).
 SPANS_SQL = (
-    "SELECT sl.trajectory_id, ss.name, sl.start_index, sl.end_index, sl.value, u.username"
+    "SELECT * FROM ("
+    " SELECT sl.trajectory_id, ss.name, sl.start_index, sl.end_index, sl.value,"
+    " u.username AS who, sl.id"
     " FROM labeling_spanlabel sl"
     " JOIN labeling_spanschema ss ON ss.id = sl.schema_id"
     " JOIN auth_user u ON u.id = sl.annotator_id"
     " WHERE sl.trajectory_id = ANY(%s)"
-    " ORDER BY sl.trajectory_id, sl.start_index, sl.end_index DESC, ss.name, u.username, sl.id"
+    " UNION ALL"
+    " SELECT fs.trajectory_id, ss.name, fs.start_index, fs.end_index, fs.value,"
+    " 'human:adjudicated', fs.id"
+    " FROM labeling_finalspan fs"
+    " JOIN labeling_spanschema ss ON ss.id = fs.schema_id"
+    " WHERE fs.trajectory_id = ANY(%s)"
+    ") spans ORDER BY trajectory_id, start_index, end_index DESC, name, who, id"
 )
 
 

@@ -145,6 +145,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # anyone else's refusal is a redirect back with the message, an outsider's a 404.
     "trajectory-spans": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
     "span-delete": _MEMBER_WRITE,
+    # Span schemas: every member reads them, the admin edits (an empty form re-renders).
+    "span-schemas": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     "guidelines": _GET_ONLY,
     # The rubric and episode-verdict panels: every member reads them (a page without
     # HTMX); an empty form is refused (or, for a verdict, clears the user's own, which the
@@ -165,6 +167,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "review-list": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "review-trajectory": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "final-label": _CANCEL,
+    # Span review: reviewers read it; an empty form is refused with a redirect back.
+    "review-spans": {"GET": "login 404 403 200 200", "POST": "login 404 403 302 302"},
     # Every member reads the schema; only the project admin changes it.
     "schema-edit": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     # Compare pages: annotators too, in a project that neither labels blind nor hides
