@@ -1,6 +1,7 @@
-"""/api/v1/compare/: a scorer against a label source, as JSON; and
+"""/api/v1/compare/: a scorer against a label source, as JSON;
 /api/v1/scorers/<id>/alignment/: every prompt version of an LLM judge against a human
-label source. The project and scorer lookups make anything outside the user's projects a
+label source; and /api/v1/projects/<slug>/rubric-alignment/: one rubric source against
+another, per criterion. The project and scorer lookups make anything outside the user's projects a
 404."""
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from rest_framework.exceptions import NotFound, PermissionDenied, ValidationErro
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from evaluation import alignment, compare, decisive
+from evaluation import alignment, compare, decisive, rubric_alignment
 from evaluation.serializers import (
     AlignmentParamsSerializer,
     CompareParamsSerializer,
     DecisiveParamsSerializer,
+    RubricAlignmentParamsSerializer,
 )
 from labeling import selectors
 from scoring.selectors import scorer_get_for_user
@@ -126,8 +128,36 @@ class JudgeAlignmentView(generics.GenericAPIView[Any]):
         return Response(alignment.alignment_run(query).as_json())
 
 
+class RubricAlignmentView(generics.GenericAPIView[Any]):
+    """One rubric source against another (``rubric:human:<user>``,
+    ``rubric:human:majority``, ``rubric:judge:<scorer>``) on the project's current rubric
+    (``rubric``, by name, where it has several): per criterion, the pairs both marked,
+    agreement, Cohen's kappa, the marks' confusion and the evidence steps' mean Jaccard
+    overlap. A parameter or source it does not know is a 400 naming it."""
+
+    serializer_class = RubricAlignmentParamsSerializer
+    pagination_class = None
+
+    @extend_schema(parameters=[RubricAlignmentParamsSerializer], responses={200: dict})
+    def get(self, request: Request, slug: str) -> Response:
+        project = _project(request, slug)  # outsiders: 404 whatever they ask
+        data = _params(request, RubricAlignmentParamsSerializer)
+        try:
+            result = rubric_alignment.rubric_compare(
+                project, a=str(data["a"]), b=str(data["b"]), rubric=str(data["rubric"])
+            )
+        except rubric_alignment.AlignmentRefused as error:
+            raise ValidationError({error.field: error.message}) from None
+        return Response(result.as_json())
+
+
 urlpatterns: list[URLPattern | URLResolver] = [
     path("compare/", CompareView.as_view(), name="api-compare"),
     path("compare/decisive/", DecisiveCompareView.as_view(), name="api-compare-decisive"),
     path("scorers/<int:pk>/alignment/", JudgeAlignmentView.as_view(), name="scorer-alignment"),
+    path(
+        "projects/<slug:slug>/rubric-alignment/",
+        RubricAlignmentView.as_view(),
+        name="api-rubric-alignment",
+    ),
 ]

@@ -236,3 +236,32 @@ class DecisiveCompareForm(forms.Form):
         if data.get("k") is None:
             data["k"] = 1
         return data
+
+
+class RubricCompareForm(forms.Form):
+    """Which rubric, and which two rubric sources, the rubric page sets against each
+    other."""
+
+    rubric = forms.ChoiceField(required=False)
+    a = forms.ChoiceField(label="Reference")
+    b = forms.ChoiceField(label="Against")
+
+    def __init__(self, data: QueryDict | None, *, rubrics: list[str], choices: list[str]) -> None:
+        """Left out: ``a`` is the first source (the annotators' majority where there is
+        one) and ``b`` a judge's, else the next source."""
+        given = data or QueryDict()
+        data = (data or QueryDict()).copy()
+        if not data.get("rubric") and rubrics:
+            data["rubric"] = rubrics[0]
+        if not data.get("a") and choices:
+            data["a"] = choices[0]
+        if not data.get("b"):
+            others = [c for c in choices if c != data.get("a")]
+            judges = [c for c in others if c.startswith("rubric:judge:")]
+            data["b"] = (judges or others or [""])[0]
+        super().__init__(data)
+        self.fields["rubric"].choices = [(r, r) for r in rubrics]  # type: ignore[attr-defined]
+        for name in ("a", "b"):
+            self.fields[name].choices = _with_given(  # type: ignore[attr-defined]
+                [(c, c) for c in choices], given.get(name, "")
+            )

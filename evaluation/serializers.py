@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from stepscope.serializers import StrictSerializer
+
 
 class CompareParamsSerializer(serializers.Serializer[dict[str, object]]):
     """The query parameters of ``GET /api/v1/compare/``, as ``manage.py compare`` takes
@@ -56,4 +58,19 @@ class AlignmentParamsSerializer(serializers.Serializer[dict[str, object]]):
         allow_blank=True,
         max_length=300,
         help_text="a human decisive-failure source, e.g. import:who-and-when",
+    )
+
+
+class RubricAlignmentParamsSerializer(StrictSerializer):
+    """The query parameters of ``GET /api/v1/projects/<slug>/rubric-alignment/``; any
+    other is refused, named."""
+
+    a = serializers.CharField(max_length=300, help_text="e.g. rubric:human:majority")
+    b = serializers.CharField(max_length=300, help_text="e.g. rubric:judge:<scorer>")
+    rubric = serializers.CharField(
+        required=False,
+        default="",
+        allow_blank=True,
+        max_length=100,
+        help_text="the rubric's name (default: the project's one current rubric)",
     )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from evaluation.views import alignment, compare, failures
+from evaluation.views import alignment, compare, failures, rubrics
 
 urlpatterns = [
     # Model against humans, and where failed rollouts go wrong.
@@ -13,6 +13,7 @@ urlpatterns = [
     ),
     path("p/<slug:slug>/compare/humans/", compare.compare_humans, name="compare-humans"),
     path("p/<slug:slug>/compare/decisive/", compare.compare_decisive, name="compare-decisive"),
+    path("p/<slug:slug>/compare/rubrics/", rubrics.compare_rubrics, name="compare-rubrics"),
     path(
         "p/<slug:slug>/compare/disagreements/",
         compare.compare_disagreements,

@@ -11,6 +11,8 @@ from exports.selectors import export_choices
 from exports.services.batches import batch_name_check
 from exports.writers import FORMATS
 from labeling.decisive_sources import decisive_source_choices
+from labeling.models import Rubric
+from labeling.rubric_sources import PREFIX, rubric_source_choices
 from scoring import prm
 from scoring.models import JudgeReply
 from scoring.selectors import scorers_for_project
@@ -101,6 +103,13 @@ class ExportForm(forms.Form):
         help_text="Whose 'which agent, at which step' goes in each trajectory's record"
         " (trl-stepwise, prm800k, processbench; stepscope writes the label source's).",
     )
+    rubric = forms.ChoiceField(
+        required=False,
+        label="Rubric results",
+        help_text="Whose rubric marks (per criterion, and the score as rubric_reward) go in"
+        " each trajectory's record: an annotator's (with their episode verdicts), the"
+        " annotators' majority, or a judge's rubric run (trl-stepwise, prm800k; JSON).",
+    )
 
     batch = forms.CharField(
         required=False,
@@ -132,6 +141,7 @@ class ExportForm(forms.Form):
                 ("", "none"),
                 *((source, source) for source in decisive_source_choices(project)),
             ],
+            "rubric": [("", "none"), *(rubric_choices(project) if counted else [])],
         }
         for name, listed in offered.items():
             field = self.fields[name]
@@ -148,7 +158,7 @@ class ExportForm(forms.Form):
         return name
 
     def export_options(self) -> dict[str, Any]:
-        """The options of the judge and decisive-failure fields that are set."""
+        """The options of the judge, decisive-failure and rubric fields that are set."""
         data = self.cleaned_data
         options: dict[str, Any] = {}
         if data.get("critiques"):
@@ -156,7 +166,19 @@ class ExportForm(forms.Form):
             options["critique_rows"] = data.get("critique_rows") or "all"
         if data.get("decisive"):
             options["decisive"] = data["decisive"]
+        if data.get("rubric"):
+            options["rubric"] = data["rubric"]
         return options
+
+
+def rubric_choices(project: Project) -> list[tuple[str, str]]:
+    """The rubric sources with marks on any version of the project's rubrics, as the
+    export spells them (``human:majority``, ``human:<user>``, ``judge:<scorer>``)."""
+    seen: dict[str, None] = {}
+    for rubric in Rubric.objects.filter(project=project).order_by("name", "-version"):
+        for source in rubric_source_choices(rubric):
+            seen.setdefault(source.removeprefix(PREFIX), None)
+    return [(source, source) for source in seen]
 
 
 def judge_choices(project: Project) -> list[tuple[str, str]]:

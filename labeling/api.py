@@ -280,6 +280,11 @@ class QueueViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Ge
                     "complete": progress.complete,
                     "mine": progress.mine,
                 },
+                # Per span schema the queue asks for: items with a span of it or submitted.
+                "span_progress": [
+                    {"schema": p.schema, "items": p.items, "done": p.done, "mine": p.mine}
+                    for p in selectors.queue_span_progress(queue, request.user)
+                ],
             }
         )
 

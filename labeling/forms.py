@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.http import QueryDict
 
 from labeling.models import LabelSchema, Queue, TrajectoryLabel, reserved_key_error
+from labeling.spans import SpanSchema
 from trajectories.forms import TrajectoryFilterForm
 from trajectories.models import Project
 
@@ -98,6 +99,13 @@ class QueueForm(TrajectoryFilterForm):
         label="Label schemas",
         help_text="Nothing ticked: every active schema.",
     )
+    span_schemas = forms.MultipleChoiceField(
+        choices=[],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="Span schemas",
+        help_text="Runs of steps to label; nothing ticked: none asked for.",
+    )
 
     field_order = [
         "name",
@@ -107,6 +115,7 @@ class QueueForm(TrajectoryFilterForm):
         "order",
         "assignees",
         "schemas",
+        "span_schemas",
     ]
 
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
@@ -120,6 +129,10 @@ class QueueForm(TrajectoryFilterForm):
         assert isinstance(schemas, forms.MultipleChoiceField)
         names = LabelSchema.objects.filter(project=project, is_active=True).order_by("id")
         schemas.choices = [(n, n) for n in dict.fromkeys(names.values_list("name", flat=True))]
+        spans = self.fields["span_schemas"]
+        assert isinstance(spans, forms.MultipleChoiceField)
+        active = SpanSchema.objects.filter(project=project, is_active=True).order_by("id")
+        spans.choices = [(n, n) for n in active.values_list("name", flat=True)]
         self.fields["after"].disabled = True
 
     def clean_name(self) -> str:
@@ -261,4 +274,44 @@ class LabelingSettingsForm(forms.Form):
     )
     labels_per_step = forms.IntegerField(
         min_value=1, max_value=20, label="Labels per step", help_text="Default queue overlap."
+    )
+
+
+class SpanSchemaForm(forms.Form):
+    """A span schema on its page: a name, and its values one a line as ``value | key |
+    #colour`` (key and colour may be left out). The service checks the values, so every
+    way a span schema is saved refuses the same things with the same words."""
+
+    name = forms.CharField(max_length=100, help_text="e.g. segment role, loop")
+    values = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 5}),
+        help_text="One value a line: value | key | #colour (key and colour optional).",
+    )
+    is_active = forms.BooleanField(required=False, initial=True, label="Active")
+
+    def clean_values(self) -> list[dict[str, str]]:
+        entries: list[dict[str, str]] = []
+        for number, line in enumerate(self.cleaned_data["values"].splitlines(), start=1):
+            if not line.strip():
+                continue
+            parts = [part.strip() for part in line.split("|")]
+            if len(parts) > 3:
+                raise ValidationError(
+                    f"Line {number}: at most three parts (value | key | #colour), not {line!r}."
+                )
+            entry = {"value": parts[0]}
+            if len(parts) > 1 and parts[1]:
+                entry["key"] = parts[1]
+            if len(parts) > 2 and parts[2]:
+                entry["color"] = parts[2]
+            entries.append(entry)
+        if not entries:
+            raise ValidationError("Give at least one value.")
+        return entries
+
+
+def span_values_text(values: list[dict[str, str]]) -> str:
+    """A span schema's values as the form's lines (the inverse of its ``clean_values``)."""
+    return "\n".join(
+        " | ".join([e["value"], e.get("key", ""), e.get("color", "")]).rstrip(" |") for e in values
     )

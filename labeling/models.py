@@ -516,6 +516,10 @@ class Queue(models.Model):
     # active schema of the project (as before queues named theirs). Its annotators' pages
     # offer those schemas and their progress counts labels under them.
     schemas = models.JSONField(default=list, blank=True)
+    # The names of the span schemas (labeling/spans.py) the queue asks for; empty: none
+    # asked for (the span panel offers every active one, and progress counts none). A
+    # trajectory is done for one when the annotator has a span of it or has submitted.
+    span_schemas = models.JSONField(default=list, blank=True)
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -594,6 +598,8 @@ class QueueAssignment(models.Model):
 
 # --- Span labels (labeling/spans.py) ---------------------------------------------------
 # Defined in their own module; imported here so that Django registers them with the app.
+from labeling.spans import FinalSpan as FinalSpan  # noqa: E402
+from labeling.spans import FinalSpanEvent as FinalSpanEvent  # noqa: E402
 from labeling.spans import SpanLabel as SpanLabel  # noqa: E402
 from labeling.spans import SpanLabelEvent as SpanLabelEvent  # noqa: E402
 from labeling.spans import SpanSchema as SpanSchema  # noqa: E402

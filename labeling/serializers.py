@@ -205,6 +205,7 @@ class QueueSerializer(serializers.ModelSerializer[Queue]):
             "lease_seconds",
             "order",
             "schemas",
+            "span_schemas",
             "is_active",
             "created_at",
         ]

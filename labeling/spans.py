@@ -167,9 +167,59 @@ SpanLabelEvent: Any = pghistory.create_event_model(
     abstract=False,
 )
 
+
+class FinalSpan(models.Model):
+    """An adjudicated span: after comparing the annotators' spans of a trajectory, a
+    reviewer picks one of them or sets a range and value of their own. Its own label
+    source (``human:adjudicated``, as a step's final label is), never mixed with the
+    annotators'. One per trajectory, schema and range; every change is kept."""
+
+    trajectory = models.ForeignKey(Trajectory, on_delete=models.CASCADE, related_name="final_spans")
+    schema = models.ForeignKey(SpanSchema, on_delete=models.RESTRICT, related_name="final_spans")
+    start_index = models.PositiveIntegerField()
+    end_index = models.PositiveIntegerField()
+    value = models.CharField(max_length=MAX_SPAN_VALUE_CHARS)
+    adjudicator = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="final_spans"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["trajectory", "schema", "start_index", "end_index"],
+                name="finalspan_unique_range",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(start_index__lte=models.F("end_index")),
+                name="finalspan_start_before_end",
+            ),
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["trajectory", "start_index"], name="finalspan_trajectory"),
+        ]
+
+    def __str__(self) -> str:
+        return f"final {self.value} on {self.start_index}-{self.end_index}"
+
+
+FinalSpanEvent: Any = pghistory.create_event_model(
+    FinalSpan,
+    pghistory.InsertEvent(),
+    pghistory.UpdateEvent(condition=pghistory.AnyChange(exclude=["updated_at"])),
+    pghistory.DeleteEvent(),
+    model_name="FinalSpanEvent",
+    context_field=pghistory.ContextJSONField(),
+    context_id_field=pghistory.ContextUUIDField(),
+    abstract=False,
+)
+
 __all__ = [
     "RESERVED_KEYS",
     "TRIAGE_VALUES",
+    "FinalSpan",
+    "FinalSpanEvent",
     "SpanLabel",
     "SpanLabelEvent",
     "SpanSchema",

@@ -1,6 +1,16 @@
 from django.urls import path
 
-from labeling.views import decisive, labels, queues, review, rubrics, schemas, spans
+from labeling.views import (
+    decisive,
+    labels,
+    queues,
+    review,
+    rubrics,
+    schemas,
+    span_review,
+    span_schemas,
+    spans,
+)
 
 urlpatterns = [
     # The labeling surface: the trajectory page, and its writes and partials.
@@ -23,10 +33,12 @@ urlpatterns = [
     path("p/<slug:slug>/review/", review.review_list, name="review-list"),
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
+    path("t/<int:pk>/review/spans/", span_review.review_spans, name="review-spans"),
     path("p/<slug:slug>/schema/", schemas.schema_edit, name="schema-edit"),
     # Span labels: the trajectory page's span panel, and removing one of yours.
     path("t/<int:pk>/spans/", spans.trajectory_spans, name="trajectory-spans"),
     path("spans/<int:pk>/delete/", spans.span_delete, name="span-delete"),
+    path("p/<slug:slug>/span-schemas/", span_schemas.span_schemas, name="span-schemas"),
     # Rubrics and episode verdicts (labeling/views/rubrics.py).
     path("p/<slug:slug>/rubric/", rubrics.rubric_edit, name="rubric-edit"),
     path("t/<int:pk>/rubric/", rubrics.rubric_panel, name="rubric-panel"),

@@ -215,6 +215,7 @@ class ScoringRunViewSet(
                 queue=_queue_by_name_or_id(project, data["queue"]) if "queue" in data else None,
                 prompt_version=data.get("prompt_version"),
                 on_too_long=data.get("on_too_long"),
+                rubric=data.get("rubric"),
             )
         except SelectionError as error:
             raise ValidationError({"filters": error.by_name()}) from None

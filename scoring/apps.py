@@ -8,8 +8,16 @@ class ScoringConfig(AppConfig):
     def ready(self) -> None:
         # Registers the trajectory filter on credits and the score column with trajectories, the
         # model: label source with labeling's label sources, and what labeling queues'
-        # "most uncertain first" order ranks by, and the model: decisive-failure source.
-        from scoring import columns, failure_source, filters, queue_order, sources  # noqa: F401
+        # "most uncertain first" order ranks by, the model: decisive-failure source and the
+        # judge: rubric source.
+        from scoring import (  # noqa: F401
+            columns,
+            failure_source,
+            filters,
+            queue_order,
+            rubric_source,
+            sources,
+        )
         from scoring.model_policy import model_policy
         from scoring.prm import model_refs
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import ClassVar
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
+from labeling.models import RubricMark
 from scoring import prm
 from stepscope.jobs.models import Chunk, ChunkedJob
 from trajectories.models import Project, Step, Trajectory
@@ -426,3 +428,46 @@ class EvidenceChoice(models.Model):
     def __str__(self) -> str:
         picked = f"scorer {self.scorer_id}, run {self.credit_run_id}"
         return f"{self.user_id} in {self.project_id}: {picked}"
+
+
+class JudgeRubricMark(models.Model):
+    """An LLM judge's mark on one criterion of one rubric version for one trajectory, with
+    its evidence steps: what a judge run in the ``rubric`` mode writes (the rubric source
+    ``judge:<scorer>``, set against people's marks, ``labeling.RubricMark``). One per
+    (trajectory, scorer, rubric version, criterion): judging again replaces it. Written by
+    ``scoring.services.rubric_marks.judge_rubric_marks_write``."""
+
+    trajectory = models.ForeignKey(
+        Trajectory, on_delete=models.CASCADE, related_name="judge_rubric_marks"
+    )
+    scorer = models.ForeignKey(Scorer, on_delete=models.CASCADE, related_name="rubric_marks")
+    rubric = models.ForeignKey(
+        "labeling.Rubric", on_delete=models.RESTRICT, related_name="judge_marks"
+    )
+    run = models.ForeignKey(
+        ScoringRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="rubric_marks"
+    )
+    # The reply it was read from (its critique and raw text).
+    reply = models.ForeignKey(
+        JudgeReply, null=True, blank=True, on_delete=models.SET_NULL, related_name="rubric_marks"
+    )
+    criterion = models.PositiveIntegerField()
+    mark = models.CharField(max_length=10, choices=RubricMark.Mark.choices)
+    # Step indexes of the trajectory, sorted.
+    evidence = ArrayField(models.PositiveIntegerField(), default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints: ClassVar = [
+            models.UniqueConstraint(
+                fields=["trajectory", "scorer", "rubric", "criterion"],
+                name="judgerubricmark_unique_per_scorer",
+            )
+        ]
+        indexes: ClassVar = [
+            models.Index(fields=["rubric", "scorer"], name="judgerubricmark_rubric_scorer")
+        ]
+
+    def __str__(self) -> str:
+        where = f"criterion {self.criterion} of {self.trajectory_id}"
+        return f"{self.mark} on {where} by {self.scorer_id}"

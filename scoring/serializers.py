@@ -136,6 +136,12 @@ class ScoringRunCreateSerializer(serializers.Serializer[Any]):
         " gets no verdict; the run's metrics list it under skipped, with the reason) or"
         " fail (the run fails, naming it)",
     )
+    rubric = serializers.CharField(
+        required=False,
+        max_length=100,
+        help_text="a rubric-mode llm-judge: the rubric it fills (default: the project's one"
+        " current rubric)",
+    )
 
 
 class ScorerTrainSerializer(serializers.Serializer[Any]):

@@ -271,6 +271,17 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/rubric/")
         return answer
 
+    def rubric_alignment(self, project: str, a: str, b: str, *, rubric: str = "") -> dict[str, Any]:
+        """Rubric source ``b`` against ``a`` per criterion (``rubric:human:<user>``,
+        ``rubric:human:majority``, ``rubric:judge:<scorer>``) on the project's current
+        rubric (``rubric``, by name, where it has several): each criterion's ``pairs``,
+        ``agreement``, ``kappa``, ``confusion`` and ``evidence_jaccard``."""
+        params = {"a": a, "b": b, **({"rubric": rubric} if rubric else {})}
+        answer: dict[str, Any] = self._request(
+            "GET", f"projects/{project}/rubric-alignment/", params=params
+        )
+        return answer
+
     def episode_verdict(self, trajectory: int, **answers: Any) -> dict[str, Any]:
         """Set your episode verdict (``agent`` left out: the whole run; ``outcome``,
         ``failure_mode``, ``critique``, ``queue``)."""
@@ -283,6 +294,41 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         """The episode verdicts on a trajectory you may see (blind mode applies)."""
         answer: list[dict[str, Any]] = self._request("GET", f"trajectories/{trajectory}/episode/")
         return answer
+
+    # Span labels: a value on a run of steps under one of the project's span schemas
+
+    def spans(self, trajectory: int) -> dict[str, Any]:
+        """The spans on a trajectory you may see (blind mode applies), as
+        ``{"spans": [{"id", "schema_name", "start", "end", "value", "annotator", ...}],
+        "agreement": {schema: {"iou", "step_agreement", ...}}}``."""
+        answer: dict[str, Any] = self._request("GET", f"trajectories/{trajectory}/spans/")
+        return answer
+
+    def add_span(
+        self,
+        trajectory: int,
+        schema: str | int,
+        start: int,
+        end: int,
+        value: str,
+        *,
+        queue: int | None = None,
+    ) -> dict[str, Any]:
+        """Give steps ``start`` to ``end`` (both included) your ``value`` under the span
+        schema ``schema`` (its name or id); the same range again changes your value.
+        Returns the span."""
+        body: dict[str, Any] = {"schema": str(schema), "start": start, "end": end, "value": value}
+        if queue is not None:
+            body["queue"] = queue
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/spans/", json=body
+        )
+        return answer
+
+    def delete_span(self, span: int, *, queue: int | None = None) -> None:
+        """Remove one of your spans (kept in the history)."""
+        params = {"queue": queue} if queue is not None else None
+        self._request("DELETE", f"spans/{span}/", params=params)
 
     # Scores
 
@@ -330,7 +376,7 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         ``"skip"`` (the server's default: that step gets no verdict, and the run's
         ``metrics["skipped"]`` names it and why) or ``"fail"`` (the run fails). Further
         fields (``only_unscored``, ``trajectories``, ``filters``, ``queue``,
-        ``prompt_version``) pass as given."""
+        ``prompt_version``, ``rubric`` for a rubric-mode judge) pass as given."""
         body: dict[str, Any] = {"project": project, "scorer": scorer, **options}
         if on_too_long is not None:
             body["on_too_long"] = on_too_long

@@ -73,7 +73,8 @@ class TrainingCalls:
     ) -> Job:
         """Queue a run of the LLM judge ``judge`` (a name or id), with its newest prompt
         version unless ``prompt_version`` names one. ``on_too_long`` and ``options``
-        (``filters``, ``trajectories``, ``only_unscored``, ``queue``) as for scoring."""
+        (``filters``, ``trajectories``, ``only_unscored``, ``queue``; ``rubric``, the
+        rubric a judge in the ``rubric`` mode fills) as for scoring."""
         body: dict[str, Any] = {"project": project, "scorer": judge, **options}
         if prompt_version is not None:
             body["prompt_version"] = prompt_version

@@ -33,6 +33,7 @@ from evaluation.forms import (
     StepFilterForm,
 )
 from evaluation.kept import summary_kept, summary_params
+from evaluation.span_agreement import span_agreement_pairs
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -378,6 +379,8 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         )
     except ValueError as error:  # a schema the project lacks, or several to choose from
         context["error"] = str(error)
+    # Span labels are compared over the whole project (a slice selects steps).
+    context["span_agreement"] = span_agreement_pairs(project)
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)

@@ -24,6 +24,7 @@ from exports.writers import ExportFormat, SplitSpec, export_format, parse_split_
 from exports.writers.export import formats_reading
 from exports.writers.output import Container
 from labeling.decisive_sources import decisive_source_parse
+from labeling.rubric_sources import MAJORITY, rubric_source_parse, rubric_source_sql
 from labeling.sources import (
     LabelSource,
     label_source_annotator,
@@ -145,7 +146,7 @@ def _resolve(project: Project, request: ExportRequest, export: ExportFormat) -> 
     labels_sql = label_source_sql(project, request.labels)
     labels_sql_joined = label_source_sql(project, request.labels, scoped=False)
     judge_id = _judge(scorers, export, options.critiques)
-    _rubric_check(export, request)
+    _rubric_check(project, export, request)
     lossless = "annotators" in export.reads
     first_errors_of = label_source_annotator(request.labels) if lossless else None
     return ExportPlan(
@@ -263,9 +264,10 @@ def _decisive(scorers: _Scorers, export: ExportFormat, request: ExportRequest) -
     return DECISIVE_LABEL_SQL, [username]
 
 
-def _rubric_check(export: ExportFormat, request: ExportRequest) -> None:
-    """The ``rubric`` option names one annotator (``human:<user>``) and a format whose
-    JSON records carry it; the error names the option."""
+def _rubric_check(project: Project, export: ExportFormat, request: ExportRequest) -> None:
+    """The ``rubric`` option names a rubric source (``human:<user>``, ``human:majority``,
+    ``judge:<scorer>``, ``rubric:`` in front or not) and a format whose JSON records carry
+    it; the error names the option."""
     text = request.options.rubric
     if not text:
         return
@@ -277,11 +279,20 @@ def _rubric_check(export: ExportFormat, request: ExportRequest) -> None:
     container = request.container or export.containers[0]
     if container not in ("jsonl", "json"):
         raise ValueError(f"rubric: written in jsonl or json records, not {container}")
-    kind, _, username = text.partition(":")
-    if kind != "human" or not username or username == "majority":
-        raise ValueError(f"rubric: {text!r} is not human:<username>")
-    if not User.objects.filter(username=username).exists():
-        raise ValueError(f"rubric: no annotator {username!r}")
+    try:
+        source = rubric_source_parse(text)
+    except ValueError:
+        raise ValueError(
+            f"rubric: {text!r} is not human:<username>, human:majority or judge:<scorer>"
+        ) from None
+    if source.kind == "human" and source.name != MAJORITY:
+        if not User.objects.filter(username=source.name).exists():
+            raise ValueError(f"rubric: no annotator {source.name!r}")
+        return
+    try:
+        rubric_source_sql(project, [], source)  # names a judge the project lacks, now
+    except ValueError as error:
+        raise ValueError(f"rubric: {error}") from None
 
 
 def credit_run_for(project: Project, run_id: int) -> AttributionRun:

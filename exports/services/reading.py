@@ -25,6 +25,7 @@ from exports.writers import (
     ExportTrajectory,
 )
 from exports.writers.inputs import ExportSpan
+from labeling.rubric_sources import MAJORITY, rubric_source_exports, rubric_source_parse
 from labeling.selectors.rubrics import rubric_exports
 from trajectories.formats.base import ParsedDecisive, StepTraining
 from trajectories.services.progress import ProgressWriter
@@ -132,8 +133,17 @@ def read_chunks(
     ``sample``, only those of ``order``'s steps)."""
     verdicts_of = plan.first_errors_of
     decisive = plan.decisive_sql
-    # ``human:<user>``: whose rubric results and episode verdicts the records carry.
-    rubric_of = plan.request.options.rubric.partition(":")[2]
+    # Whose rubric results the records carry: one annotator's (``human:<user>``, with
+    # their episode verdicts) or another rubric source's (the annotators' majority, a
+    # judge's rubric run), whose results alone.
+    rubric_source = (
+        rubric_source_parse(plan.request.options.rubric) if plan.request.options.rubric else None
+    )
+    rubric_of = (
+        rubric_source.name
+        if rubric_source and rubric_source.kind == "human" and rubric_source.name != MAJORITY
+        else ""
+    )
     with step_values_table(plan, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
@@ -154,13 +164,15 @@ def read_chunks(
                     }
                 span_rows: dict[int, list[ExportSpan]] = {}
                 if "spans" in plan.reads:
-                    cursor.execute(SPANS_SQL, [ids])
-                    for trajectory_id, *span in cursor.fetchall():
+                    cursor.execute(SPANS_SQL, [ids, ids])
+                    for trajectory_id, *span, _ in cursor.fetchall():
                         span_rows.setdefault(trajectory_id, []).append(ExportSpan(*span))
                 rubrics: dict[int, list[dict[str, Any]]] = {}
                 episodes: dict[int, list[dict[str, Any]]] = {}
                 if rubric_of:
                     rubrics, episodes = rubric_exports(rubric_of, ids)
+                elif rubric_source is not None:
+                    rubrics = rubric_source_exports(plan.project, rubric_source, ids)
                 with_verdict = (
                     first_errors.keys()
                     | decisive_rows.keys()
@@ -412,13 +424,23 @@ STEP_TRAINING_SQL = (
 NO_VERDICT = TrajectoryVerdict()
 # The span labels of a chunk's trajectories (the ``spans`` format), by start, longer
 # first, then schema and annotator.
+# Every annotator's spans, and the adjudicated ones under the label source's name
+# ``human:adjudicated`` in the annotator's place (no username has a colon).
 SPANS_SQL = (
-    "SELECT sl.trajectory_id, ss.name, sl.start_index, sl.end_index, sl.value, u.username"
+    "SELECT * FROM ("
+    " SELECT sl.trajectory_id, ss.name, sl.start_index, sl.end_index, sl.value,"
+    " u.username AS who, sl.id"
     " FROM labeling_spanlabel sl"
     " JOIN labeling_spanschema ss ON ss.id = sl.schema_id"
     " JOIN auth_user u ON u.id = sl.annotator_id"
     " WHERE sl.trajectory_id = ANY(%s)"
-    " ORDER BY sl.trajectory_id, sl.start_index, sl.end_index DESC, ss.name, u.username, sl.id"
+    " UNION ALL"
+    " SELECT fs.trajectory_id, ss.name, fs.start_index, fs.end_index, fs.value,"
+    " 'human:adjudicated', fs.id"
+    " FROM labeling_finalspan fs"
+    " JOIN labeling_spanschema ss ON ss.id = fs.schema_id"
+    " WHERE fs.trajectory_id = ANY(%s)"
+    ") spans ORDER BY trajectory_id, start_index, end_index DESC, name, who, id"
 )
 
 

@@ -170,9 +170,10 @@ class ExportOptions:
     # ``decisive`` (trl-stepwise, prm800k, processbench). The lossless format always
     # writes one, from this source or else the label source's own.
     decisive: str = ""
-    # ``human:<user>``: whose rubric results and episode verdicts (on trajectories they
-    # submitted) go in each trajectory-level record's ``rubric``, ``rubric_reward`` (the
-    # first rubric's score) and ``episode`` (trl-stepwise and prm800k as JSON lines).
+    # A rubric source (``human:<user>``, ``human:majority``, ``judge:<scorer>``): whose
+    # rubric results go in each trajectory-level record's ``rubric`` and ``rubric_reward``
+    # (the first rubric's score), and an annotator's episode verdicts in ``episode``
+    # (trl-stepwise and prm800k as JSON lines).
     rubric: str = ""
 
     def __post_init__(self) -> None:

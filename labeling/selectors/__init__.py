@@ -7,10 +7,12 @@ app's selector interface; callers import them from here."""
 from labeling.selectors.queues import (
     QUEUE_ITEMS_PAGE_SIZE,
     AnnotatorProgress,
+    SpanProgress,
     queue_annotators,
     queue_get_for_user,
     queue_items_page,
     queue_progress,
+    queue_span_progress,
     queues_for_project,
     queues_for_user,
 )
@@ -60,6 +62,7 @@ __all__ = [
     "QueueProgress",
     "ReviewRow",
     "ReviewTable",
+    "SpanProgress",
     "active_schema",
     "can_compare",
     "is_reviewer",
@@ -71,6 +74,7 @@ __all__ = [
     "queue_get_for_user",
     "queue_items_page",
     "queue_progress",
+    "queue_span_progress",
     "queues_for_project",
     "queues_for_user",
     "review_candidates",
@@ -83,16 +87,20 @@ __all__ = [
 # Span labels (``spans.py``).
 from labeling.selectors.spans import (
     SpanHistoryEntry,
+    SpanReview,
     span_agreement_by_schema,
     span_history,
+    span_review,
     span_schemas_active,
     spans_visible,
 )
 
 __all__ += [
     "SpanHistoryEntry",
+    "SpanReview",
     "span_agreement_by_schema",
     "span_history",
+    "span_review",
     "span_schemas_active",
     "spans_visible",
 ]

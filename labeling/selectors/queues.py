@@ -24,6 +24,7 @@ from labeling.selectors.surface import (
     QueueProgress,
     is_reviewer,
 )
+from labeling.spans import SpanLabel
 from trajectories.models import Membership, Project
 from trajectories.selectors import projects_for_user
 
@@ -95,6 +96,49 @@ def queue_progress(queue: Queue, user: AnyUser) -> QueueProgress:
         cursor.execute(QUEUE_PROGRESS_SQL, [user.pk, queue.pk])
         (data,) = cursor.fetchone() or (None,)
     return QueueProgress(**(data or {}))
+
+
+@dataclass(frozen=True)
+class SpanProgress:
+    """A queue's progress on one span schema it asks for: its items, those done (some
+    annotator has a span of the schema on the trajectory, or has submitted it) and those
+    done by this user (a span of theirs, or their submit)."""
+
+    schema: str
+    items: int
+    done: int
+    mine: int
+
+
+def queue_span_progress(queue: Queue, user: AnyUser) -> list[SpanProgress]:
+    """Per span schema the queue asks for, in its order: :class:`SpanProgress`. A schema
+    no longer active still counts its spans (the queue keeps asking for it by name)."""
+    uid = int(user.pk) if user.is_authenticated else 0
+    result = []
+    for name in queue.span_schemas or []:
+        spans = SpanLabel.objects.filter(
+            trajectory_id=OuterRef("trajectory_id"),
+            schema__project_id=queue.project_id,
+            schema__name=name,
+        )
+        submitted = QueueAssignment.objects.filter(
+            item_id=OuterRef("pk"), status=QueueAssignment.Status.SUBMITTED
+        )
+        counts = (
+            QueueItem.objects.filter(queue=queue)
+            .annotate(
+                _any=Exists(spans) | Exists(submitted),
+                _mine=Exists(spans.filter(annotator_id=uid))
+                | Exists(submitted.filter(annotator_id=uid)),
+            )
+            .aggregate(
+                items=Count("id"),
+                done=Count("id", filter=Q(_any=True)),
+                mine=Count("id", filter=Q(_mine=True)),
+            )
+        )
+        result.append(SpanProgress(schema=name, **counts))
+    return result
 
 
 @dataclass(frozen=True)

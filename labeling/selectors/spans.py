@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from django.db.models import QuerySet
 
 from labeling.selectors.surface import LabelingState
-from labeling.spans import SpanLabel, SpanLabelEvent, SpanSchema
+from labeling.spans import FinalSpan, SpanLabel, SpanLabelEvent, SpanSchema
 from metrics.spans import Span, SpanAgreement, span_agreement
 
 
@@ -87,3 +87,106 @@ def span_agreement_by_schema(spans: list[SpanLabel]) -> dict[str, SpanAgreement]
         name: span_agreement(by_annotator, [e["value"] for e in schemas[name].entries])
         for name, by_annotator in by_schema.items()
     }
+
+
+@dataclass(frozen=True)
+class SpanReviewSpan:
+    """One span on the review page: an annotator's (``id`` of the SpanLabel) or a final
+    one (``id`` of the FinalSpan)."""
+
+    id: int
+    start: int
+    end: int
+    value: str
+    color: str
+    who: str
+
+
+@dataclass(frozen=True)
+class SpanReviewRow:
+    """One step of the review grid: the values covering it, per annotator and final."""
+
+    index: int
+    cells: list[tuple[str, list[SpanReviewSpan]]]  # per annotator, by name
+    final: list[SpanReviewSpan]
+    disagreement: bool
+
+
+@dataclass(frozen=True)
+class SpanReview:
+    """One span schema's review of a trajectory: the annotators side by side (their
+    spans, a grid of steps with what covers each) and the adjudicated spans."""
+
+    schema: SpanSchema
+    annotators: list[str]
+    spans: dict[str, list[SpanReviewSpan]]
+    finals: list[SpanReviewSpan]
+    rows: list[SpanReviewRow]
+    agreement: SpanAgreement | None
+
+    @property
+    def named_spans(self) -> list[tuple[str, list[SpanReviewSpan]]]:
+        return [(name, self.spans[name]) for name in self.annotators]
+
+
+def span_review(trajectory_id: int, step_count: int, project_id: int) -> list[SpanReview]:
+    """Per span schema that has spans or final spans on the trajectory (every active one
+    otherwise shown empty), what the review page shows. Two queries whatever the
+    number of schemas and annotators; steps covered by nobody are left out of the grid."""
+    labels = list(
+        SpanLabel.objects.filter(trajectory_id=trajectory_id)
+        .select_related("annotator", "schema")
+        .order_by("start_index", "-end_index", "id")
+    )
+    finals = list(
+        FinalSpan.objects.filter(trajectory_id=trajectory_id)
+        .select_related("adjudicator", "schema")
+        .order_by("start_index", "-end_index", "id")
+    )
+    schemas = {s.pk: s for s in span_schemas_active(project_id)}
+    for label in labels:
+        schemas.setdefault(label.schema_id, label.schema)
+    for adjudicated in finals:
+        schemas.setdefault(adjudicated.schema_id, adjudicated.schema)
+    reviews = []
+    for schema in sorted(schemas.values(), key=lambda s: s.pk):
+        colors = {e["value"]: e["color"] for e in schema.entries}
+
+        def shown(
+            row: SpanLabel | FinalSpan, who: str, colors: dict[str, str] = colors
+        ) -> SpanReviewSpan:
+            return SpanReviewSpan(
+                row.pk,
+                row.start_index,
+                row.end_index,
+                row.value,
+                colors.get(row.value, "#6b7280"),
+                who,
+            )
+
+        by_annotator: dict[str, list[SpanReviewSpan]] = {}
+        for label in labels:
+            if label.schema_id == schema.pk:
+                name = label.annotator.get_username()
+                by_annotator.setdefault(name, []).append(shown(label, name))
+        final = [shown(f, f.adjudicator.get_username()) for f in finals if f.schema_id == schema.pk]
+        names = sorted(by_annotator)
+        rows = []
+        for index in range(step_count):
+            cells = [(n, [s for s in by_annotator[n] if s.start <= index <= s.end]) for n in names]
+            covering = [s for s in final if s.start <= index <= s.end]
+            if not any(cell for _, cell in cells) and not covering:
+                continue
+            seen = {frozenset(s.value for s in cell) for _, cell in cells}
+            rows.append(SpanReviewRow(index, cells, covering, len(seen) > 1))
+        agreement = None
+        if len(names) > 1:
+            agreement = span_agreement(
+                {
+                    n: [Span(trajectory_id, s.start, s.end, s.value) for s in by_annotator[n]]
+                    for n in names
+                },
+                [e["value"] for e in schema.entries],
+            )
+        reviews.append(SpanReview(schema, names, by_annotator, final, rows, agreement))
+    return reviews

@@ -105,6 +105,8 @@ class Lease:
     overlap: int
     # The schema names the queue asks for (``Queue.schemas``); empty: every active one.
     schemas: list[str] = field(default_factory=list)
+    # The span schema names the queue asks for (``Queue.span_schemas``); empty: any.
+    span_schemas: list[str] = field(default_factory=list)
 
     @property
     def expired(self) -> bool:
@@ -257,7 +259,7 @@ _SQL_VERDICT = f"""SELECT row_to_json(tl) FROM labeling_trajectorylabel tl
     WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s"""
 _SQL_LEASE = f"""SELECT json_build_object('assignment_id', a.id, 'status', a.status,
         'expires_at', a.expires_at, 'item_id', i.id, 'queue_id', q.id, 'queue_name', q.name,
-        'overlap', q.overlap, 'schemas', q.schemas)
+        'overlap', q.overlap, 'schemas', q.schemas, 'span_schemas', q.span_schemas)
     FROM labeling_queueassignment a
     JOIN labeling_queueitem i ON i.id = a.item_id
     JOIN labeling_queue q ON q.id = i.queue_id

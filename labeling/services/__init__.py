@@ -92,9 +92,21 @@ __all__ = [
 
 # Span labels (``spans.py``).
 from labeling.services.spans import (
+    final_span_delete,
+    final_span_set,
     span_label_delete,
     span_label_set,
+    span_label_undo,
     span_schema_save,
+    span_undo_is_next,
 )
 
-__all__ += ["span_label_delete", "span_label_set", "span_schema_save"]
+__all__ += [
+    "final_span_delete",
+    "final_span_set",
+    "span_label_delete",
+    "span_label_set",
+    "span_label_undo",
+    "span_schema_save",
+    "span_undo_is_next",
+]

@@ -23,6 +23,7 @@ from labeling.services.common import (
     LabelingError,
     active_count,
 )
+from labeling.spans import SpanSchema
 from stepscope import locks
 from trajectories.models import Project
 from trajectories.selection import TrajectoryFilters, selection_definition
@@ -42,11 +43,13 @@ def queue_create(
     limit: int | None = None,
     order: str = Queue.Order.POSITION,
     schemas: list[str] | None = None,
+    span_schemas: list[str] | None = None,
 ) -> Queue:
     """A queue over the project's trajectories that match ``filters`` (oldest first, at
     most ``limit``), inserted in one statement whatever the selection's size; leased in
     ``order`` (for "most uncertain first", ranked by the latest trained head now).
-    ``schemas`` names the active step schemas it asks for (none: every active one)."""
+    ``schemas`` names the active step schemas it asks for (none: every active one),
+    ``span_schemas`` the active span schemas (none: no span asked for)."""
     if Queue.objects.filter(project=project, name=name).exists():
         raise LabelingError(f"A queue named {name!r} exists already.")
     if order not in Queue.Order.values:
@@ -65,6 +68,20 @@ def queue_create(
                 f" this project (active: {', '.join(sorted(active)) or 'none'}).",
                 field="schemas",
             )
+    span_schemas = list(dict.fromkeys(span_schemas or []))
+    if span_schemas:
+        active = set(
+            SpanSchema.objects.filter(project=project, is_active=True).values_list(
+                "name", flat=True
+            )
+        )
+        unknown = [name for name in span_schemas if name not in active]
+        if unknown:
+            raise LabelingError(
+                f"Queue span schemas: {', '.join(map(repr, unknown))} is no active span schema"
+                f" of this project (active: {', '.join(sorted(active)) or 'none'}).",
+                field="span_schemas",
+            )
     selection_check(project, filters)  # SelectionError names a scorer or run it lacks
     with transaction.atomic():
         queue = Queue.objects.create(
@@ -75,6 +92,7 @@ def queue_create(
             lease_seconds=lease_seconds,
             order=order,
             schemas=schemas,
+            span_schemas=span_schemas,
             created_by=created_by,
             selection=selection_definition(filters) | ({"limit": limit} if limit else {}),
         )

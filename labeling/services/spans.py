@@ -7,8 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import transaction
 
+from labeling.models import StepLabelEvent
 from labeling.selectors import LabelingState
 from labeling.services.common import (
     LabelingError,
@@ -16,8 +18,15 @@ from labeling.services.common import (
     history_context,
     require_can_label,
 )
-from labeling.spans import TRIAGE_VALUES, SpanLabel, SpanSchema, span_values_error
-from trajectories.models import Project
+from labeling.spans import (
+    TRIAGE_VALUES,
+    FinalSpan,
+    SpanLabel,
+    SpanLabelEvent,
+    SpanSchema,
+    span_values_error,
+)
+from trajectories.models import Project, Trajectory
 
 
 def span_schema_save(
@@ -76,6 +85,18 @@ def _span_schema(state: LabelingState, schema: int | str) -> SpanSchema:
     found = SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)
     found = found.filter(pk=schema) if isinstance(schema, int) else found.filter(name=schema)
     picked = found.first()
+    lease = state.lease
+    if (
+        picked is not None
+        and lease is not None
+        and lease.span_schemas
+        and picked.name not in lease.span_schemas
+    ):
+        raise LabelingError(
+            f"Queue {lease.queue_name!r} asks for spans of"
+            f" {', '.join(lease.span_schemas)}; not of {picked.name!r}.",
+            field="schema",
+        )
     if picked is None:
         names = ", ".join(
             SpanSchema.objects.filter(project_id=state.project.pk, is_active=True)
@@ -137,3 +158,141 @@ def span_label_delete(*, state: LabelingState, span_id: int) -> None:
         ).delete()
     if not deleted:
         raise NotAllowed("No such span of yours on this trajectory.", status=404)
+
+
+def final_span_set(
+    *,
+    trajectory: Trajectory,
+    schema: SpanSchema,
+    adjudicator: User | AbstractBaseUser,
+    start: int,
+    end: int,
+    value: str,
+) -> FinalSpan:
+    """Set the adjudicated ``value`` of the steps ``start`` to ``end`` (both included) of
+    ``trajectory`` under the span schema ``schema``: the same range again replaces the
+    value, and the change is kept in the history. Errors name the field."""
+    if schema.project_id != trajectory.project_id:
+        raise LabelingError("That span schema does not belong to this project.", field="schema")
+    count = trajectory.step_count
+    for field, index in (("start", start), ("end", end)):
+        if not 0 <= index < count:
+            raise LabelingError(
+                f"Final span {field} {index} is not a step of this trajectory (its steps are 0"
+                f" to {count - 1}).",
+                field=field,
+            )
+    if start > end:
+        raise LabelingError(f"Final span start {start} is after its end {end}.", field="end")
+    if schema.entry_for(value) is None:
+        allowed = ", ".join(repr(e["value"]) for e in schema.entries)
+        raise LabelingError(
+            f"Final span value {value!r} is not one of {schema.name!r}'s values ({allowed}).",
+            field="value",
+        )
+    with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
+        final, _ = FinalSpan.objects.update_or_create(
+            trajectory=trajectory,
+            schema=schema,
+            start_index=start,
+            end_index=end,
+            defaults={"value": value, "adjudicator": adjudicator},
+        )
+    return final
+
+
+def final_span_delete(
+    *, trajectory: Trajectory, final_id: int, adjudicator: User | AbstractBaseUser
+) -> None:
+    """Remove one adjudicated span of ``trajectory`` (kept in the history)."""
+    with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
+        deleted, _ = FinalSpan.objects.filter(pk=final_id, trajectory=trajectory).delete()
+    if not deleted:
+        raise NotAllowed("No such final span on this trajectory.", status=404)
+
+
+def _span_undo_target(state: LabelingState) -> dict[str, Any] | None:
+    """This user's latest span change on the trajectory that no undo has taken back yet
+    (undo events are marked ``undo_of`` and never themselves undone), or None."""
+    events = list(
+        SpanLabelEvent.objects.filter(trajectory_id=state.trajectory.pk, annotator_id=state.user_id)
+        .order_by("pgh_id")
+        .values(
+            "pgh_id",
+            "pgh_label",
+            "pgh_context",
+            "pgh_created_at",
+            "schema_id",
+            "start_index",
+            "end_index",
+            "value",
+        )
+    )
+    undone = {(e["pgh_context"] or {}).get("undo_of") for e in events}
+    candidates = [
+        e
+        for e in events
+        if not (e["pgh_context"] or {}).get("undo_of") and e["pgh_id"] not in undone
+    ]
+    if not candidates:
+        return None
+    target = candidates[-1]
+    # The value before an update: the latest earlier event of the same span, known by
+    # its schema and range (a span removed and put back is a new row of the same span).
+    key = ("schema_id", "start_index", "end_index")
+    earlier = [
+        e for e in events if all(e[k] == target[k] for k in key) and e["pgh_id"] < target["pgh_id"]
+    ]
+    target["previous_value"] = earlier[-1]["value"] if earlier else None
+    return target
+
+
+def span_undo_is_next(state: LabelingState) -> bool:
+    """Whether ``u`` on the trajectory page should undo a span change: this user's latest
+    span change not yet undone is newer than their latest such step label change
+    (the step label undo's own rule, ``step_label_undo``, picks that one)."""
+    target = _span_undo_target(state)
+    if target is None:
+        return False
+    steps = (
+        StepLabelEvent.objects.filter(
+            annotator_id=state.user_id,
+            step__trajectory_id=state.trajectory.pk,
+            pgh_created_at__gt=target["pgh_created_at"],
+        )
+        .exclude(pgh_context__has_key="undo_of")
+        .exists()
+    )
+    return not steps
+
+
+def span_label_undo(*, state: LabelingState) -> tuple[int, int]:
+    """Undo this user's latest span change on the trajectory: a new span is removed, a
+    changed value restored, a removed span put back. Returns the range it was on. The
+    undo is marked in the history (``undo_of``), so repeated undos walk further back."""
+    require_can_label(state)
+    with transaction.atomic():
+        # Serialize with this annotator's other span writes on the trajectory.
+        list(
+            SpanLabel.objects.select_for_update().filter(
+                trajectory_id=state.trajectory.pk, annotator_id=state.user_id
+            )
+        )
+        target = _span_undo_target(state)
+        if target is None:
+            raise LabelingError("No span change to undo on this trajectory.", status=409)
+        span = {
+            "trajectory_id": state.trajectory.pk,
+            "annotator_id": state.user_id,
+            "schema_id": target["schema_id"],
+            "start_index": target["start_index"],
+            "end_index": target["end_index"],
+        }
+        with history_context(action="span", undo_of=target["pgh_id"]):
+            if target["pgh_label"] == "insert":
+                SpanLabel.objects.filter(**span).delete()
+            elif target["pgh_label"] == "update":
+                SpanLabel.objects.filter(**span).update(value=target["previous_value"])
+            else:
+                SpanLabel.objects.update_or_create(**span, defaults={"value": target["value"]})
+    return int(target["start_index"]), int(target["end_index"])

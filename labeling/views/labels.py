@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from labeling import selectors, services
 from labeling.forms import StepLabelForm, VerdictForm
 from labeling.selectors import LabelingState
+from labeling.views import spans
 from labeling.views.common import (
     form_message,
     labeling_surface,
@@ -108,6 +109,9 @@ def step_label(request: HtmxHttpRequest, pk: int) -> HttpResponse:
 def label_undo(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """Undo this user's latest label change on the trajectory (key ``u``)."""
     state = selectors.labeling_state_for_user(request.user, pk, queue_id=queue_param(request))
+    if services.span_undo_is_next(state):
+        # The latest change was to a span: undo it and answer with the span panel.
+        return spans.span_undo_answer(request, state)
     try:
         step_id = services.step_label_undo(state=state)
     except services.LabelingError as error:

@@ -59,6 +59,7 @@ def queue_create(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 limit=data["limit"],
                 order=data["order"] or Queue.Order.POSITION,
                 schemas=list(data["schemas"]),
+                span_schemas=list(data["span_schemas"]),
             )
         except services.LabelingError as error:
             form.add_error(None, error.message)
@@ -89,6 +90,7 @@ def queue_detail(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "role": role,
         "reviewer": reviewer,
         "progress": selectors.queue_progress(queue, request.user),
+        "span_progress": selectors.queue_span_progress(queue, request.user),
         "open_lease": QueueAssignment.objects.filter(
             item__queue=queue, annotator_id=request.user.pk, status=QueueAssignment.Status.LEASED
         )

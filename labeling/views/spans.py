@@ -32,6 +32,9 @@ class SpanForm(forms.Form):
 
 def _context(state: LabelingState, **extra: object) -> dict[str, Any]:
     schemas = selectors.span_schemas_active(state.project.pk)
+    if state.lease is not None and state.lease.span_schemas:
+        # A queue that asks for some span schemas offers only those.
+        schemas = [s for s in schemas if s.name in state.lease.span_schemas]
     spans = list(selectors.spans_visible(state))
     colors = {(s.pk, e["value"]): e["color"] for s in schemas for e in s.entries}
     rows = [
@@ -133,3 +136,20 @@ def span_delete(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     except services.LabelingError as error:
         return refuse(request, error, back=_back(state))
     return _answer(request, state, removed=True)
+
+
+def span_undo_answer(request: HtmxHttpRequest, state: LabelingState) -> HttpResponse:
+    """Undo the user's latest span change (key ``u`` when it is newer than their latest
+    step label change: ``labels.label_undo`` decides) and answer with the span panel,
+    swapped in where the page's script aimed at a step row."""
+    try:
+        start, end = services.span_label_undo(state=state)
+    except services.LabelingError as error:
+        return refuse(request, error, back=_back(state))
+    if not request.htmx:
+        url = reverse("trajectory-detail", args=[state.trajectory.pk])
+        return HttpResponseRedirect(url + (f"?queue={state.queue_id}" if state.queue_id else ""))
+    response = _answer(request, state, undone=(start, end))
+    response["HX-Retarget"] = "#spans"
+    response["HX-Reswap"] = "outerHTML"
+    return response

@@ -23,7 +23,11 @@ ALL_AT_ONCE = "all-at-once"
 STEP_BY_STEP = "step-by-step"
 BINARY_SEARCH = "binary-search"
 ATTRIBUTION_MODES = (ALL_AT_ONCE, STEP_BY_STEP, BINARY_SEARCH)
-MODES = (PER_STEP, TRAJECTORY, *ATTRIBUTION_MODES)
+# The judge fills a project's rubric per trajectory (``scoring.judges.rubric``): each
+# criterion met, not met or not applicable, with its evidence steps; the run writes
+# JudgeRubricMarks, not step scores.
+RUBRIC = "rubric"
+MODES = (PER_STEP, TRAJECTORY, *ATTRIBUTION_MODES, RUBRIC)
 BACKENDS = ("local", "remote")
 
 # What each mode's template may name. Steps are numbered from 0, as ProcessBench numbers
@@ -64,6 +68,13 @@ PLACEHOLDERS: dict[str, dict[str, str]] = {
         "second_half": "the second half of the range, 'C to D'",
         "agents": "the log's agents, comma-separated",
     },
+    RUBRIC: {
+        "task": "the trajectory's task",
+        "steps": "every step, numbered by its index from 0",
+        "step_count": "how many steps the trajectory has",
+        "criteria": "the rubric's criteria, numbered from 0, each with its weight and condition",
+        "criterion_count": "how many criteria the rubric has",
+    },
 }
 
 DEFAULT_SYSTEM = "You are a careful, strict verifier of step-by-step work."
@@ -102,6 +113,15 @@ DEFAULT_TEMPLATES = {
         " to {end}. Is it in the first half, steps {first_half}, or in the second half,"
         " steps {second_half}? Explain briefly, then end with the line:\n"
         "Half: first\nor\nHalf: second"
+    ),
+    RUBRIC: (
+        "Task:\n{task}\n\nThe trajectory, {step_count} steps numbered from 0:\n{steps}\n\n"
+        "The rubric, {criterion_count} criteria numbered from 0:\n{criteria}\n\n"
+        'For each criterion decide whether the trajectory meets it ("met"), does not'
+        ' ("not_met"), or the criterion does not apply ("na"), and list the numbers of'
+        " the steps that are its evidence. Explain briefly, then end with one JSON object"
+        " naming every criterion once, and nothing after it:\n"
+        '{{"criteria": [{{"criterion": 0, "mark": "met", "evidence": [2, 5]}}]}}'
     ),
 }
 # The last match in a reply is the verdict (judges reason first, answer last).
@@ -180,6 +200,17 @@ class JudgeParams:
         """A failure-attribution mode: the run writes FailureVerdicts, not step scores."""
         return self.mode in ATTRIBUTION_MODES
 
+    @property
+    def rubric(self) -> bool:
+        """The rubric mode: the run writes JudgeRubricMarks, not step scores."""
+        return self.mode == RUBRIC
+
+    @property
+    def values_steps(self) -> bool:
+        """A mode whose verdicts are step values (per-step, trajectory): a reward or a
+        step scorer can use it."""
+        return not (self.attribution or self.rubric)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -236,12 +267,12 @@ def _check(params: JudgeParams) -> None:
         raise JudgeError("'max_retries' and 'retry_base_seconds' cannot be negative")
     if params.dtype not in ("auto", "fp32", "bf16", "fp16"):
         raise JudgeError("parameter 'dtype' must be one of auto, fp32, bf16, fp16")
-    if params.attribution and params.verdict_pattern:
+    if not params.values_steps and params.verdict_pattern:
         raise JudgeError(
             f"parameter 'verdict_pattern' is for the per-step and trajectory modes; mode"
             f" {params.mode!r} reads its own verdict format (see docs/architecture.md)"
         )
-    if params.attribution:
+    if not params.values_steps:
         return
     try:
         pattern = params.pattern

@@ -29,9 +29,10 @@ class PastDeadline(JudgeError):
 
 class JudgeStepScorer:
     def __init__(self, spec: JudgeSpec, prompt: Prompt, *, deadline: float | None = None) -> None:
-        if spec.params.attribution:
+        if not spec.params.values_steps:
             raise JudgeError(
-                f"a judge in mode {spec.params.mode!r} names a failing step, not a value per step"
+                f"a judge in mode {spec.params.mode!r} gives no value per step (it names a"
+                " failing step or fills a rubric)"
             )
         self.deadline = deadline
         params = spec.params

@@ -25,8 +25,10 @@ from typing import Any, Unpack
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Max, Sum
+from django.db.models import Max, QuerySet, Sum
 
+from labeling.models import Rubric
+from labeling.selectors.rubrics import rubrics_active
 from scoring import prm
 from scoring.judges.backend import Judge, JudgeSpec, Reply, TooLong, judge_load
 from scoring.judges.config import (
@@ -51,9 +53,19 @@ from scoring.judges.modes import (
     step_values,
 )
 from scoring.judges.replies import Verdict, verdict_read
-from scoring.models import JudgePrompt, JudgeReply, Scorer, ScoringChunk, ScoringRun
+from scoring.judges.rubric import RubricAnswer, rubric_read, rubric_request
+from scoring.models import (
+    FailureVerdict,
+    JudgePrompt,
+    JudgeReply,
+    JudgeRubricMark,
+    Scorer,
+    ScoringChunk,
+    ScoringRun,
+)
 from scoring.references import ReferenceFields
 from scoring.services.failure_attributions import VerdictInput
+from scoring.services.rubric_marks import RubricMarkInput
 from scoring.services.runners import (
     ChunkOutcome,
     RunOptions,
@@ -65,7 +77,7 @@ from scoring.services.runners import (
 from scoring.services.scores import scorer_create
 from stepscope.jobs.models import ACTIVE
 from trajectories.agents import agent_name, step_agent
-from trajectories.models import Step, Trajectory
+from trajectories.models import Project, Step, Trajectory
 
 
 class JudgeStopped(RunStopped):
@@ -179,6 +191,9 @@ def judge_run_check(run: ScoringRun) -> None:
                 requests = [
                     r for log in _logs(chunk) for r in attribution_first(spec.params, prompt, log)
                 ]
+            elif spec.params.rubric:
+                criteria = _run_rubric(locked).criteria
+                requests = [rubric_request(prompt, log, criteria) for log in _logs(chunk)]
             else:
                 requests = requests_build(spec.params, prompt, trajectory_inputs(chunk))
             too_long += judge.check(requests)
@@ -240,6 +255,8 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     prompt = run.prompt
     if spec.params.attribution:
         return _attribution_chunk(run, chunk, spec)
+    if spec.params.rubric:
+        return _rubric_chunk(run, chunk, spec)
     requests = requests_build(
         spec.params, Prompt(prompt.system, prompt.template), trajectory_inputs(chunk)
     )
@@ -389,6 +406,13 @@ def _reply_store(
         problem = verdict.error or attribution_problem(request, verdict)
     else:
         _, problem = step_values(params, request, verdict)
+    _reply_save(run, request, reply, verdict, problem)
+    return dataclasses.replace(verdict, error=problem) if problem else verdict
+
+
+def _reply_save(
+    run: ScoringRun, request: JudgeRequest, reply: Reply, verdict: Verdict, problem: str
+) -> None:
     assert run.scorer_id is not None and run.prompt_id is not None
     JudgeReply.objects.bulk_create(
         [
@@ -412,7 +436,92 @@ def _reply_store(
         ],
         ignore_conflicts=True,  # a reply of a redelivered chunk that came back twice
     )
-    return dataclasses.replace(verdict, error=problem) if problem else verdict
+
+
+# --- The rubric mode ---------------------------------------------------------------------------
+
+
+def _run_rubric(run: ScoringRun) -> Rubric:
+    """The rubric version the run fills (recorded when it started)."""
+    return Rubric.objects.get(pk=run.parameters["rubric_id"])
+
+
+def judge_rubric_for_run(project: Project, name: str | None) -> Rubric:
+    """The current version of the project's rubric ``name``, or of its one rubric when
+    ``name`` is None; a ScoringError (field ``rubric``) names what is missing or the
+    rubrics to choose from."""
+    current = rubrics_active(project)
+    names = ", ".join(repr(r.name) for r in current) or "none"
+    if name:
+        for rubric in current:
+            if rubric.name == name:
+                return rubric
+        raise ScoringError(
+            f"project {project.slug!r} has no rubric named {name!r} (its rubrics: {names})",
+            field="rubric",
+        )
+    if len(current) != 1:
+        raise ScoringError(
+            f"a rubric judge fills one rubric; project {project.slug!r} has {names}: name one",
+            field="rubric",
+        )
+    return current[0]
+
+
+def _rubric_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) -> ChunkOutcome:
+    """Ask for each trajectory of the chunk that has no reply yet, storing each reply as
+    it comes (read strictly: an unreadable one keeps its text and error, counted in
+    ``parse_failures``), then return the marks every readable reply of the chunk gives."""
+    assert run.prompt is not None
+    rubric = _run_rubric(run)
+    prompt = Prompt(run.prompt.system, run.prompt.template)
+    logs = {log.key: log for log in _logs(chunk)}
+    requests = [rubric_request(prompt, log, rubric.criteria) for log in logs.values()]
+
+    def read(request: JudgeRequest, text: str) -> RubricAnswer:
+        log = logs[request.trajectory]
+        return rubric_read(
+            text,
+            criterion_count=len(rubric.criteria),
+            step_indexes=[s.index for s in log.steps],
+        )
+
+    def store(request: JudgeRequest, reply: Reply) -> None:
+        if not ScoringRun.objects.filter(pk=run.pk, status__in=ACTIVE).exists():
+            raise JudgeStopped
+        reply = dataclasses.replace(reply, text=reply.text.replace("\x00", "\ufffd"))
+        answer = read(request, reply.text)
+        met = sum(1 for m in answer.marks if m.mark == "met")
+        verdict = Verdict(len(answer.marks) if answer.parsed else None, None, answer.critique)
+        if answer.parsed and answer.marks:
+            verdict = dataclasses.replace(verdict, value=met / len(answer.marks))
+        _reply_save(run, request, reply, verdict, answer.error)
+
+    answered = set(
+        JudgeReply.objects.filter(run=run, key__in=[r.key for r in requests]).values_list(
+            "key", flat=True
+        )
+    )
+    todo = [r for r in requests if r.key not in answered]
+    retries = 0
+    skipping = _Skipping(run)
+    if todo:
+        judge = judge_load(spec)
+        todo = skipping.left(judge, todo)
+        judge.judge(todo, store, skipping.on_too_long)
+        retries = int(getattr(judge, "retries", 0))
+    by_key = {r.key: r for r in requests}
+    replies = JudgeReply.objects.filter(run=run, key__in=list(by_key))
+    marks: list[RubricMarkInput] = []
+    for pk, key, text, error in replies.values_list("pk", "key", "text", "parse_error"):
+        if error:
+            continue
+        trajectory = by_key[key].trajectory
+        for mark in read(by_key[key], text).marks:
+            marks.append(RubricMarkInput(trajectory, mark.criterion, mark.mark, mark.evidence, pk))
+    cost = _cost(replies, retries)
+    cost["rubric_marks"] = len(marks)
+    return ChunkOutcome([], cost, rubric_marks=marks, skipped=skipping.listed())
 
 
 class JudgeRunner:
@@ -421,19 +530,39 @@ class JudgeRunner:
     prompts counted (once per run), then asks what has no reply yet."""
 
     def run_options(
-        self, scorer: Scorer, *, prompt_version: int | None, on_too_long: str | None
+        self,
+        scorer: Scorer,
+        *,
+        project: Project,
+        prompt_version: int | None,
+        on_too_long: str | None,
+        rubric: str | None = None,
     ) -> RunOptions:
         prompt = judge_prompt_for_run(scorer, prompt_version)
+        params = judge_params_for(scorer)
+        parameters: dict[str, Any] = {}
+        if params.rubric:
+            filled = judge_rubric_for_run(project, rubric)
+            parameters = {"rubric_id": filled.pk, "rubric": filled.name}
+        elif rubric is not None:
+            raise ScoringError(
+                f"{scorer.name} is in mode {params.mode!r}; only a judge in mode 'rubric'"
+                " fills a rubric",
+                field="rubric",
+            )
         on_too_long = on_too_long or "skip"
         if on_too_long not in ON_TOO_LONG:
             raise ScoringError(
                 f"on_too_long is {on_too_long!r}; use {' or '.join(ON_TOO_LONG)}",
                 field="on_too_long",
             )
+        metrics: dict[str, Any] = {"mode": params.mode, "prompt_version": prompt.version}
+        if params.rubric:
+            metrics["rubric"] = f"{parameters['rubric']} v{filled.version}"
         return RunOptions(
             prompt=prompt,
-            metrics={"mode": judge_params_for(scorer).mode, "prompt_version": prompt.version},
-            parameters={"on_too_long": on_too_long},
+            metrics=metrics,
+            parameters={"on_too_long": on_too_long, **parameters},
         )
 
     def chunk(self, run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
@@ -443,8 +572,16 @@ class JudgeRunner:
         except JudgeError as error:
             raise RunRefused(str(error)) from error
 
-    def writes_verdicts(self, scorer: Scorer) -> bool:
-        return judge_params_for(scorer).attribution
+    def judged(self, run: ScoringRun) -> QuerySet[Any] | None:
+        assert run.scorer is not None
+        params = judge_params_for(run.scorer)
+        if params.attribution:
+            return FailureVerdict.objects.filter(scorer=run.scorer)
+        if params.rubric:
+            return JudgeRubricMark.objects.filter(
+                scorer=run.scorer, rubric_id=run.parameters.get("rubric_id")
+            )
+        return None
 
     def created(
         self, scorer: Scorer, *, prompt: Mapping[str, Any] | None, user: User | None

@@ -139,11 +139,12 @@ def reward_scorer_check(scorer: Scorer, *, prompt_version: int | None = None) ->
         params = judge_params_for(scorer)
     except JudgeError as error:  # parameters saved before a check they now fail
         raise RewardRefused(400, f"judge {scorer.name!r}: {error}", field="scorer") from None
-    if params.attribution:
+    if not params.values_steps:
         raise RewardRefused(
             400,
             f"judge {scorer.name!r} is in mode {params.mode}: it names the decisive step of a"
-            " failed log, not a value per step; rewards need a per-step or trajectory judge",
+            " failed log or fills a rubric, not a value per step; rewards need a per-step or"
+            " trajectory judge",
             field="scorer",
         )
     try:

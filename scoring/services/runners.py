@@ -20,8 +20,11 @@ from trajectories.models import Step, Trajectory
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+    from django.db.models import QuerySet
 
     from scoring.services.failure_attributions import VerdictInput
+    from scoring.services.rubric_marks import RubricMarkInput
+    from trajectories.models import Project
 
 
 # A run lists this many of the prompts it skipped as too long (``metrics["skipped"]``;
@@ -50,11 +53,13 @@ class RunRefused(Exception):
 @dataclasses.dataclass
 class ChunkOutcome:
     """What a chunk gives: step values, failure verdicts (a judge's attribution modes),
-    and its cost for the run's metrics (a judge's calls and tokens)."""
+    rubric marks (its rubric mode) and its cost for the run's metrics (a judge's calls
+    and tokens)."""
 
     results: list[prm.StepResult]
     cost: dict[str, int] = dataclasses.field(default_factory=dict)
     verdicts: list[VerdictInput] = dataclasses.field(default_factory=list)
+    rubric_marks: list[RubricMarkInput] = dataclasses.field(default_factory=list)
     # The requests left without a verdict because their prompts are too long, for the
     # run's list: {"trajectory", "step" (None for a whole trajectory), "reason"}.
     skipped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -72,7 +77,13 @@ class RunOptions:
 
 class KindRunner(Protocol):
     def run_options(
-        self, scorer: Scorer, *, prompt_version: int | None, on_too_long: str | None
+        self,
+        scorer: Scorer,
+        *,
+        project: Project,
+        prompt_version: int | None,
+        on_too_long: str | None,
+        rubric: str | None = None,
     ) -> RunOptions:
         """The options of a new run, or :class:`ScoringError` for ones it cannot take."""
         ...
@@ -81,8 +92,10 @@ class KindRunner(Protocol):
         """Score one chunk on a worker (writing nothing the run's finish does not)."""
         ...
 
-    def writes_verdicts(self, scorer: Scorer) -> bool:
-        """Whether its runs write FailureVerdicts (one per trajectory), not step scores."""
+    def judged(self, run: ScoringRun) -> QuerySet[Any] | None:
+        """Where its runs answer per trajectory (FailureVerdicts, rubric marks), the rows
+        of ``run``'s answers already there, with a ``trajectory_id`` (``only_unscored``
+        leaves their trajectories out); None where it scores steps."""
         ...
 
     def created(
@@ -151,8 +164,18 @@ class ModelRunner:
     worker process (``scoring.prm.adapters.scorer_load``)."""
 
     def run_options(
-        self, scorer: Scorer, *, prompt_version: int | None, on_too_long: str | None
+        self,
+        scorer: Scorer,
+        *,
+        project: Project,
+        prompt_version: int | None,
+        on_too_long: str | None,
+        rubric: str | None = None,
     ) -> RunOptions:
+        if rubric is not None:
+            raise ScoringError(
+                f"{scorer.name} is not an llm-judge; only a judge fills a rubric", field="rubric"
+            )
         if prompt_version is not None:
             raise ScoringError(f"{scorer.name} is not an llm-judge; it has no prompt versions")
         if on_too_long is not None:
@@ -170,8 +193,8 @@ class ModelRunner:
         model = adapters.scorer_load(scorer_spec(run.scorer))
         return ChunkOutcome(model.score(trajectory_inputs(chunk)))
 
-    def writes_verdicts(self, scorer: Scorer) -> bool:
-        return False
+    def judged(self, run: ScoringRun) -> QuerySet[Any] | None:
+        return None
 
     def created(
         self, scorer: Scorer, *, prompt: Mapping[str, Any] | None, user: User | None

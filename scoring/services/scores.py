@@ -19,10 +19,10 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
-from labeling.models import Queue, QueueItem
+from labeling.models import Queue, QueueItem, Rubric
 from labeling.services import queues_uncertainty_refresh
 from scoring import prm
-from scoring.models import FailureVerdict, Scorer, ScoringChunk, ScoringRun, StepScore
+from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.prm.model_refs import ModelRefError
 from scoring.references import (
     ReferenceFields,
@@ -32,6 +32,7 @@ from scoring.references import (
 )
 from scoring.selectors import latest_trained_head
 from scoring.services.failure_attributions import failure_verdicts_write
+from scoring.services.rubric_marks import judge_rubric_marks_write
 from scoring.services.runners import (
     SKIPPED_LISTED,
     ChunkOutcome,
@@ -125,13 +126,16 @@ def scoring_run_start(
     queue: Queue | None = None,
     prompt_version: int | None = None,
     on_too_long: str | None = None,
+    rubric: str | None = None,
 ) -> ScoringRun:
     """A run over the project's labelable steps (all, a filter, given trajectories, the
     trajectories of a labeling queue, or where these are combined, the steps all of them
     select), planned into chunks by a task on the default queue. A judge asks with
     ``prompt_version`` (its newest where None), which the run records, and does what
     ``on_too_long`` says with a prompt longer than its context: ``skip`` (the default:
-    that step gets no verdict, the run lists it) or ``fail`` (the run fails)."""
+    that step gets no verdict, the run lists it) or ``fail`` (the run fails). A judge in
+    the rubric mode fills ``rubric`` (a name; the project's one current rubric where
+    None), whose current version the run records."""
     if scorer.project_id not in (None, project.pk):
         raise ScoringError("that scorer belongs to another project")
     if queue is not None and queue.project_id != project.pk:
@@ -144,7 +148,11 @@ def scoring_run_start(
     if refusal:
         raise ScoringError(refusal)
     options = kind_runner(scorer.kind).run_options(
-        scorer, prompt_version=prompt_version, on_too_long=on_too_long
+        scorer,
+        project=project,
+        prompt_version=prompt_version,
+        on_too_long=on_too_long,
+        rubric=rubric,
     )
     selection: dict[str, Any] = {"only_unscored": only_unscored}
     if trajectory_ids is not None:
@@ -191,12 +199,11 @@ def _selected_steps(run: ScoringRun) -> Iterator[tuple[int, int]]:
             )
         )
     assert run.scorer is not None  # a score run keeps its scorer
-    if selection.get("only_unscored") and kind_runner(run.scorer.kind).writes_verdicts(run.scorer):
-        # A failure-attribution judge has "scored" a trajectory once it has its verdict.
-        judged = FailureVerdict.objects.filter(
-            trajectory_id=OuterRef("trajectory_id"), scorer=run.scorer
-        )
-        steps = steps.exclude(Exists(judged))
+    judged = kind_runner(run.scorer.kind).judged(run)
+    if selection.get("only_unscored") and judged is not None:
+        # A judge answering per trajectory (a failure verdict, a rubric) has "scored" a
+        # trajectory once it has its answer.
+        steps = steps.exclude(Exists(judged.filter(trajectory_id=OuterRef("trajectory_id"))))
     elif selection.get("only_unscored"):
         scored = StepScore.objects.filter(step=OuterRef("pk"), scorer=run.scorer)
         steps = steps.exclude(Exists(scored))
@@ -321,6 +328,14 @@ def _chunk_finish(chunk: ScoringChunk, outcome: ChunkOutcome) -> None:
         if verdicts:
             assert run.scorer is not None
             failure_verdicts_write(scorer=run.scorer, verdicts=verdicts)
+        if outcome.rubric_marks:
+            assert run.scorer is not None
+            judge_rubric_marks_write(
+                scorer=run.scorer,
+                rubric=Rubric.objects.get(pk=run.parameters["rubric_id"]),
+                marks=outcome.rubric_marks,
+                run=run,
+            )
         locked.status = ScoringChunk.Status.DONE
         locked.finished_at = now
         locked.save(update_fields=["status", "finished_at"])

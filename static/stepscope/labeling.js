@@ -6,7 +6,7 @@
    press only clicks the button the mouse would.
 
      j / k        next / previous step          t / r / c   tags / rationale / correction
-     schema keys  label the current step        u           undo the last label
+     schema keys  label the current step        u           undo the last label or span
      f            mark the first error          h           the step's label history
      s            submit the trajectory         n           next item in the queue
      d            the decisive failure: the current step and its agent (decisive.js)
@@ -489,7 +489,7 @@
         mark.style.setProperty("--lane", String(lane));
         mark.dataset.spanValue = span.value;
         mark.title = span.value + " · " + span.annotator + " · steps " + span.start + "–" + span.end;
-        row.appendChild(mark);
+        (row.querySelector(":scope > .step-body") || row).appendChild(mark);
       }
     });
     // Every step keeps room for all lanes, so the steps line up whatever spans they are in.

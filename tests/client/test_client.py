@@ -15,7 +15,8 @@ import pytest
 from stepscope_client import Client, Job, ProgressBar, StepscopeError
 from stepscope_client.records import trajectory_record
 
-from labeling.models import StepLabel
+from labeling.models import SpanLabel, StepLabel
+from labeling.services import span_schema_save
 from scoring.models import ScoringRun, StepScore
 from scoring.services import judges
 from tests.conftest import REALDATA
@@ -140,6 +141,12 @@ def test_rubric_and_episode_verdict_through_the_client(stepscope: Client, projec
     assert [v["outcome"] for v in stepscope.episode_verdicts(trajectory)] == ["success"]
     with pytest.raises(StepscopeError, match="not a valid choice"):
         stepscope.mark_rubric(trajectory, rubric["id"], [{"criterion": 0, "mark": "yes"}])
+    # Nothing submitted yet: no trajectory is marked by both; a bad source is named.
+    me = stepscope.rubric_results(trajectory)[0]["annotator"]
+    aligned = stepscope.rubric_alignment(project.slug, f"rubric:human:{me}", "human:majority")
+    assert aligned["trajectories"] == 0 and [c["pairs"] for c in aligned["criteria"]] == [0, 0]
+    with pytest.raises(StepscopeError, match="unknown rubric source"):
+        stepscope.rubric_alignment(project.slug, "model:x", "human:majority")
 
 
 def test_trajectory_id_refuses_to_pick_one_of_two_with_the_same_id(
@@ -296,3 +303,32 @@ def test_a_judge_run_is_started_with_what_an_over_long_prompt_does(
     with pytest.raises(StepscopeError) as refused:
         stepscope.start_scoring(project.slug, "judge", on_too_long="truncate")
     assert refused.value.status == 400 and "on_too_long" in refused.value.errors
+
+
+def test_spans_through_the_client(stepscope: Client, project: Project) -> None:
+    span_schema_save(project=project, name="triage")
+    stepscope.push_trajectories(project.slug, records(1))
+    trajectory = stepscope.trajectory_id(project.slug, "rollout-0")
+
+    span = stepscope.add_span(trajectory, "triage", 0, 1, "regression")
+    assert (span["start"], span["end"], span["value"], span["schema_name"]) == (
+        0,
+        1,
+        "regression",
+        "triage",
+    )
+    changed = stepscope.add_span(trajectory, span["schema"], 0, 1, "decisive progress")
+    assert changed["id"] == span["id"]
+    listed = stepscope.spans(trajectory)
+    assert [(s["id"], s["value"]) for s in listed["spans"]] == [(span["id"], "decisive progress")]
+    with pytest.raises(StepscopeError) as refused:
+        stepscope.add_span(trajectory, "triage", 1, 5, "regression")
+    assert refused.value.status == 400
+    assert "Span end 5 is not a step of this trajectory" in str(refused.value)
+
+    stepscope.delete_span(span["id"])
+    assert stepscope.spans(trajectory)["spans"] == []
+    assert not SpanLabel.objects.exists()
+    with pytest.raises(StepscopeError) as gone:
+        stepscope.delete_span(span["id"])
+    assert gone.value.status == 404

@@ -145,6 +145,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # anyone else's refusal is a redirect back with the message, an outsider's a 404.
     "trajectory-spans": {"GET": "login 404 200 200 200", "POST": "login 404 302 302 302"},
     "span-delete": _MEMBER_WRITE,
+    # Span schemas: every member reads them, the admin edits (an empty form re-renders).
+    "span-schemas": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     "guidelines": _GET_ONLY,
     # The rubric and episode-verdict panels: every member reads them (a page without
     # HTMX); an empty form is refused (or, for a verdict, clears the user's own, which the
@@ -165,6 +167,8 @@ ACCESS: dict[str, dict[str, str]] = {
     "review-list": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "review-trajectory": {"GET": "login 404 403 200 200", "POST": "login 405 405 405 405"},
     "final-label": _CANCEL,
+    # Span review: reviewers read it; an empty form is refused with a redirect back.
+    "review-spans": {"GET": "login 404 403 200 200", "POST": "login 404 403 302 302"},
     # Every member reads the schema; only the project admin changes it.
     "schema-edit": {"GET": "login 404 200 200 200", "POST": "login 404 403 403 200"},
     # Compare pages: annotators too, in a project that neither labels blind nor hides
@@ -174,6 +178,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "compare-first-errors": _GET_ONLY,
     "compare-humans": _GET_ONLY,
     "compare-decisive": _GET_ONLY,
+    "compare-rubrics": _GET_ONLY,
     "compare-disagreements": _GET_ONLY,
     "compare-disagreement-queue": _CANCEL,
     "failure-overview": _GET_ONLY,
@@ -280,6 +285,8 @@ ACCESS: dict[str, dict[str, str]] = {
     # Asked about the project by slug: the outsider's answer is a 404 like everywhere.
     "api:api-compare": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:api-compare-decisive": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
+    # Without a and b (and with no rubric in the world) members are told what is missing.
+    "api:api-rubric-alignment": {"GET": "401 404 400 400 400", "POST": "401 405 405 405 405"},
     "api:scorer-alignment": {"GET": "401 404 200 200 200", "POST": "401 405 405 405 405"},
     "api:label-list": _API_LIST_CREATE,
     "api:label-detail": _API_OBJECT,

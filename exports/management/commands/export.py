@@ -88,9 +88,9 @@ class Command(BaseCommand):
             "--rubric",
             default=None,
             metavar="SOURCE",
-            help="human:<user>: whose rubric results (per criterion, and the score as"
-            " rubric_reward) and episode verdicts go in each trajectory-level record"
-            " (trl-stepwise, prm800k; JSON lines)",
+            help="human:<user>, human:majority or judge:<scorer>: whose rubric results (per"
+            " criterion, and the score as rubric_reward) go in each trajectory-level record"
+            " (trl-stepwise, prm800k; JSON lines); an annotator's episode verdicts go too",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

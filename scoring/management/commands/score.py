@@ -44,6 +44,11 @@ class Command(BaseCommand):
             help="an llm-judge's prompt version to ask with (default: its newest)",
         )
         parser.add_argument(
+            "--rubric",
+            metavar="NAME",
+            help="a rubric-mode llm-judge: the rubric it fills (default: the project's one)",
+        )
+        parser.add_argument(
             "--filter", action="append", default=[], metavar="NAME=VALUE", help=COMMAND_HELP
         )
         parser.add_argument("--wait", action="store_true", help="wait until the run ends")
@@ -69,6 +74,7 @@ class Command(BaseCommand):
                 filters=filters,
                 queue=queue,
                 prompt_version=options["prompt_version"],
+                rubric=options["rubric"],
             )
         except (ScoringError, SelectionError) as error:
             raise CommandError(str(error)) from None
