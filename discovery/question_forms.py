@@ -9,10 +9,11 @@ from django.http import QueryDict
 
 from discovery.question_services import LIMIT_MAX, QUESTION_MAX_CHARS, question_judges
 from scoring.models import Scorer
+from stepscope.forms import StrictForm
 from trajectories.models import Project
 
 
-class QuestionForm(forms.Form):
+class QuestionForm(StrictForm):
     text = forms.CharField(
         label="Question",
         max_length=QUESTION_MAX_CHARS,
@@ -35,15 +36,6 @@ class QuestionForm(forms.Form):
     def __init__(self, *args: Any, project: Project, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.fields["judge"].queryset = question_judges(project)  # type: ignore[attr-defined]
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        unknown = sorted(set(self.data) - set(self.fields) - {"csrfmiddlewaretoken"})
-        if unknown:
-            raise forms.ValidationError(
-                f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
-            )
-        return cleaned
 
     def clean_filters(self) -> dict[str, str] | None:
         text = self.cleaned_data.get("filters", "").strip().lstrip("?")

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 from django import forms
 from django.http import QueryDict
 
+from stepscope.forms import StrictForm
 from trajectories.formats import format_choices
 from trajectories.models import Membership, Project
 from trajectories.selection import (
@@ -237,7 +238,7 @@ class ImportUploadForm(forms.Form):
         return cleaned
 
 
-class FollowSourceForm(forms.Form):
+class FollowSourceForm(StrictForm):
     """A folder for the worker to follow (the followed folders page)."""
 
     path = forms.CharField(
@@ -249,12 +250,3 @@ class FollowSourceForm(forms.Form):
     skip_invalid = forms.BooleanField(
         label="Skip invalid records", required=False, help_text="Import a file's good records."
     )
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        unknown = sorted(set(self.data) - set(self.fields) - {"csrfmiddlewaretoken"})
-        if unknown:
-            raise forms.ValidationError(
-                f"unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}"
-            )
-        return cleaned
