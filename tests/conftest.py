@@ -82,9 +82,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
         from stepscope.celery import app
 
         def idle() -> bool:
+            # Reserved too: a task the worker prefetched before the purge runs after it.
             inspect = app.control.inspect(destination=_WORKER_NAMES, timeout=2, limit=1)
             active = inspect.active() or {}
-            return bool(active) and not any(active.values())
+            reserved = inspect.reserved() or {}
+            return bool(active) and not any(active.values()) and not any(reserved.values())
 
         app.control.purge()
         if _WORKER_NAMES:

@@ -147,6 +147,7 @@ FULL = TrajectoryFilters(
     origin="imported",
     label_schema="correctness",
     similar="the agent gave up",
+    failure_mode=3,
 )
 # similar and similar_step exclude each other: the second round-trips on its own.
 MORE_LIKE_STEP = TrajectoryFilters(similar_step=42, outcome="failure")
