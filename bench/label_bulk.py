@@ -33,7 +33,7 @@ from typing import Any
 # checkout: bench.push (which sets Django up) is found from the checkout's root.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.push import (  # noqa: E402
+from bench.push import (
     Bare,
     LabelStudio,
     Stepscope,
@@ -42,8 +42,8 @@ from bench.push import (  # noqa: E402
     make_records,
     post,
 )
-from labeling.services import label_schema_create  # noqa: E402
-from trajectories.models import Trajectory  # noqa: E402
+from labeling.services import label_schema_create
+from trajectories.models import Trajectory
 
 STEPS = 20
 SEVERITY = [{"value": 1, "name": "minor", "key": "7"}, {"value": 2, "name": "major", "key": "8"}]
