@@ -21,12 +21,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
+
+# Run as a script (``bench/label_bulk.py``), Python puts bench/ on the path, not the
+# checkout: bench.push (which sets Django up) is found from the checkout's root.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.push import (
     Bare,
@@ -161,7 +166,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="gunicorn workers")
     parser.add_argument("--label-studio", default="", help="the label-studio command")
     args = parser.parse_args()
-    print("command: .venv/bin/python bench/label_bulk.py", *__import__("sys").argv[1:])
+    print("command: .venv/bin/python bench/label_bulk.py", *sys.argv[1:])
     log_dir = Path(tempfile.mkdtemp(prefix="bench-label-bulk-"))
     server = Stepscope(args.workers, log_dir, name="-labels")
     bare = Bare(args.workers, log_dir)

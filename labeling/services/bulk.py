@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from django.contrib.auth.models import User
 from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -22,9 +23,11 @@ from labeling.services.common import LabelingError, require_can_label
 from labeling.services.labels import (
     CheckedLabel,
     StepLabelResult,
+    SubmitChecked,
     step_label_checked,
-    trajectory_submit,
-    verdict_refresh,
+    trajectories_submit_write,
+    trajectory_submit_checked,
+    verdicts_refresh,
 )
 from trajectories.models import Step
 from trajectories.selectors import projects_for_user
@@ -113,14 +116,20 @@ def step_labels_set(
                 statuses.add(400)
         submitted: list[TrajectoryLabel] = []
         if submit and not errors:
+            submits: list[SubmitChecked] = []
             for trajectory_id in states:
+                # The state again: the labels just written count towards completeness.
                 fresh = labeling_state_for_user(user, trajectory_id, queue_id=queue_id)
                 try:
-                    with transaction.atomic():
-                        submitted.append(trajectory_submit(state=fresh, **(verdict or {})))
+                    submits.append(trajectory_submit_checked(state=fresh, **(verdict or {})))
                 except LabelingError as error:
                     errors.setdefault("submit", {})[str(trajectory_id)] = error.message
                     statuses.add(error.status)
+            if not errors:
+                submitted = trajectories_submit_write(submits)
+                for submitted_verdict in submitted:
+                    if isinstance(user, User) and submitted_verdict.annotator_id == user.pk:
+                        submitted_verdict.annotator = user
         if errors:
             # Raised inside the transaction, so nothing of the batch is kept.
             raise BulkLabelsRejected(errors, statuses.pop() if len(statuses) == 1 else 400)
@@ -248,8 +257,7 @@ def _labels_write(
         refresh[key] = (state, label.schema, found_error or label.first_error)
         results.append(StepLabelResult(label_id=label_id, created=created))
     if not errors:
-        for state, schema, found_error in refresh.values():
-            verdict_refresh(state, schema, found_error=found_error)
+        verdicts_refresh(list(refresh.values()))
     return results
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import connection, transaction
 from django.db.models import Count, Q
@@ -255,31 +256,43 @@ def verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: b
     """Create this annotator's draft verdict if needed and keep its first-error index
     equal to the earliest step they labelled with the error value. Locks the verdict row,
     which serializes this annotator's writes on this trajectory (labels and undo)."""
+    verdicts_refresh([(state, schema, found_error)])
+
+
+def verdicts_refresh(refreshes: list[tuple[LabelingState, LabelSchema, bool]]) -> None:
+    """:func:`verdict_refresh` of many (state, schema, found error) in one statement,
+    ending as the calls one after the other would: a verdict takes its first-error index
+    from its trajectory's last schema in ``refreshes`` and the finish reason
+    ``found_error`` if any of its refreshes found one. The verdict rows are locked in
+    trajectory order."""
+    if not refreshes:
+        return
+    last: dict[tuple[int, int], list[Any]] = {}
+    for state, schema, found_error in refreshes:
+        key = (state.trajectory.pk, state.user_id)
+        before = last.pop(key, None)
+        found = found_error or bool(before and before[4])
+        last[key] = [state.trajectory.pk, state.user_id, schema.pk, schema.error_value, found]
     now = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id,"
             " first_error_index, finish_reason, status, flagged, outcome, comment, created_at,"
-            " updated_at) VALUES (%s, %s, (SELECT min(s.index) FROM labeling_steplabel l"
-            " JOIN trajectories_step s ON s.id = l.step_id WHERE s.trajectory_id = %s"
-            " AND l.annotator_id = %s AND l.schema_id = %s AND l.value = %s),"
-            " CASE WHEN %s THEN 'found_error' ELSE '' END, 'draft', false, '', '', %s, %s)"
+            " updated_at) SELECT k.trajectory_id, k.annotator_id, (SELECT min(s.index)"
+            " FROM labeling_steplabel l JOIN trajectories_step s ON s.id = l.step_id"
+            " WHERE s.trajectory_id = k.trajectory_id AND l.annotator_id = k.annotator_id"
+            " AND l.schema_id = k.schema_id AND l.value = k.error_value),"
+            " CASE WHEN k.found_error THEN 'found_error' ELSE '' END, 'draft', false, '', '',"
+            " %s, %s FROM (SELECT (r->>0)::bigint AS trajectory_id, (r->>1)::int AS annotator_id,"
+            " (r->>2)::bigint AS schema_id, (r->>3)::int AS error_value,"
+            " (r->>4)::bool AS found_error FROM json_array_elements(%s::json) AS r) k"
+            " ORDER BY k.trajectory_id, k.annotator_id"
             " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
             " first_error_index = EXCLUDED.first_error_index,"
-            " finish_reason = CASE WHEN %s THEN 'found_error' ELSE tl.finish_reason END,"
+            " finish_reason = CASE WHEN EXCLUDED.finish_reason = 'found_error'"
+            " THEN 'found_error' ELSE tl.finish_reason END,"
             " updated_at = EXCLUDED.updated_at",
-            [
-                state.trajectory.pk,
-                state.user_id,
-                state.trajectory.pk,
-                state.user_id,
-                schema.pk,
-                schema.error_value,
-                found_error,
-                now,
-                now,
-                found_error,
-            ],
+            [now, now, orjson.dumps(list(last.values())).decode()],
         )
 
 
@@ -366,6 +379,18 @@ def step_label_undo(*, state: LabelingState) -> int:
 # --- Trajectory verdicts ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SubmitChecked:
+    """A submit that :func:`trajectory_submit_checked` passed: the state and the verdict's
+    fields as they will be written."""
+
+    state: LabelingState
+    outcome: str
+    finish_reason: str
+    comment: str
+    flagged: bool
+
+
 def trajectory_submit(
     *,
     state: LabelingState,
@@ -377,6 +402,21 @@ def trajectory_submit(
     """Finish this user's work on the trajectory: the verdict, their step labels and their
     queue lease become submitted (which also lifts blind mode for them). Every step they
     were asked to label must carry a label unless they give up or flag a bad problem."""
+    checked = trajectory_submit_checked(
+        state=state, outcome=outcome, finish_reason=finish_reason, comment=comment, flagged=flagged
+    )
+    return trajectories_submit_write([checked])[0]
+
+
+def trajectory_submit_checked(
+    *,
+    state: LabelingState,
+    outcome: str = "",
+    finish_reason: str = "",
+    comment: str = "",
+    flagged: bool = False,
+) -> SubmitChecked:
+    """The checks of :func:`trajectory_submit`, which write nothing; raises LabelingError."""
     require_can_label(state)
     if outcome and outcome not in TrajectoryLabel.Outcome.values:
         raise LabelingError(f"Unknown outcome {outcome!r}.", field="outcome")
@@ -407,34 +447,85 @@ def trajectory_submit(
         raise LabelingError(
             "Mark the first error (f) before finishing with \u201cfound error\u201d."
         )
+    return SubmitChecked(
+        state=state,
+        outcome=outcome,
+        finish_reason=str(finish_reason),
+        comment=comment[:MAX_RATIONALE_CHARS],
+        flagged=flagged,
+    )
+
+
+# The verdict's columns, in the order the submit's upsert returns them.
+_VERDICT_COLUMNS = [f.attname for f in TrajectoryLabel._meta.concrete_fields]
+
+
+def _verdict_fields(checked: SubmitChecked) -> tuple[str, str, str, bool]:
+    return checked.outcome, checked.finish_reason, checked.comment, checked.flagged
+
+
+def trajectories_submit_write(submits: list[SubmitChecked]) -> list[TrajectoryLabel]:
+    """Write checked submits, a statement per table whatever their number: the verdicts
+    (created if missing), the annotators' draft labels on those trajectories and their
+    leases become submitted, in one history context (``action: submit``); then each
+    submission's events. Returns the verdicts in the order of ``submits``."""
     now = timezone.now()
-    with transaction.atomic(), history_context(action="submit"):
-        verdict, _ = TrajectoryLabel.objects.update_or_create(
-            trajectory_id=state.trajectory.pk,
-            annotator_id=state.user_id,
-            defaults={
-                "outcome": outcome,
-                "finish_reason": finish_reason,
-                "comment": comment[:MAX_RATIONALE_CHARS],
-                "flagged": flagged,
-                "status": TrajectoryLabel.Status.SUBMITTED,
-                "submitted_at": now,
-            },
+    rows = orjson.dumps(
+        [(c.state.trajectory.pk, c.state.user_id, *_verdict_fields(c)) for c in submits]
+    ).decode()
+    keys = orjson.dumps([[c.state.trajectory.pk, c.state.user_id] for c in submits]).decode()
+    columns = ", ".join(f"tl.{name}" for name in _VERDICT_COLUMNS)
+    with (
+        transaction.atomic(savepoint=False),
+        history_context(action="submit"),
+        connection.cursor() as cursor,
+    ):
+        cursor.execute(
+            "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id, outcome,"
+            " finish_reason, comment, flagged, status, submitted_at, created_at, updated_at)"
+            " SELECT (r->>0)::bigint, (r->>1)::int, r->>2, r->>3, r->>4, (r->>5)::bool,"
+            " 'submitted', %s, %s, %s FROM json_array_elements(%s::json) AS r"
+            " ORDER BY 1, 2"
+            " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
+            " outcome = EXCLUDED.outcome, finish_reason = EXCLUDED.finish_reason,"
+            " comment = EXCLUDED.comment, flagged = EXCLUDED.flagged, status = 'submitted',"
+            " submitted_at = EXCLUDED.submitted_at, updated_at = EXCLUDED.updated_at"
+            f" RETURNING {columns}",
+            [now, now, now, rows],
         )
-        StepLabel.objects.filter(
-            annotator_id=state.user_id,
-            step__trajectory_id=state.trajectory.pk,
-            status=StepLabel.Status.DRAFT,
-        ).update(status=StepLabel.Status.SUBMITTED, updated_at=now)
-        leased = QueueAssignment.objects.filter(
-            annotator_id=state.user_id,
-            item__trajectory_id=state.trajectory.pk,
-            status=QueueAssignment.Status.LEASED,
+        verdicts = {
+            (verdict.trajectory_id, verdict.annotator_id): verdict
+            for verdict in (
+                TrajectoryLabel.from_db("default", _VERDICT_COLUMNS, row)
+                for row in cursor.fetchall()
+            )
+        }
+        cursor.execute(
+            "UPDATE labeling_steplabel AS l SET status = 'submitted', updated_at = %s"
+            " FROM trajectories_step s, json_array_elements(%s::json) AS k"
+            " WHERE s.id = l.step_id AND s.trajectory_id = (k->>0)::bigint"
+            " AND l.annotator_id = (k->>1)::int AND l.status = 'draft'",
+            [now, keys],
         )
-        queue_ids = sorted(set(leased.values_list("item__queue_id", flat=True)))
-        leased.update(status=QueueAssignment.Status.SUBMITTED, submitted_at=now)
-        _submitted_announce(state, verdict, queue_ids)
-    return verdict
+        cursor.execute(
+            "UPDATE labeling_queueassignment AS a SET status = 'submitted', submitted_at = %s"
+            " FROM labeling_queueitem i, json_array_elements(%s::json) AS k"
+            " WHERE i.id = a.item_id AND i.trajectory_id = (k->>0)::bigint"
+            " AND a.annotator_id = (k->>1)::int AND a.status = 'leased'"
+            " RETURNING i.trajectory_id, a.annotator_id, i.queue_id",
+            [now, keys],
+        )
+        queue_ids: dict[tuple[int, int], set[int]] = {}
+        for trajectory_id, annotator_id, queue_id in cursor.fetchall():
+            queue_ids.setdefault((trajectory_id, annotator_id), set()).add(queue_id)
+        submitted = []
+        for checked in submits:
+            key = (checked.state.trajectory.pk, checked.state.user_id)
+            verdict = verdicts[key]
+            verdict.trajectory = checked.state.trajectory
+            _submitted_announce(checked.state, verdict, sorted(queue_ids.get(key, ())))
+            submitted.append(verdict)
+    return submitted
 
 
 def _submitted_announce(

@@ -6,13 +6,16 @@ labelled as an error) writes nothing."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib.auth.models import User
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from labeling.models import LabelSchema, StepLabel, StepLabelEvent, StepMajority, TrajectoryLabel
+from labeling.serializers import StepLabelSerializer
 from labeling.services import label_schema_create
 from tests.factories import trajectory_with_steps
 from tests.labeling.test_api import token_client
@@ -46,6 +49,105 @@ def test_a_batch_costs_the_same_statements_for_5_labels_as_for_20(
     assert StepMajority.objects.filter(step__trajectory=long).count() == 20
     verdict = TrajectoryLabel.objects.get(trajectory=long, annotator=owner)
     assert (verdict.status, verdict.first_error_index) == ("submitted", 19)
+
+
+def test_a_batch_costs_the_same_statements_for_one_schema_as_for_two(
+    owner: User, project: Project, schema: LabelSchema
+) -> None:
+    severity = label_schema_create(
+        project=project, name="severity", kind="ordinal", values=SEVERITY
+    )
+    client = token_client(owner)
+    short = trajectory_with_steps(project, [f"s{n}" for n in range(5)], external_id="short")
+    long = trajectory_with_steps(project, [f"l{n}" for n in range(20)], external_id="long")
+    one, one_queries = bulk(client, whole_trajectory(short, [1] * 5), submit=True)
+    labels = [
+        *whole_trajectory(long, [1] * 19 + [-1]),
+        *(
+            {"trajectory": long.pk, "index": n, "schema": severity.pk, "value": 2}
+            for n in range(20)
+        ),
+    ]
+    two, two_queries = bulk(client, labels, submit=True)
+    assert (one.status_code, two.status_code) == (200, 200), two.content
+    assert two_queries == one_queries
+    assert two.json()["created"] == 40
+    events = StepLabelEvent.objects.filter(step__trajectory=long)
+    assert events.filter(pgh_label="insert").count() == 40
+    # The submit turned every draft into a submitted label, in one history context.
+    submits = events.filter(pgh_label="update", pgh_context__action="submit")
+    assert submits.count() == 40
+    majority = StepMajority.objects.filter(step__trajectory=long)
+    assert set(majority.values_list("schema_name", "value")) == {
+        (schema.name, -1),
+        (schema.name, 1),
+        ("severity", 2),
+    }
+    assert TrajectoryLabel.objects.get(trajectory=long).status == "submitted"
+
+
+def test_a_batch_writes_what_one_label_at_a_time_writes(
+    owner: User, project: Project, schema: LabelSchema
+) -> None:
+    """The same labels and submit, through ``/labels/`` one at a time and the finish
+    button's endpoint on one trajectory, and through one batch on its twin: the same
+    labels, history, majority and verdict, and the batch answers with each label as the
+    label endpoints show it."""
+    severity = label_schema_create(
+        project=project, name="severity", kind="ordinal", values=SEVERITY
+    )
+    client = token_client(owner)
+    texts = [f"step {n}" for n in range(6)]
+    single = trajectory_with_steps(project, texts, external_id="single")
+    batch = trajectory_with_steps(project, texts, external_id="batch")
+
+    def items(trajectory: Trajectory) -> list[dict[str, Any]]:
+        return [
+            *(
+                {"trajectory": trajectory.pk, "index": n, "value": 1 + n % 2, "schema": severity.pk}
+                for n in range(6)
+            ),
+            {"trajectory": trajectory.pk, "index": 0, "value": 1, "time_spent_ms": 1200},
+            {"trajectory": trajectory.pk, "index": 1, "value": 1, "rationale": "fine"},
+            {"trajectory": trajectory.pk, "index": 2, "first_error": True, "tags": ["logic error"]},
+            *({"trajectory": trajectory.pk, "index": n, "value": -1} for n in range(3, 6)),
+        ]
+
+    for item in items(single):
+        step = single.steps.get(index=item.pop("index"))
+        del item["trajectory"]
+        assert post(client, "label-list", {"step": step.pk, **item}).status_code == 201
+    verdict = {"outcome": "incorrect", "comment": "step 2"}
+    assert post(client, "api-trajectory-submit", verdict, single.pk).status_code == 200
+    response, _ = bulk(client, items(batch), submit=True, **verdict)
+    assert response.status_code == 200, response.content
+
+    def written(trajectory: Trajectory) -> dict[str, Any]:
+        labels = StepLabel.objects.filter(step__trajectory=trajectory)
+        events = StepLabelEvent.objects.filter(step__trajectory=trajectory)
+        columns = ("step__index", "schema_id", "value", "tags", "rationale", "correction")
+        return {
+            "labels": sorted(
+                labels.values_list(*columns, "status", "saw_model_scores", "time_spent_ms")
+            ),
+            "history": sorted(events.values_list("pgh_label", *columns, "status", "pgh_context")),
+            "majority": sorted(
+                StepMajority.objects.filter(step__trajectory=trajectory).values_list(
+                    "step__index", "schema_name", "value"
+                )
+            ),
+            "verdict": TrajectoryLabel.objects.filter(trajectory=trajectory).values(
+                "status", "first_error_index", "finish_reason", "outcome", "comment", "flagged"
+            )[0],
+        }
+
+    assert written(batch) == written(single)
+    assert written(batch)["verdict"]["first_error_index"] == 2
+    answered = response.json()
+    shown = StepLabel.objects.in_bulk([row["id"] for row in answered["labels"]])
+    expected = StepLabelSerializer([shown[row["id"]] for row in answered["labels"]], many=True)
+    assert answered["labels"] == json.loads(json.dumps(expected.data, cls=DjangoJSONEncoder))
+    assert answered["submitted"][0]["annotator"] == owner.username
 
 
 def test_two_schemas_and_an_edit_in_one_batch(
