@@ -14,8 +14,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from labeling.models import LabelSchema, StepLabel
+from labeling.models import LabelSchema, SpanLabel, StepLabel
 from labeling.services import LabelingError, label_schema_create, label_schema_save, step_label_set
+from labeling.services.rubrics import rubric_save
+from labeling.services.spans import span_schema_save
 from tests.labeling.conftest import state, step_at
 from trajectories.models import Project, Step, Trajectory
 
@@ -33,6 +35,13 @@ SEVERITY = [
     {"value": 3, "name": "critical", "key": "9"},
 ]
 PROGRESS = [{"value": v, "name": f"p{v}", "key": k} for v, k in ((0, "z"), (1, "x"), (2, "y"))]
+
+
+# A label keypress on the trajectory page (HTMX, one row back): the session and the user,
+# the step and its trajectory with the labeling state, the label and the verdict upserts
+# (inside a savepoint here, BEGIN/COMMIT outside a test), the trajectory again, the step's
+# row and its labels.
+KEYPRESS_QUERIES = 11
 
 
 def add_schemas(project: Project) -> list[LabelSchema]:
@@ -70,6 +79,21 @@ def test_a_keypress_costs_the_same_queries_with_four_schemas_as_with_one(
         assert f'data-schema="{name}"' in html
     _, other = keypress(client, step_at(trajectory, 1), severity, 3)
     assert other == one
+    # A span schema with a span and a rubric beside the label schemas change nothing.
+    span_schema = span_schema_save(project=project, name="triage")
+    SpanLabel.objects.create(
+        trajectory=trajectory,
+        schema=span_schema,
+        annotator=owner,
+        start_index=0,
+        end_index=1,
+        value=span_schema.values[0]["value"],
+    )
+    rubric_save(project=project, user_id=owner.pk, criteria=[{"text": "Checks units"}])
+    _, with_span_and_rubric = keypress(client, step_at(trajectory, 2), schema, 1)
+    assert with_span_and_rubric == one
+    # The count itself, so that a query added to every keypress is a decision, not drift.
+    assert one == KEYPRESS_QUERIES
     mine = dict(
         StepLabel.objects.filter(step=step_at(trajectory, 1)).values_list("schema__name", "value")
     )
