@@ -262,7 +262,8 @@ def verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: b
 def verdicts_refresh(refreshes: list[tuple[LabelingState, LabelSchema, bool]]) -> None:
     """:func:`verdict_refresh` of many (state, schema, found error) in one statement,
     ending as the calls one after the other would: a verdict takes its first-error index
-    from its trajectory's last schema in ``refreshes`` and the finish reason
+    from its trajectory's last schema in ``refreshes`` that has an error value (a schema
+    without one, e.g. a severity, leaves the index as it was) and the finish reason
     ``found_error`` if any of its refreshes found one. The verdict rows are locked in
     trajectory order."""
     if not refreshes:
@@ -272,16 +273,22 @@ def verdicts_refresh(refreshes: list[tuple[LabelingState, LabelSchema, bool]]) -
         key = (state.trajectory.pk, state.user_id)
         before = last.pop(key, None)
         found = found_error or bool(before and before[4])
-        last[key] = [state.trajectory.pk, state.user_id, schema.pk, schema.error_value, found]
+        schema_id, error_value = schema.pk, schema.error_value
+        if error_value is None and before is not None:
+            schema_id, error_value = before[2], before[3]
+        last[key] = [state.trajectory.pk, state.user_id, schema_id, error_value, found]
     now = timezone.now()
     with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id,"
             " first_error_index, finish_reason, status, flagged, outcome, comment, created_at,"
-            " updated_at) SELECT k.trajectory_id, k.annotator_id, (SELECT min(s.index)"
+            " updated_at) SELECT k.trajectory_id, k.annotator_id, CASE WHEN k.error_value"
+            " IS NULL THEN (SELECT v.first_error_index FROM labeling_trajectorylabel v"
+            " WHERE v.trajectory_id = k.trajectory_id AND v.annotator_id = k.annotator_id)"
+            " ELSE (SELECT min(s.index)"
             " FROM labeling_steplabel l JOIN trajectories_step s ON s.id = l.step_id"
             " WHERE s.trajectory_id = k.trajectory_id AND l.annotator_id = k.annotator_id"
-            " AND l.schema_id = k.schema_id AND l.value = k.error_value),"
+            " AND l.schema_id = k.schema_id AND l.value = k.error_value) END,"
             " CASE WHEN k.found_error THEN 'found_error' ELSE '' END, 'draft', false, '', '',"
             " %s, %s FROM (SELECT (r->>0)::bigint AS trajectory_id, (r->>1)::int AS annotator_id,"
             " (r->>2)::bigint AS schema_id, (r->>3)::int AS error_value,"

@@ -14,8 +14,9 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from labeling.models import LabelSchema, SpanLabel, StepLabel
+from labeling.models import LabelSchema, SpanLabel, StepLabel, TrajectoryLabel
 from labeling.services import LabelingError, label_schema_create, label_schema_save, step_label_set
+from labeling.services.bulk import step_labels_set
 from labeling.services.rubrics import rubric_save
 from labeling.services.spans import span_schema_save
 from tests.labeling.conftest import state, step_at
@@ -215,3 +216,35 @@ def test_the_schema_page_edits_each_schema_and_adds_one(
     clash = client.post(url, {"form": "add", "name": "safety", "kind": "binary"})
     assert clash.status_code == 200 and "safety" in clash.context["add_form"].errors["name"][0]
     assert client.get(url, {"schema": "nope"}).status_code == 404
+
+
+def test_a_schema_without_an_error_value_leaves_the_first_error_as_it_was(
+    owner: User, project: Project, trajectory: Trajectory, schema: LabelSchema
+) -> None:
+    _, severity, _ = add_schemas(project)
+    assert schema.error_value is not None and severity.error_value is None
+
+    def first_error() -> int | None:
+        verdict = TrajectoryLabel.objects.get(trajectory=trajectory, annotator=owner)
+        return verdict.first_error_index
+
+    step_label_set(
+        state=state(owner, trajectory),
+        step=step_at(trajectory, 1),
+        schema_id=schema.pk,
+        value=schema.error_value,
+    )
+    assert first_error() == 1
+    # A severity on a later step (one by one, then in one batch with a quality label).
+    step_label_set(
+        state=state(owner, trajectory), step=step_at(trajectory, 2), schema_id=severity.pk, value=3
+    )
+    assert first_error() == 1
+    step_labels_set(
+        user=owner,
+        items=[
+            {"step": step_at(trajectory, 0).pk, "schema": schema.pk, "value": schema.error_value},
+            {"step": step_at(trajectory, 3).pk, "schema": severity.pk, "value": 2},
+        ],
+    )
+    assert first_error() == 0
