@@ -277,8 +277,12 @@ def main() -> None:
             counted: bool = True,
         ) -> None:
             data = json.dumps(payload).encode()
-            if counted:
+            if counted:  # completions only, not /control and /stats
                 self._leave()
+                # Counted before the answer goes out: a client that has its reply may ask
+                # for the stats at once, before this thread would run again.
+                with state.lock:
+                    state.statuses[str(status)] = state.statuses.get(str(status), 0) + 1
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -286,9 +290,6 @@ def main() -> None:
                 self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
-            if counted:  # completions only, not /control and /stats
-                with state.lock:
-                    state.statuses[str(status)] = state.statuses.get(str(status), 0) + 1
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
