@@ -135,15 +135,17 @@ def test_brackets_sit_beside_the_step_card(
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "lead", PASSWORD)
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
-    page.wait_for_function("() => document.querySelectorAll('.span-bracket').length === 6")
-    # Each bracket's right edge is within its lane's reach of the card's right edge.
-    gaps = page.eval_on_selector_all(
-        ".span-bracket",
-        """marks => marks.map(m => {
-            const card = m.closest('.step').querySelector('.step-body').getBoundingClientRect();
-            return Math.round(m.getBoundingClientRect().right - card.right);
-        })""",
-    )
+    # Each bracket's right edge is within its lane's reach of the card's right edge, read
+    # once all six hang on their steps (the span panel loads after the page and redraws).
+    gaps = page.wait_for_function(
+        """() => {
+            const marks = [...document.querySelectorAll('.span-bracket')];
+            const cards = marks.map(m => m.closest('.step')?.querySelector('.step-body'));
+            if (marks.length !== 6 || cards.some(card => !card)) return null;
+            return marks.map((m, i) => Math.round(
+                m.getBoundingClientRect().right - cards[i].getBoundingClientRect().right));
+        }"""
+    ).json_value()
     assert all(0 < gap <= 24 for gap in gaps), gaps
     # The two lanes stay apart and every card has the same right edge.
     assert len(set(gaps)) == 2, gaps
