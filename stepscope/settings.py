@@ -12,6 +12,7 @@ import dj_database_url
 from stepscope import embedded
 from stepscope.env import (
     ConfigError,
+    database_jit_off,
     env_bool,
     env_choice,
     env_database_replica,
@@ -113,7 +114,7 @@ DATABASE_URL = env_str("DATABASE_URL")
 if DATABASE_URL:
     if not DATABASE_URL.startswith(("postgres://", "postgresql://")):
         raise ConfigError("DATABASE_URL must be a postgres:// URL; Stepscope runs on PostgreSQL")
-    _database = dj_database_url.parse(DATABASE_URL)
+    _database: dict[str, Any] = dict(dj_database_url.parse(DATABASE_URL))
 else:
     _pg = embedded.postgres_ensure(DATA_DIR)
     _database = {
@@ -130,6 +131,7 @@ else:
 _DEV_SERVER = sys.argv[1:2] == ["runserver"]
 _database["CONN_MAX_AGE"] = env_int("STEPSCOPE_DB_CONN_MAX_AGE", 0 if _DEV_SERVER else 60)
 _database["CONN_HEALTH_CHECKS"] = True
+_database = database_jit_off(_database)
 _DATABASE_NAME_CONFIGURED = _database["NAME"]
 # A Celery worker started by the tests must use the test database the tests created.
 if env_str("STEPSCOPE_DATABASE_NAME"):

@@ -137,6 +137,7 @@ def test_the_replica_url_reads_the_primarys_database(monkeypatch: pytest.MonkeyP
     assert (replica["HOST"], replica["PORT"], replica["USER"]) == ("replica-host", 5433, "reader")
     assert (replica["NAME"], replica["CONN_MAX_AGE"]) == ("t", 60)
     assert replica["TEST"] == {"MIRROR": "default"}
+    assert replica["OPTIONS"] == {"options": "-c jit=off"}
 
 
 @pytest.mark.parametrize(
