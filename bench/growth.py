@@ -15,10 +15,15 @@ each request with Django's test client (``--repeat`` times, alternating, after o
 the trajectory page at 20, 1,000 and the big step count and its lazy parts, a label write
 (the page's HTMX post and the API), the next queue item, the list with each filter, each
 sort and the text search, the saved selection's count, compare, failures, the prefix tree
-of one task, the export preview and the scoring section (compare and failures read their
-kept summaries, made once first; the making's time is reported apart, as
-``summary_make_ms``). The child reports its peak RSS
-(the web process's memory: flat from size to size when no request loads a project's rows).
+of one task, the export preview, the scoring section, an export of a 10,000-step saved
+selection (the worker's ``export_write``) and a live-trace append (one span posted to
+``/v1/traces`` as OTLP JSON, then assembled as the worker does). Compare and failures
+read their kept summaries, made first in a child process of their own as a worker makes
+them: their making's time (``summary_make_ms``) and that process's peak RSS
+(``worker_peak_rss_mb``) are reported apart from the timing child's
+(``web_peak_rss_mb``: flat from size to size when no request loads a project's rows).
+``--keep`` keeps the projects; ``--measure SLUG prm-0,prm-1`` times a kept one again
+(``--summaries`` the same for the summaries).
 
 Prints, per size, one JSON line (import time, medians and ranges in ms, peak RSS); then the
 ratio of each request's median at the largest size to the smallest, the database size of
@@ -318,16 +323,23 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
     group = Trajectory.objects.filter(project=project, external_id="r-0").first()
     task_key = group.task_key if group else ""
     queue_name = f"q-{slug}"
-    response = client.post(
-        f"/p/{slug}/queues/new/",
-        {"name": queue_name, "lease_minutes": 30, "overlap": 1, "order": "position"},
-    )
-    assert response.status_code == 302, response.content.decode()[-3000:]
+    from exports.models import Selection
     from labeling.models import Queue
 
+    # Made through their pages the first time; a later ``--measure`` of a kept project
+    # reuses them.
+    if not Queue.objects.filter(project=project, name=queue_name).exists():
+        response = client.post(
+            f"/p/{slug}/queues/new/",
+            {"name": queue_name, "lease_minutes": 30, "overlap": 1, "order": "position"},
+        )
+        assert response.status_code == 302, response.content.decode()[-3000:]
     queue = Queue.objects.get(project=project, name=queue_name)
-    response = client.post(f"/p/{slug}/selections/", {"name": "failed", "outcome": "failure"})
-    assert response.status_code == 302, response.content.decode()[-3000:]
+    if not Selection.objects.filter(project=project, name="failed").exists():
+        response = client.post(f"/p/{slug}/selections/", {"name": "failed", "outcome": "failure"})
+        assert response.status_code == 302, response.content.decode()[-3000:]
+    export_10k = _export_selection(project, EXPORT_STEPS)
+    live = _live_appender(project)
 
     values = iter(lambda: random.choice((-1, 0, 1)), None)
 
@@ -367,13 +379,118 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         "export preview": f"/p/{slug}/exports/preview/?format=stepscope&labels=human:majority",
         "scoring": f"/p/{slug}/scoring/",
     }
+    # The page's lazy parts, as its HTMX asks for them: the score strips and first errors,
+    # and the score and credit column of the first chunk of rows.
+    lazy = {
+        "page 1,000 top": f"/t/{page.pk}/evidence/?part=top",
+        "page 1,000 columns": f"/t/{page.pk}/evidence/?part=columns&from=0&to=200",
+    }
     if big is not None:
         plain["page big"] = f"/t/{big.pk}/"
+        lazy["page big top"] = f"/t/{big.pk}/evidence/?part=top"
+        lazy["page big columns"] = f"/t/{big.pk}/evidence/?part=columns&from=0&to=200"
     timed: dict[str, Any] = {
         name: (lambda url=url: client.get(url).status_code) for name, url in plain.items()
     }
-    timed.update({"label htmx": label_htmx, "label api": label_api, "queue next": queue_next})
+    timed.update(
+        {
+            name: (lambda url=url: client.get(url, HTTP_HX_REQUEST="true").status_code)
+            for name, url in lazy.items()
+        }
+    )
+    timed.update(
+        {
+            "label htmx": label_htmx,
+            "label api": label_api,
+            "queue next": queue_next,
+            f"export {EXPORT_STEPS // 1000}k steps": export_10k,
+            "live append": live,
+        }
+    )
     return timed
+
+
+# An export of a selection of this many steps, timed at every size.
+EXPORT_STEPS = 10_000
+
+
+def _export_selection(project: Project, steps: int) -> Any:
+    """A saved selection of the first rollouts, ``steps`` steps in all (marked in their
+    metadata once), and a call writing its export (the worker's ``export_write``, the
+    Stepscope JSONL format with the majority labels) into a fresh folder."""
+    from exports.models import Selection
+    from exports.services import export_plan_build, export_write
+
+    name = f"first-{steps}"
+    if not Selection.objects.filter(project=project, name=name).exists():
+        chosen, total = [], 0
+        rows = (
+            Trajectory.objects.filter(project=project, external_id__startswith="r-")
+            .order_by("id")
+            .values_list("id", "step_count")
+        )
+        for pk, count in rows.iterator(chunk_size=1000):
+            if total >= steps:
+                break
+            chosen.append(pk)
+            total += count
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE trajectories_trajectory SET metadata = metadata || '{\"export_slice\": 1}'"
+                " WHERE id = ANY(%s)",
+                [chosen],
+            )
+        Selection.objects.create(
+            project=project, name=name, definition={"meta": "metadata.export_slice = 1"}
+        )
+    plan = export_plan_build(
+        project=project,
+        format="stepscope",
+        labels="human:majority",
+        neutral="keep",
+        selection=name,
+    )
+
+    def export() -> int:
+        with tempfile.TemporaryDirectory(prefix="growth-export-") as folder:
+            manifest = export_write(plan, out_dir=Path(folder))
+        assert manifest, manifest
+        return 200
+
+    return export
+
+
+def _live_appender(project: Project) -> Any:
+    """A call appending one span to a live trace as an OpenTelemetry exporter sends it
+    (``POST /v1/traces``, OTLP JSON, the project's API token), then assembling it as the
+    worker does (``live_traces_assemble``): the step is in the trajectory when it returns."""
+    from accounts.services import api_token_create
+    from tests.trajectories.otlp_bodies import agent_spans, json_body
+    from trajectories.services.assembly import live_traces_assemble
+
+    user = User.objects.get(username=project.slug)
+    _, secret = api_token_create(user=user, name=f"growth live {time.time()}")
+    client = Client()
+    counter = iter(range(10**9))
+    trace = 10**6 + project.pk
+    run = int(time.time()) % 10**8  # a later run's spans are new ones, not duplicates
+
+    def append() -> int:
+        number = next(counter)
+        span = agent_spans(trace)[5 if number else 0]
+        if number:
+            span = {**span, "n": 5 + number, "span_id": f"{run:08x}{number:08x}"}
+        status = client.post(
+            "/v1/traces",
+            json_body([span], project=project.slug),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {secret}",
+        ).status_code
+        live_traces_assemble()
+        return status
+
+    append()  # the trace's root: later calls append to it
+    return append
 
 
 def summaries_made(project: Project, timed: dict[str, Any]) -> dict[str, float]:
@@ -393,14 +510,28 @@ def summaries_made(project: Project, timed: dict[str, Any]) -> dict[str, float]:
     return made
 
 
+def summaries(slug: str, scorers: list[str]) -> dict[str, Any]:
+    """Runs in a child process of its own: the summaries' making, as a worker makes them,
+    and its peak RSS (the worker's memory), apart from the web's."""
+    settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
+    project = Project.objects.get(slug=slug)
+    client = Client()
+    client.force_login(User.objects.get(username=slug))
+    made = summaries_made(project, requests_for(project, client, scorers))
+    return {
+        "summary_make_ms": made,
+        "worker_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+
+
 def measure(slug: str, repeat: int, scorers: list[str]) -> dict[str, Any]:
-    """Runs in a child process of its own, so that its peak RSS is this size's."""
+    """Runs in a child process of its own, so that its peak RSS is the web's at this
+    size (the summaries it reads were made by ``summaries`` in another)."""
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     project = Project.objects.get(slug=slug)
     client = Client()
     client.force_login(User.objects.get(username=slug))
     timed = requests_for(project, client, scorers)
-    made = summaries_made(project, timed)
     times: dict[str, list[float]] = {name: [] for name in timed}
     statuses: dict[str, int] = {}
     for round_number in range(repeat + 1):
@@ -419,8 +550,7 @@ def measure(slug: str, repeat: int, scorers: list[str]) -> dict[str, Any]:
             for name, v in times.items()
         },
         "status": {name: code for name, code in statuses.items() if code >= 400},
-        "summary_make_ms": made,
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "web_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
 
@@ -449,9 +579,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", action="store_true", help="keep the projects")
     parser.add_argument("--measure", nargs=2, metavar=("SLUG", "SCORERS"), help=argparse.SUPPRESS)
+    parser.add_argument("--summaries", nargs=2, metavar=("SLUG", "SCORERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         print(json.dumps(measure(args.measure[0], args.repeat, args.measure[1].split(","))))
+        return
+    if args.summaries:
+        print(json.dumps(summaries(args.summaries[0], args.summaries[1].split(","))))
         return
     sizes = [int(size) for size in args.sizes.split(",")]
     print(
@@ -465,22 +599,24 @@ def main() -> None:
             for size in sizes:
                 built = build(size, args.big, args.seed, Path(folder))
                 projects.append(built["slug"])
-                child = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--repeat",
-                        str(args.repeat),
-                        "--measure",
-                        built["slug"],
-                        ",".join(built["scorers"]),
-                    ],
-                    check=True,
-                    stdout=subprocess.PIPE,
-                    text=True,
-                    cwd=ROOT,
-                )
-                result = {"size": size, **built, **json.loads(child.stdout.splitlines()[-1])}
+                result = {"size": size, **built}
+                for mode in ("--summaries", "--measure"):
+                    child = subprocess.run(
+                        [
+                            sys.executable,
+                            __file__,
+                            "--repeat",
+                            str(args.repeat),
+                            mode,
+                            built["slug"],
+                            ",".join(built["scorers"]),
+                        ],
+                        check=True,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                        cwd=ROOT,
+                    )
+                    result.update(json.loads(child.stdout.splitlines()[-1]))
                 results.append(result)
                 print(json.dumps(result), flush=True)
         first, last = results[0], results[-1]
