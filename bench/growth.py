@@ -361,6 +361,8 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         return status
 
     plain: dict[str, str] = {
+        "home": "/",
+        "project home": f"/p/{slug}/",
         "page 20 steps": f"/t/{small.pk}/",
         "page 1,000 steps": f"/t/{page.pk}/",
         "page steps chunk": f"/t/{page.pk}/steps/?start=500",

@@ -1,4 +1,5 @@
-"""Summaries of a whole project (the compare page's metrics, the failure overview), kept.
+"""Summaries of a whole project (the compare page's metrics, the failure overview, the
+project home's step counts), kept.
 
 Each is a pass over the project's labels and scores: tens of milliseconds at ten thousand
 steps, seconds at a million (``bench/growth.py``). A summary is kept in ``KeptSummary``
@@ -58,6 +59,17 @@ SUMMARIES: dict[str, tuple[Callable[[Project, Mapping[str, str]], Any], tuple[st
     "failures": (_failures, ("labels", "threshold", "slice")),
     "compare": (_compare, ("scorer", "labels", "threshold", "slice", "by")),
 }
+
+
+def summary_register(
+    page: str, make: Callable[[Project, Mapping[str, str]], Any], params: tuple[str, ...] = ()
+) -> None:
+    """Keep a higher app's summary of a whole project the same way (its ``ready()``
+    registers it): ``make`` reads only labels, scores, jobs, members and trajectories,
+    the marks this module watches."""
+    if page in SUMMARIES and SUMMARIES[page][0] is not make:
+        raise ValueError(f"a kept summary named {page!r} is registered already")
+    SUMMARIES[page] = (make, params)
 
 
 @dataclass(frozen=True)

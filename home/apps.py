@@ -6,3 +6,9 @@ class HomeConfig(AppConfig):
     numbers and sections, so they sit above all of them."""
 
     name = "home"
+
+    def ready(self) -> None:
+        from evaluation.kept import summary_register
+        from home.summary import PAGE, step_counts
+
+        summary_register(PAGE, step_counts)

@@ -16,7 +16,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from labeling.selectors import labelled_step_count
+from evaluation.kept import summary_kept
+from home import summary
 from trajectories import selectors, services
 from trajectories.forms import InviteAcceptForm, MemberAddForm, MemberRoleForm, ProjectCreateForm
 from trajectories.models import Membership, MembershipInvite, Project
@@ -78,7 +79,7 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "role": selectors.membership_role(request.user, project),
         "stats": selectors.project_stats(project),
-        "labelled_steps": labelled_step_count(project),
+        "kept": summary_kept(project, summary.PAGE, {}),
         "import_batches": selectors.import_batches_recent(project),
         "follow_sources": selectors.follow_sources_for_project(project),
     }

@@ -27,5 +27,4 @@ urlpatterns = [
     path("", include("evaluation.urls")),
     path("", include("discovery.urls")),
     path("", include("automation.urls")),
-    path("", include("discovery.urls")),
 ]

@@ -149,8 +149,8 @@ def test_project_home_counts(client: Client, project: Project, owner: User) -> N
     stats = response.context["stats"]
     outcomes = (stats.successes, stats.failures, stats.unknown_outcome)
     assert (stats.trajectories, outcomes) == (3, (1, 1, 1))
-    assert (stats.steps, stats.labelable_steps) == (6, 5)
-    assert response.context["labelled_steps"] == 1
+    counts = response.context["kept"].value
+    assert (stats.steps, counts.labelable, counts.labelled) == (6, 5, 1)
     batches = response.context["import_batches"]
     assert [b.file_name for b in batches] == ["bad.jsonl", "old.jsonl"]
     assert batches[0].error_count == 5

@@ -63,28 +63,31 @@ class ProjectStats:
     failures: int
     unknown_outcome: int
     steps: int
-    labelable_steps: int
 
 
 def project_stats(project: Project) -> ProjectStats:
-    outcomes = Trajectory.objects.filter(project=project).aggregate(
+    """The project's trajectories by outcome and its steps: one pass over its trajectory
+    rows (a trajectory keeps its step count), never over its steps."""
+    counts = Trajectory.objects.filter(project=project).aggregate(
         total=Count("id"),
         successes=Count("id", filter=Q(success=True)),
         failures=Count("id", filter=Q(success=False)),
         unknown=Count("id", filter=Q(success__isnull=True)),
-    )
-    steps = Step.objects.filter(trajectory__project=project).aggregate(
-        total=Count("id"),
-        labelable=Count("id", filter=Q(labelable=True)),
+        steps=Sum("step_count"),
     )
     return ProjectStats(
-        trajectories=outcomes["total"],
-        successes=outcomes["successes"],
-        failures=outcomes["failures"],
-        unknown_outcome=outcomes["unknown"],
-        steps=steps["total"],
-        labelable_steps=steps["labelable"],
+        trajectories=counts["total"],
+        successes=counts["successes"],
+        failures=counts["failures"],
+        unknown_outcome=counts["unknown"],
+        steps=counts["steps"] or 0,
     )
+
+
+def labelable_step_count(project: Project) -> int:
+    """How many of the project's steps may be labelled: a pass over its steps (seconds
+    at ten million; the project home keeps it, ``home/summary.py``)."""
+    return Step.objects.filter(trajectory__project=project, labelable=True).count()
 
 
 def import_batches_recent(
