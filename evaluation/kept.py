@@ -1,5 +1,5 @@
 """Summaries of a whole project (the compare page's metrics, the failure overview, the
-project home's step counts), kept.
+review list, the project home's step counts), kept.
 
 Each is a pass over the project's labels and scores: tens of milliseconds at ten thousand
 steps, seconds at a million (``bench/growth.py``). A summary is kept in ``KeptSummary``
@@ -30,8 +30,10 @@ from django.utils import timezone
 from evaluation import compare, failures
 from evaluation.forms import CompareForm, FailureForm
 from evaluation.models import KeptSummary
+from labeling.models import LabelSchema
+from labeling.selectors import review_candidates
 from rollouts.changes import ProjectMarks, changed_since, project_marks
-from trajectories.models import Project
+from trajectories.models import Project, Trajectory
 
 # A worker that took a summary this long ago and has not finished is taken for lost: the
 # next reader queues it again.
@@ -54,10 +56,19 @@ def _compare(project: Project, params: Mapping[str, str]) -> compare.CompareResu
     return compare.compare_run(form.query, by=form.cleaned_data.get("by") or "")
 
 
+def _review(project: Project, params: Mapping[str, str]) -> list[Trajectory]:
+    schema = LabelSchema.objects.filter(project=project, pk=params.get("schema") or 0).first()
+    if schema is None:
+        raise ValueError(f"review summary parameters {dict(params)!r}: no such label schema")
+    return review_candidates(project, schema)
+
+
 # Each page's summary, from its query parameters, and the parameters it reads.
 SUMMARIES: dict[str, tuple[Callable[[Project, Mapping[str, str]], Any], tuple[str, ...]]] = {
     "failures": (_failures, ("labels", "threshold", "slice")),
     "compare": (_compare, ("scorer", "labels", "threshold", "slice", "by")),
+    # The review list: the trajectories two annotators labelled, most disagreements first.
+    "review": (_review, ("schema",)),
 }
 
 

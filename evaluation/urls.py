@@ -1,6 +1,6 @@
 from django.urls import path
 
-from evaluation.views import alignment, compare, failures, rubrics
+from evaluation.views import alignment, compare, failures, review, rubrics
 
 urlpatterns = [
     # Model against humans, and where failed rollouts go wrong.
@@ -24,6 +24,8 @@ urlpatterns = [
         compare.compare_disagreement_queue,
         name="compare-disagreement-queue",
     ),
+    # The trajectories to adjudicate (labeling's review pages open each).
+    path("p/<slug:slug>/review/", review.review_list, name="review-list"),
     path("p/<slug:slug>/failures/", failures.failure_overview, name="failure-overview"),
     path("p/<slug:slug>/failures/list/", failures.failure_list, name="failure-list"),
     # How far to trust each prompt version of an LLM judge.

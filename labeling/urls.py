@@ -30,7 +30,6 @@ urlpatterns = [
     path("q/<int:pk>/skip/", queues.queue_skip, name="queue-skip"),
     path("q/<int:pk>/active/", queues.queue_active, name="queue-active"),
     # Review and schemas.
-    path("p/<slug:slug>/review/", review.review_list, name="review-list"),
     path("t/<int:pk>/review/", review.review_trajectory, name="review-trajectory"),
     path("steps/<int:pk>/final/", review.final_label, name="final-label"),
     path("t/<int:pk>/review/spans/", span_review.review_spans, name="review-spans"),

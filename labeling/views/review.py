@@ -16,7 +16,6 @@ from stepscope.web import HtmxHttpRequest, current_user
 from trajectories.selectors import (
     STEP_PREVIEW_CHARS,
     membership_role,
-    project_get_for_user,
     step_get_for_user,
     trajectory_get_for_user,
 )
@@ -25,20 +24,6 @@ from trajectories.selectors import (
 def _require_reviewer(role: str | None) -> None:
     if not selectors.is_reviewer(role):
         raise PermissionDenied("Only researchers and admins review labels.")
-
-
-@login_required
-@require_GET
-def review_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
-    project = project_get_for_user(request.user, slug)
-    _require_reviewer(membership_role(request.user, project))
-    schema = selectors.active_schema(project)
-    context = {
-        "project": project,
-        "schema": schema,
-        "candidates": selectors.review_candidates(project, schema) if schema else [],
-    }
-    return render(request, "labeling/review_list.html", context)
 
 
 @login_required

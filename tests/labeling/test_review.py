@@ -4,12 +4,15 @@ correction, the same disagreement count as the review list, and a filter."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from evaluation import kept
+from evaluation.models import KeptSummary
 from labeling.models import LabelSchema, Queue, StepLabel
 from labeling.services import step_label_set, trajectory_submit
 from tests.factories import MembershipFactory, UserFactory
@@ -127,3 +130,29 @@ def test_the_filter_keeps_disagreements_unresolved_noted_and_tagged_rows(
     assert "No step matches the filter." in review(client, reviewed, show="unresolved")
     # An unknown filter shows everything rather than failing.
     assert len(rows(show="nonsense", tag="no such tag")) == 5
+
+
+def test_a_large_projects_review_list_is_kept_and_counted_by_a_worker(
+    client: Client, researcher: User, reviewed: Trajectory, settings: Any
+) -> None:
+    """Finding what to review is a pass over every label of the schema (6 s at a million
+    steps, #37): past STEPSCOPE_SUMMARY_INLINE_STEPS a worker makes the list while the page
+    says so, and then shows the kept list, with its age once labels move."""
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    client.force_login(researcher)
+    url = reverse("review-list", args=[reviewed.project.slug])
+    html = client.get(url).content.decode()
+    assert "a worker is counting this summary" in html
+    assert f'id="review-candidate-{reviewed.pk}"' not in html
+    assert "Nothing to review yet" not in html
+
+    row = KeptSummary.objects.get(project=reviewed.project, page="review")
+    assert kept.summary_refresh(project_id=reviewed.project_id, page="review", params=row.params)
+    html = client.get(url).content.decode()
+    assert f'id="review-candidate-{reviewed.pk}"' in html
+    assert "counting" not in html
+
+    StepLabel.objects.filter(step=step_at(reviewed, 1), value=-1).update(value=1)
+    html = client.get(url).content.decode()
+    assert f'id="review-candidate-{reviewed.pk}"' in html
+    assert "a worker is counting them again" in html
