@@ -379,6 +379,12 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         "failures": f"/p/{slug}/failures/",
         "tree": f"/p/{slug}/tree/?task={task_key}",
         "export preview": f"/p/{slug}/exports/preview/?format=stepscope&labels=human:majority",
+        "exports page": f"/p/{slug}/exports/",
+        "queues": f"/p/{slug}/queues/",
+        "review list": f"/p/{slug}/review/",
+        "failure modes": f"/p/{slug}/failures/modes/",
+        "compare humans": f"/p/{slug}/compare/humans/",
+        "compare disagreements": f"/p/{slug}/compare/disagreements/?scorer={scorers[0]}",
         "scoring": f"/p/{slug}/scoring/",
     }
     # The page's lazy parts, as its HTMX asks for them: the score strips and first errors,
@@ -496,12 +502,13 @@ def _live_appender(project: Project) -> Any:
 
 
 def summaries_made(project: Project, timed: dict[str, Any]) -> dict[str, float]:
-    """The compare and failure summaries, made once as the page or its worker makes them
-    (kept in the request below STEPSCOPE_SUMMARY_INLINE_STEPS, by a worker above: the
-    bench runs the worker's task here); returns how long each making took. The timed
-    requests then read them kept, and made again in the request or queued whenever a
-    label write of the rounds moved what they read."""
-    for name in ("compare", "failures"):
+    """The kept summaries (compare, failures, the review list, the home's step counts),
+    made once as the page or its worker makes them (in the request below
+    STEPSCOPE_SUMMARY_INLINE_STEPS, by a worker above: the bench runs the worker's task
+    here); returns how long each making took. The timed requests then read them kept,
+    made again in the request or queued whenever a label write of the rounds moved what
+    they read."""
+    for name in ("compare", "failures", "review list", "project home"):
         timed[name]()
     made = {}
     for row in KeptSummary.objects.filter(project=project):
