@@ -174,6 +174,19 @@ def test_slices_and_breakdowns(hand_worked: Project) -> None:
     assert [(row.name, row.steps) for row in by_annotator.slices] == [("ann", 9)]
 
 
+def test_slice_values_are_counted_among_the_newest_trajectories(
+    hand_worked: Project, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The options and breakdown groups read a bounded number of the newest trajectories
+    (three passes over all of them made every compare page slow at 10M steps, #37)."""
+    from evaluation import compare
+
+    assert [value for value, _ in compare.slice_groups(hand_worked, "model")[2]] == ["m1", "m2"]
+    newest = Trajectory.objects.filter(project=hand_worked).order_by("-id")[:1].get()
+    monkeypatch.setattr(compare, "SLICE_SAMPLE_TRAJECTORIES", 1)
+    assert [v for v, _ in compare.slice_groups(hand_worked, "model")[2]] == [newest.model_name]
+
+
 # --- ProcessBench first-error F1 ---------------------------------------------------------
 
 
