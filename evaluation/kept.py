@@ -30,6 +30,7 @@ from django.utils import timezone
 from evaluation import compare, failures
 from evaluation.forms import CompareForm, FailureForm
 from evaluation.models import KeptSummary
+from evaluation.span_agreement import span_agreement_pairs
 from labeling.models import LabelSchema
 from labeling.selectors import review_candidates
 from rollouts.changes import ProjectMarks, changed_since, project_marks
@@ -56,6 +57,21 @@ def _compare(project: Project, params: Mapping[str, str]) -> compare.CompareResu
     return compare.compare_run(form.query, by=form.cleaned_data.get("by") or "")
 
 
+@dataclass(frozen=True)
+class Humans:
+    """The "between humans" page: label agreement (one schema, in a slice) and the span
+    label agreement of every pair of annotators."""
+
+    agreement: Any  # compare_metrics.HumanAgreement
+    spans: list[Any]  # span_agreement.SpanSchemaAgreement
+
+
+def _humans(project: Project, params: Mapping[str, str]) -> Humans:
+    piece = compare.slice_parse(params.get("slice", ""))
+    agreement = compare.human_agreement(project, piece, schema=params.get("schema", ""))
+    return Humans(agreement=agreement, spans=span_agreement_pairs(project))
+
+
 def _review(project: Project, params: Mapping[str, str]) -> list[Trajectory]:
     schema = LabelSchema.objects.filter(project=project, pk=params.get("schema") or 0).first()
     if schema is None:
@@ -67,6 +83,7 @@ def _review(project: Project, params: Mapping[str, str]) -> list[Trajectory]:
 SUMMARIES: dict[str, tuple[Callable[[Project, Mapping[str, str]], Any], tuple[str, ...]]] = {
     "failures": (_failures, ("labels", "threshold", "slice")),
     "compare": (_compare, ("scorer", "labels", "threshold", "slice", "by")),
+    "humans": (_humans, ("slice", "schema")),
     # The review list: the trajectories two annotators labelled, most disagreements first.
     "review": (_review, ("schema",)),
 }

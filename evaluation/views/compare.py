@@ -33,7 +33,6 @@ from evaluation.forms import (
     StepFilterForm,
 )
 from evaluation.kept import summary_kept, summary_params
-from evaluation.span_agreement import span_agreement_pairs
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -373,14 +372,20 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     except ValueError:
         piece = None
     context: dict[str, Any] = {**base_context(request, project), "piece": piece}
+    params = {"slice": str(piece) if piece else "", "schema": request.GET.get("schema", "").strip()}
     try:
-        context["humans"] = compare.human_agreement(
-            project, piece, schema=request.GET.get("schema", "").strip()
-        )
+        compare.label_schema_scope(project, params["schema"])  # said here, not by a worker
+        # Agreement reads every label of the schema: kept, and made by a worker for a
+        # large project while the page shows the kept figures with their age.
+        kept = summary_kept(project, "humans", {k: v for k, v in params.items() if v})
     except ValueError as error:  # a schema the project lacks, or several to choose from
         context["error"] = str(error)
-    # Span labels are compared over the whole project (a slice selects steps).
-    context["span_agreement"] = span_agreement_pairs(project)
+    else:
+        context["kept"] = kept
+        if kept.value is not None:
+            context["humans"] = kept.value.agreement
+            # Span labels are compared over the whole project (a slice selects steps).
+            context["span_agreement"] = kept.value.spans
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)

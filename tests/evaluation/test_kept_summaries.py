@@ -175,3 +175,24 @@ def test_the_project_homes_step_counts_are_kept_and_a_large_projects_counted_by_
     html = home_page(client)
     assert stats(html)["labelled steps"] == 7
     assert "every 3s" not in html
+
+
+def test_a_large_projects_agreement_between_humans_is_counted_by_a_worker(
+    compared: Project, owner: User, client: Client, settings: Any
+) -> None:
+    """Agreement between humans reads every label of the schema into the web process (2 s
+    at a million steps, #37): past STEPSCOPE_SUMMARY_INLINE_STEPS a worker makes it. A
+    schema the project lacks is said at once, not left to the worker."""
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    client.force_login(owner)
+    url = reverse("compare-humans", args=["demo"])
+    html = client.get(url).content.decode()
+    assert "a worker is counting this summary" in html
+    assert "No step has labels from two annotators" not in html
+    assert "no label schema" in client.get(url, {"schema": "nope"}).content.decode().lower()
+
+    row = KeptSummary.objects.get(project=compared, page="humans")
+    assert kept.summary_refresh(project_id=compared.pk, page="humans", params=row.params)
+    html = client.get(url).content.decode()
+    assert "No step has labels from two annotators" in html
+    assert "counting" not in html
