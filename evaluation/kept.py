@@ -1,5 +1,6 @@
 """Summaries of a whole project (the compare page's metrics, the failure overview, the
-review list, the project home's step counts), kept.
+disagreements, agreement between humans, the review list, the project home's step
+counts), kept.
 
 Each is a pass over the project's labels and scores: tens of milliseconds at ten thousand
 steps, seconds at a million (``bench/growth.py``). A summary is kept in ``KeptSummary``
@@ -27,8 +28,8 @@ from django.db.models import Q, Sum
 from django.http import QueryDict
 from django.utils import timezone
 
-from evaluation import compare, failures
-from evaluation.forms import CompareForm, FailureForm
+from evaluation import compare, disagreements, failures
+from evaluation.forms import CompareForm, DisagreementForm, FailureForm
 from evaluation.models import KeptSummary
 from evaluation.span_agreement import span_agreement_pairs
 from labeling.models import LabelSchema
@@ -72,6 +73,21 @@ def _humans(project: Project, params: Mapping[str, str]) -> Humans:
     return Humans(agreement=agreement, spans=span_agreement_pairs(project))
 
 
+def _disagreements(
+    project: Project, params: Mapping[str, str]
+) -> tuple[list[disagreements.Disagreement], bool]:
+    query = _query(params)
+    form = CompareForm(query, project=project, options=compare.compare_options(project))
+    which = DisagreementForm(query)
+    if not (form.is_valid() and which.is_valid()):
+        errors = form.errors.as_text() + which.errors.as_text()
+        raise ValueError(f"disagreement parameters {dict(params)!r}: {errors}")
+    scale = compare.scale_for(project, schema=form.query.schema)
+    return disagreements.disagreements_page(
+        form.query, scale, which.disagreement_filter(), page=form.page_number
+    )
+
+
 def _review(project: Project, params: Mapping[str, str]) -> list[Trajectory]:
     schema = LabelSchema.objects.filter(project=project, pk=params.get("schema") or 0).first()
     if schema is None:
@@ -84,6 +100,11 @@ SUMMARIES: dict[str, tuple[Callable[[Project, Mapping[str, str]], Any], tuple[st
     "failures": (_failures, ("labels", "threshold", "slice")),
     "compare": (_compare, ("scorer", "labels", "threshold", "slice", "by")),
     "humans": (_humans, ("slice", "schema")),
+    # One page of the steps where a scorer and the humans disagree most.
+    "disagreements": (
+        _disagreements,
+        ("scorer", "labels", "threshold", "slice", "kind", "min_gap", "page"),
+    ),
     # The review list: the trajectories two annotators labelled, most disagreements first.
     "review": (_review, ("schema",)),
 }

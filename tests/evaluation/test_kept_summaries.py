@@ -196,3 +196,27 @@ def test_a_large_projects_agreement_between_humans_is_counted_by_a_worker(
     html = client.get(url).content.decode()
     assert "No step has labels from two annotators" in html
     assert "counting" not in html
+
+
+def test_a_large_projects_disagreements_are_sorted_by_a_worker(
+    compared: Project, owner: User, client: Client, settings: Any
+) -> None:
+    """The disagreements page sorts every disagreeing step of the project by its gap (3 s
+    at a million steps, #37): kept per page and filters; a worker makes a large project's."""
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    client.force_login(owner)
+    url = reverse("compare-disagreements", args=["demo"])
+    html = client.get(url, {"scorer": "prm"}).content.decode()
+    assert "a worker is counting this summary" in html
+    assert 'id="disagreements"' not in html and "No disagreements this large" not in html
+
+    row = KeptSummary.objects.get(project=compared, page="disagreements")
+    assert row.params == {"scorer": "prm"}
+    assert kept.summary_refresh(project_id=compared.pk, page="disagreements", params=row.params)
+    html = client.get(url, {"scorer": "prm"}).content.decode()
+    assert 'id="disagreements"' in html and "counting" not in html
+    # Another filter is another summary.
+    assert (
+        "a worker is counting"
+        in client.get(url, {"scorer": "prm", "kind": "missed"}).content.decode()
+    )
