@@ -26,7 +26,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from automation import signing
-from automation.addresses import AddressRefused, url_check
+from automation.addresses import AddressRefused, address_pin, url_check
 from automation.models import Webhook, WebhookDelivery
 from stepscope.events import EVENT_KINDS
 from stepscope.queueing import broker_require
@@ -184,20 +184,20 @@ def _post(delivery: WebhookDelivery, now: dt.datetime) -> tuple[int | None, str,
     webhook = delivery.webhook
     started = time.monotonic()
     try:
-        url_check(webhook.url, allow_private=settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE)
+        # Checked and pinned: the connection goes to the address the check passed.
+        pinned = address_pin(webhook.url, allow_private=settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE)
     except AddressRefused as refused:
         return None, f"refused: {refused}", 0
     body = orjson.dumps(delivery.payload)
     headers = signing.headers(webhook.secret, delivery.message_id, int(now.timestamp()), body)
     headers["user-agent"] = "Stepscope-Webhooks/1"
+    headers.update(pinned.headers)
+    timeout = settings.STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS
     try:
-        response = httpx.post(
-            webhook.url,
-            content=body,
-            headers=headers,
-            timeout=settings.STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS,
-            follow_redirects=False,
-        )
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            response = client.post(
+                pinned.url, extensions=pinned.extensions, content=body, headers=headers
+            )
     except httpx.HTTPError as error:
         elapsed = int((time.monotonic() - started) * 1000)
         return None, f"{type(error).__name__}: {error}"[:BODY_KEPT], elapsed

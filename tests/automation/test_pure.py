@@ -4,15 +4,17 @@ verifies, and the address check."""
 from __future__ import annotations
 
 import json
+import socket
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from standardwebhooks import Webhook as StandardWebhook
 from standardwebhooks.webhooks import WebhookVerificationError
 
 from automation import signing
-from automation.addresses import AddressRefused, url_check
+from automation.addresses import AddressRefused, address_pin, url_check
 from automation.sampling import sample_keeps, sample_point
 
 
@@ -81,3 +83,26 @@ def test_urls_that_are_not_plain_web_addresses_are_refused(url: str, message: st
 
 def test_a_public_address_is_taken() -> None:
     assert url_check("http://93.184.215.14/hook", allow_private=False)
+
+
+def test_an_attempt_is_pinned_to_the_address_checked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The URL names the checked address; the Host header and the TLS name (the
+    certificate is verified against it) stay the host's."""
+
+    def resolve(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        address = {"hook.example": "93.184.215.14", "six.example": "2606:2800:21f:cb07::1"}
+        family = socket.AF_INET6 if ":" in address[host] else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, 6, "", (address[host], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolve)
+    plain = address_pin("http://hook.example:8080/in?a=1", allow_private=False)
+    assert plain.url == "http://93.184.215.14:8080/in?a=1"
+    assert (plain.headers, plain.extensions) == ({"host": "hook.example:8080"}, {})
+    tls = address_pin("https://six.example/in", allow_private=False)
+    assert tls.url == "https://[2606:2800:21f:cb07::1]/in"
+    assert (tls.headers, tls.extensions) == (
+        {"host": "six.example"},
+        {"sni_hostname": "six.example"},
+    )
+    # Allowed to call anything: not resolved, not pinned.
+    assert address_pin("http://localhost:1/x", allow_private=True).url == "http://localhost:1/x"

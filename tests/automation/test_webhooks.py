@@ -4,6 +4,7 @@ sending, the delivery an event writes in its own transaction, and redelivery by 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +135,35 @@ def test_a_batch_s_new_version_is_an_event_naming_its_pin(
         for delivery in WebhookDelivery.objects.filter(kind="batch.version").order_by("pk")
     ]
     assert pins == ["rl-batch@1", "rl-batch@2"]
+
+
+def test_an_attempt_connects_to_the_address_it_checked_not_a_second_answer(
+    project: Project, owner: User, receiver: Receiver, settings: Any, monkeypatch: Any
+) -> None:
+    """DNS rebinding: a name that answers a public address to the check and loopback to
+    the connection. The attempt resolves once and connects to what it checked, so the
+    service on loopback never sees the request."""
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = True
+    webhook, _ = services.webhook_create(
+        project=project,
+        name="r",
+        url=f"http://rebind.example:{receiver.port}/hook",
+        events=[],
+        user=owner,
+    )
+    settings.STEPSCOPE_WEBHOOK_ALLOW_PRIVATE = False
+    settings.STEPSCOPE_WEBHOOK_TIMEOUT_SECONDS = 1
+    real = socket.getaddrinfo
+    answers: list[str] = []
+
+    def rebinding(host: Any, port: Any, *args: Any, **kwargs: Any) -> Any:
+        if host != "rebind.example":
+            return real(host, port, *args, **kwargs)
+        answers.append("93.184.215.14" if not answers else "127.0.0.1")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (answers[-1], port))]
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    delivery = services.webhook_event_record(webhook=webhook, kind="rule.fired", data={})
+    services.webhook_deliver(delivery_id=delivery.pk)
+    assert answers == ["93.184.215.14"]
+    assert receiver.received == []
