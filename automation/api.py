@@ -24,6 +24,7 @@ from automation.serializers import (
     RuleCreateSerializer,
     RuleFiringSerializer,
     RuleSerializer,
+    WebhookActiveSerializer,
     WebhookCreatedSerializer,
     WebhookCreateSerializer,
     WebhookDeliverySerializer,
@@ -134,10 +135,18 @@ class RuleViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gen
 
 
 @extend_schema_view(list=extend_schema(parameters=[_PROJECT]))
-class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class WebhookViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    mixins.DestroyModelMixin,
+    viewsets.GenericViewSet,
+):
     """``POST`` makes a webhook (201; the answer holds its secret, never shown again);
     ``GET /webhooks/?project=SLUG`` lists them; ``GET /webhooks/{id}/deliveries/`` lists
-    its deliveries, newest first, with each attempt's response code."""
+    its deliveries, newest first, with each attempt's response code;
+    ``POST /webhooks/{id}/active/ {"active": false}`` switches it off (it receives
+    nothing; a rule's deliveries wait) or on; ``DELETE /webhooks/{id}/`` deletes it and
+    its deliveries (409 naming them while a rule calls it)."""
 
     serializer_class = WebhookSerializer
     pagination_class = ByIdCursor
@@ -163,6 +172,22 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.
         answer = WebhookCreatedSerializer(webhook, context={"secret": secret})
         return Response(answer.data, status=status.HTTP_201_CREATED)
 
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        try:
+            services.webhook_delete(webhook=self.get_object())
+        except services.WebhookError as error:
+            return Response({error.field: [error.message]}, status=status.HTTP_409_CONFLICT)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(request=WebhookActiveSerializer, responses=WebhookSerializer)
+    @action(detail=True, methods=["post"])
+    def active(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
+        webhook = self.get_object()
+        incoming = WebhookActiveSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        services.webhook_set_active(webhook=webhook, active=incoming.validated_data["active"])
+        return Response(WebhookSerializer(webhook).data)
+
     @extend_schema(responses=WebhookDeliverySerializer(many=True))
     @action(detail=True, methods=["get"])
     def deliveries(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
@@ -185,7 +210,10 @@ class WebhookDeliveryViewSet(mixins.RetrieveModelMixin, viewsets.GenericViewSet)
     @extend_schema(request=None, responses={202: WebhookDeliverySerializer})
     @action(detail=True, methods=["post"])
     def redeliver(self, request: Request, pk: str | None = None, **kwargs: Any) -> Response:
-        delivery = services.webhook_redeliver(delivery=self.get_object())
+        try:
+            delivery = services.webhook_redeliver(delivery=self.get_object())
+        except services.WebhookError as error:
+            return Response({error.field: [error.message]}, status=status.HTTP_409_CONFLICT)
         return Response(WebhookDeliverySerializer(delivery).data, status=status.HTTP_202_ACCEPTED)
 
 

@@ -61,6 +61,10 @@ class RuleActiveSerializer(StrictSerializer):
     active = serializers.BooleanField()
 
 
+class WebhookActiveSerializer(StrictSerializer):
+    active = serializers.BooleanField()
+
+
 class RuleFiringSerializer(serializers.ModelSerializer[RuleFiring]):
     class Meta:
         model = RuleFiring

@@ -169,12 +169,48 @@ def webhook_detail(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
 
 @login_required
 @require_POST
+def webhook_active(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Switch a webhook off (it receives nothing; its pending deliveries wait) or on."""
+    project = selectors.project_get_for_admin(request.user, slug)
+    webhook = selectors.webhook_get(project, pk)
+    active = request.POST.get("active") == "1"
+    services.webhook_set_active(webhook=webhook, active=active)
+    messages.success(
+        request,
+        f"{webhook.name} is on: deliveries that waited are being sent."
+        if active
+        else f"{webhook.name} is off: it receives nothing until it is switched on.",
+    )
+    return redirect("webhook-detail", slug=project.slug, pk=webhook.pk)
+
+
+@login_required
+@require_POST
+def webhook_delete(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
+    """Delete a webhook and its deliveries, once its name is typed to confirm; refused
+    while a rule calls it."""
+    project = selectors.project_get_for_admin(request.user, slug)
+    webhook = selectors.webhook_get(project, pk)
+    if request.POST.get("confirm", "") != webhook.name:
+        messages.error(request, "Type the webhook's name to delete it.")
+        return redirect("webhook-detail", slug=project.slug, pk=webhook.pk)
+    try:
+        services.webhook_delete(webhook=webhook)
+    except services.WebhookError as error:
+        messages.error(request, error.message)
+        return redirect("webhook-detail", slug=project.slug, pk=webhook.pk)
+    messages.success(request, f"Deleted the webhook {webhook.name} and its deliveries.")
+    return redirect("webhook-list", slug=project.slug)
+
+
+@login_required
+@require_POST
 def delivery_redeliver(request: HttpRequest, slug: str, pk: int) -> HttpResponse:
     project = selectors.project_get_for_admin(request.user, slug)
     delivery = selectors.delivery_get(project, pk)
     try:
         services.webhook_redeliver(delivery=delivery)
-    except QueueUnavailable as error:
+    except (QueueUnavailable, services.WebhookError) as error:
         messages.error(request, str(error))
     else:
         messages.success(request, f"Sending {delivery.message_id} again.")

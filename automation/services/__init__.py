@@ -15,10 +15,12 @@ from automation.services.rules import (
 from automation.services.webhooks import (
     WebhookError,
     webhook_create,
+    webhook_delete,
     webhook_deliver,
     webhook_event_record,
     webhook_events_record,
     webhook_redeliver,
+    webhook_set_active,
     webhooks_sweep,
 )
 
@@ -33,9 +35,11 @@ __all__ = [
     "rules_apply",
     "rules_arrived",
     "webhook_create",
+    "webhook_delete",
     "webhook_deliver",
     "webhook_event_record",
     "webhook_events_record",
     "webhook_redeliver",
+    "webhook_set_active",
     "webhooks_sweep",
 ]

@@ -83,6 +83,41 @@ def webhook_create(
     return webhook, secret
 
 
+def webhook_set_active(*, webhook: Webhook, active: bool) -> Webhook:
+    """Switch a webhook off or on. Off, it receives nothing: no delivery is made for the
+    events it subscribed to, and its pending deliveries (a rule's action still records
+    one) wait unsent; switched on again, they are queued at once."""
+    with transaction.atomic():
+        Webhook.objects.filter(pk=webhook.pk).update(active=active)
+        webhook.active = active
+        if active:
+            waiting = list(
+                webhook.deliveries.filter(status=WebhookDelivery.Status.PENDING).values_list(
+                    "pk", flat=True
+                )
+            )
+            transaction.on_commit(lambda: _enqueue_all(waiting))
+    return webhook
+
+
+def _enqueue_all(delivery_ids: list[int]) -> None:
+    for pk in delivery_ids:
+        _enqueue(pk)
+
+
+def webhook_delete(*, webhook: Webhook) -> None:
+    """Delete a webhook and its deliveries; refused (naming them) while a rule calls it:
+    deleting it would delete those rules."""
+    calling = list(webhook.rule_set.order_by("name").values_list("name", flat=True))
+    if calling:
+        raise WebhookError(
+            "webhook",
+            f"{len(calling)} rule(s) call this webhook ({', '.join(calling[:5])}): change or"
+            " delete them first, or switch the webhook off",
+        )
+    webhook.delete()
+
+
 def webhook_events_record(project_id: int, kind: str, data: dict[str, Any]) -> None:
     """The event listener (``stepscope.events``): a delivery for each of the project's
     active webhooks that wants ``kind``, in the caller's transaction."""
@@ -145,6 +180,8 @@ def webhook_deliver(*, delivery_id: int) -> WebhookDelivery | None:
         )
         if delivery is None or delivery.status != WebhookDelivery.Status.PENDING:
             return delivery  # being sent by another copy of the task, or done with
+        if not delivery.webhook.active:
+            return delivery  # waits until the webhook is switched on again
         now = timezone.now()
         if delivery.next_attempt_at > now + EARLY_SLACK:
             return delivery
@@ -209,6 +246,9 @@ def _post(delivery: WebhookDelivery, now: dt.datetime) -> tuple[int | None, str,
 def webhook_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
     """Send a delivery again now, by hand, under its own ``webhook-id`` (a receiver that
     took it already can tell), with its retries anew."""
+    if not delivery.webhook.active:
+        name = delivery.webhook.name
+        raise WebhookError("webhook", f"{name} is switched off: switch it on to send again")
     broker_require()
     with transaction.atomic():
         WebhookDelivery.objects.filter(pk=delivery.pk).update(
@@ -229,6 +269,7 @@ def webhooks_sweep() -> int:
         WebhookDelivery.objects.filter(
             status=WebhookDelivery.Status.PENDING,
             next_attempt_at__lt=timezone.now() - SWEEP_GRACE,
+            webhook__active=True,
         )
         .order_by("next_attempt_at")
         .values_list("pk", flat=True)[:SWEEP_BATCH]

@@ -21,6 +21,7 @@ from tests.automation.conftest import Receiver
 from tests.exports.test_batches import export_into, label
 from tests.factories import trajectory_with_steps
 from trajectories.models import Project
+from trajectories.selection import TrajectoryFilters
 
 pytestmark = pytest.mark.django_db
 
@@ -167,3 +168,78 @@ def test_an_attempt_connects_to_the_address_it_checked_not_a_second_answer(
     services.webhook_deliver(delivery_id=delivery.pk)
     assert answers == ["93.184.215.14"]
     assert receiver.received == []
+
+
+def test_a_webhook_switched_off_receives_nothing_until_it_is_on_again(
+    project: Project, owner: User, receiver: Receiver, allow_loopback: None
+) -> None:
+    webhook, _ = services.webhook_create(
+        project=project, name="off", url=receiver.url, events=["export.ready"], user=owner
+    )
+    client = Client()
+    client.force_login(owner)
+    page = f"/p/{project.slug}/webhooks/{webhook.pk}/"
+    assert client.post(f"{page}active/", {"active": "0"}).status_code == 302
+    html = client.get(page).content.decode()
+    assert "it receives nothing" in html and "Switch on" in html
+    # An event it subscribed to makes no delivery; a rule's action makes one that waits.
+    services.webhook_events_record(project.pk, "export.ready", {})
+    assert not WebhookDelivery.objects.filter(kind="export.ready").exists()
+    waiting = services.webhook_event_record(webhook=webhook, kind="rule.fired", data={})
+    services.webhook_deliver(delivery_id=waiting.pk)
+    waiting.refresh_from_db()
+    assert (waiting.status, waiting.attempts, receiver.received) == ("pending", 0, [])
+    refused = client.post(f"/p/{project.slug}/webhook-deliveries/{waiting.pk}/redeliver/")
+    assert "switched off" in client.get(refused["Location"]).content.decode()
+    # On again: what waited is sent.
+    client.post(f"{page}active/", {"active": "1"})
+    services.webhook_deliver(delivery_id=waiting.pk)
+    waiting.refresh_from_db()
+    assert waiting.status == "delivered"
+    assert [r.headers["webhook-id"] for r in receiver.received] == [waiting.message_id]
+
+
+def test_a_webhook_is_deleted_once_confirmed_and_never_under_a_rule(
+    project: Project, owner: User, allow_loopback: None
+) -> None:
+    webhook, _ = services.webhook_create(
+        project=project, name="gone", url="http://127.0.0.1:1/x", events=[], user=owner
+    )
+    services.webhook_event_record(webhook=webhook, kind="rule.fired", data={})
+    rule = services.rule_create(
+        project=project,
+        name="calls it",
+        filters=TrajectoryFilters(),
+        action="webhook",
+        webhook=webhook,
+        user=owner,
+    )
+    client = Client()
+    client.force_login(owner)
+    delete = f"/p/{project.slug}/webhooks/{webhook.pk}/delete/"
+    unconfirmed = client.post(delete, {"confirm": "go"})
+    assert "Type the webhook" in client.get(unconfirmed["Location"]).content.decode()
+    under_rule = client.post(delete, {"confirm": "gone"})
+    assert "calls it" in client.get(under_rule["Location"]).content.decode()
+    assert Webhook.objects.filter(pk=webhook.pk).exists()
+
+    token = Token.objects.get_or_create(user=owner)[0].key
+    api = Client(HTTP_AUTHORIZATION=f"Token {token}")
+    conflict = api.delete(f"/api/v1/webhooks/{webhook.pk}/")
+    assert conflict.status_code == 409 and "calls it" in conflict.json()["webhook"][0]
+    off = api.post(
+        f"/api/v1/webhooks/{webhook.pk}/active/", {"active": False}, content_type="application/json"
+    )
+    assert off.status_code == 200 and off.json()["active"] is False
+    junk = api.post(
+        f"/api/v1/webhooks/{webhook.pk}/active/",
+        {"active": True, "colour": "red"},
+        content_type="application/json",
+    )
+    assert junk.status_code == 400 and "colour" in junk.json()
+
+    rule.delete()
+    done = client.post(delete, {"confirm": "gone"})
+    assert done["Location"] == f"/p/{project.slug}/webhooks/"
+    assert not Webhook.objects.filter(pk=webhook.pk).exists()
+    assert not WebhookDelivery.objects.filter(webhook_id=webhook.pk).exists()

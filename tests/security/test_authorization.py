@@ -94,6 +94,9 @@ ACCESS: dict[str, dict[str, str]] = {
     "webhook-list": {"GET": "login 404 403 403 200", "POST": "login 404 403 403 400"},
     "webhook-detail": _GET_ONLY_ADMIN,
     "webhook-redeliver": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    # Switched off or on; deleted once its name is typed (else back to its page, 302).
+    "webhook-active": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    "webhook-delete": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
     # A deletion's page is its starter's (the world's admin); for anyone else it is not there.
     "project-deletion": {"GET": "login 404 404 404 200", "POST": "login 405 405 405 405"},
     "member-role": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 400"},
@@ -352,6 +355,7 @@ ACCESS: dict[str, dict[str, str]] = {
     "api:webhook-list": _API_LIST_CREATE,
     "api:webhook-detail": _API_ADMIN_OBJECT,
     "api:webhook-deliveries": _API_ADMIN_OBJECT,
+    "api:webhook-active": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 400"},
     "api:webhook-delivery-detail": _API_ADMIN_OBJECT,
     # Sent again under the same webhook-id (202).
     "api:webhook-delivery-redeliver": {"GET": "401 405 405 405 405", "POST": "401 404 404 404 202"},
@@ -463,12 +467,15 @@ def test_the_export_list_takes_its_project(tmp_path: Path) -> None:
 
 
 # The only API writes besides POST: a project's admins change it (an empty PATCH changes
-# nothing: 200) and delete it (without the slug typed in ``confirm``: 400, nothing gone).
+# nothing: 200) and delete it (without the slug typed in ``confirm``: 400, nothing gone);
+# a span, a webhook.
 OTHER_WRITES = {
     "api:project-detail": {"PATCH": "401 404 403 403 200", "DELETE": "401 404 403 403 400"},
     # Your own span (the world's is the admin's): the annotator holds no lease (403), the
     # researcher's is not theirs (404).
     "api:api-span-detail": {"DELETE": "401 404 403 404 204"},
+    # A webhook no rule calls: its project's admins delete it (only they see it).
+    "api:webhook-detail": {"DELETE": "401 404 404 404 204"},
 }
 
 
