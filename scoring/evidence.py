@@ -5,8 +5,8 @@ One query per request. Facts about the whole trajectory (the scorer and run show
 labels, the PRM and the MC values put the first error, the credit's colour scale, the
 pickers) are aggregates the database computes over indexes and hands back as a few
 values; the rows that come back as Python objects are only those of the steps asked
-for (``[low, high)``, or one step), plus, for the strips, at most ``STRIP_CELLS`` cells:
-one per step up to that many steps, else the steps in even runs, each cell showing its
+for (``[low, high)``, or one step), plus the strips' cells: one per step up to
+``STRIP_CELLS`` steps, else ``STRIP_RUNS`` cells for even runs of steps, each showing its
 run's lowest score and MC value and its credit of largest size."""
 
 from __future__ import annotations
@@ -21,8 +21,10 @@ from scoring import methods, prm
 from scoring.models import JudgeReply
 from trajectories.models import Trajectory
 
-# Strip cells at most: a trajectory of up to this many steps has one per step.
+# A trajectory of up to STRIP_CELLS steps has a strip cell per step; a longer one has
+# STRIP_RUNS cells, each for a run of steps, few enough to fit a phone's width.
 STRIP_CELLS = 1000
+STRIP_RUNS = 200
 # Steps the evidence table (the page without HTMX) and one columns request show at most.
 PAGE_STEPS = 1000
 NO_LIMIT = 2**62
@@ -71,8 +73,8 @@ class StepEvidence:
 @dataclass(frozen=True)
 class StripCell:
     """One cell of the strips: the steps ``index`` to ``last`` (one step on a trajectory
-    of up to ``STRIP_CELLS`` steps), linked to the first of them (``pk``); their lowest
-    score and MC value, and their credit of largest size."""
+    of up to ``STRIP_CELLS`` steps, else a run of them), linked to the first of them
+    (``pk``); their lowest score and MC value, and their credit of largest size."""
 
     pk: int
     index: int
@@ -244,10 +246,12 @@ WITH choice AS (
     WHERE s.trajectory_id = %(t)s AND s.index >= %(lo)s AND s.index < %(hi)s
       AND (%(step)s::bigint IS NULL OR s.id = %(step)s::bigint)
 ), strip AS (
-    SELECT (array_agg(s.id ORDER BY s.index))[1] AS id, min(s.index) AS first,
-           max(s.index) AS last, min(ss.value) AS score, min(mm.level) AS mc,
-           (array_agg(cc.value ORDER BY abs(cc.value) DESC)
-                FILTER (WHERE cc.value IS NOT NULL))[1] AS credit
+    -- A cell of one step: its id and values. Of a run: its lowest score and MC value,
+    -- its credit of largest size (the positive one on a tie); its id is only a key.
+    SELECT min(s.id) AS id, min(s.index) AS first, max(s.index) AS last,
+           min(ss.value) AS score, min(mm.level) AS mc,
+           CASE WHEN max(cc.value) >= -min(cc.value) THEN max(cc.value)
+                ELSE min(cc.value) END AS credit
     FROM trajectories_step s
     LEFT JOIN scoring_stepscore ss
       ON ss.step_id = s.id AND ss.scorer_id = (SELECT id FROM scorer)
@@ -355,7 +359,7 @@ def trajectory_evidence(
                 "lo": low,
                 "hi": NO_LIMIT if high is None else high,
                 "step": step_id,
-                "cells": min(STRIP_CELLS, count),
+                "cells": count if count <= STRIP_CELLS else STRIP_RUNS,
                 "count": count,
                 "prm_threshold": methods.PRM_THRESHOLD,
                 "mc_collapsed": methods.MC_COLLAPSED,
