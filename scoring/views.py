@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from labeling.selectors import LabelingState, labeling_state_for_user
 from scoring import methods, prm, selectors, services
+from scoring.evidence import PAGE_STEPS
 from scoring.forms import AttributionRunForm, ScorerCreateForm, ScoringRunForm, TrainHeadForm
 from scoring.model_policy import model_policy
 from scoring.models import AttributionRun, Scorer
@@ -252,13 +253,25 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
     """PRM scores of the picked scorer (``?scorer=ID``, else the user's last pick in the
     project, else the scorer that last finished), Monte Carlo values, the credits of the
     picked run (``?credit=ID``, else the last pick, else the newest) and first-error flags
-    of one trajectory, in a fixed number of
-    queries whatever its length. The trajectory page loads it after it is shown:
-    ``part=top`` the strips, ``part=columns`` the credit column of the steps with index in
-    ``[from, to)`` (swapped out of band into their rows), ``part=step`` one step's column.
-    Without HTMX: a page of its own. Model scores and credits follow the project setting
-    that hides them from annotators until they submit."""
+    of one trajectory, in one query that reads the rows of the part asked for, not the
+    whole trajectory. The trajectory page loads it after it is shown: ``part=top`` the
+    strips (at most ``STRIP_CELLS`` cells), ``part=columns`` the credit column of the steps
+    with index in ``[from, to)`` (at most ``PAGE_STEPS`` of them; swapped out of band into
+    their rows), ``part=step`` one step's column. Without HTMX: a page of its own, the
+    strips and a table of ``PAGE_STEPS`` steps from ``?from=`` (0), with links to the
+    pages before and after. Model scores and credits follow the project setting that
+    hides them from annotators until they submit."""
     state = labeling_state_for_user(request.user, pk, queue_id=_index(request.GET.get("queue", "")))
+    part = request.GET.get("part", "") if request.htmx else ""
+    low = _index(request.GET.get("from", "")) or 0
+    high = _index(request.GET.get("to", ""))
+    if part != "columns" or high is None or high - low > PAGE_STEPS:
+        high = low + PAGE_STEPS
+    if part == "top":
+        low = high = 0  # no step's column: the strips and the flags only
+    step_id = _index(request.GET.get("step", "")) if part == "step" else None
+    if part == "step" and step_id is None:
+        raise Http404("No such step in this trajectory.")
     evidence = selectors.trajectory_evidence(
         state.trajectory,
         user_id=state.user_id,
@@ -266,6 +279,10 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         blind=state.blind,
         run_id=_requested(request, "credit"),
         scorer_id=_requested(request, "scorer"),
+        low=0 if step_id is not None else low,
+        high=None if step_id is not None else high,
+        step_id=step_id,
+        top=part not in ("columns", "step"),
     )
     context: dict[str, Any] = {
         "project": state.project,
@@ -273,24 +290,25 @@ def trajectory_evidence(request: HtmxHttpRequest, pk: int) -> HttpResponse:
         "evidence": evidence,
         "queue_id": state.queue_id,
     }
-    part = request.GET.get("part", "") if request.htmx else ""
     template = "scoring/trajectory_evidence.html"
     if part == "top":
         return render(request, f"{template}#top", context)
     if part == "columns":
-        low, high = _index(request.GET.get("from", "")), _index(request.GET.get("to", ""))
-        context["column_steps"] = [
-            s
-            for s in evidence.steps
-            if (low is None or s.index >= low) and (high is None or s.index < high)
-        ]
+        context["column_steps"] = evidence.steps
         return render(request, f"{template}#columns", context)
     if part == "step":
-        step_id = _index(request.GET.get("step", ""))
         context["ev"] = evidence.by_step.get(step_id) if step_id is not None else None
         if context["ev"] is None:
             raise Http404("No such step in this trajectory.")
         return render(request, f"{template}#column", context)
+    count = state.trajectory.step_count
+    context["table"] = {
+        "low": low,
+        "high": min(high, count),
+        "previous": max(low - PAGE_STEPS, 0) if low > 0 else None,
+        "next": high if high < count else None,
+        "paged": count > PAGE_STEPS or low > 0,
+    }
     return render(request, template, context)
 
 
