@@ -13,6 +13,8 @@ urlpatterns = [
         views.failure_mode_selection,
         name="failure-mode-selection",
     ),
+    path("failure-modes/<int:pk>/judge/", views.failure_mode_judge, name="failure-mode-judge"),
+    path("failure-modes/<int:pk>/export/", views.failure_mode_export, name="failure-mode-export"),
     path(
         "failure-mode-runs/<int:pk>/row/",
         views.failure_mode_run_row,
