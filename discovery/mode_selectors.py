@@ -1,4 +1,5 @@
-"""Named reads of failure modes: a user's runs and modes (404 for outsiders), a run's
+"""Named reads of failure modes: a user's runs and modes (404 for outsiders, 403 for
+annotators where the failures page is), a run's
 modes with their example steps and how each splits by model, agent, tool and task."""
 
 from __future__ import annotations
@@ -6,12 +7,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
 from discovery.models import FailureMode, FailureModeRun
 from evaluation.compare_steps import step_href
+from labeling.selectors import can_compare
 from trajectories.models import Project
 from trajectories.selectors import STEP_PREVIEW_CHARS, project_get_for_user
 
@@ -26,11 +29,21 @@ SPLITS = {
 RUNS_SHOWN = 5
 
 
+def failure_modes_readable(user: Any, project: Project) -> None:
+    """Modes are made of everyone's first errors: readers as for the failures page
+    (outsiders 404; annotators 403 where the project hides labels or model scores)."""
+    project_get_for_user(user, project.slug)
+    if not can_compare(user, project):
+        raise PermissionDenied(
+            "This project hides labels or model scores from annotators until they submit."
+        )
+
+
 def failure_mode_run_get_for_user(user: Any, pk: int) -> FailureModeRun:
     run = FailureModeRun.objects.select_related("project", "judge").filter(pk=pk).first()
     if run is None:
         raise Http404("No such failure-mode run.")
-    project_get_for_user(user, run.project.slug)  # 404 for outsiders
+    failure_modes_readable(user, run.project)
     return run
 
 
@@ -38,7 +51,7 @@ def failure_mode_get_for_user(user: Any, pk: int) -> FailureMode:
     mode = FailureMode.objects.select_related("run__project").filter(pk=pk).first()
     if mode is None:
         raise Http404("No such failure mode.")
-    project_get_for_user(user, mode.run.project.slug)
+    failure_modes_readable(user, mode.run.project)
     return mode
 
 
