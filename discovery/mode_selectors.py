@@ -1,6 +1,7 @@
 """Named reads of failure modes: a user's runs and modes (404 for outsiders, 403 for
-annotators where the failures page is), a run's
-modes with their example steps and how each splits by model, agent, tool and task."""
+annotators where the failures page is), a run's modes with their example steps and how
+each splits by model, agent, tool and task; and the same of note runs, whose groups show
+example notes."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
-from discovery.models import FailureMode, FailureModeRun
+from discovery.models import FailureMode, FailureModeRun, NoteGroup, NoteRun
 from evaluation.compare_steps import step_href
+from labeling.models import EpisodeVerdict
 from labeling.selectors import can_compare
 from trajectories.models import Project
 from trajectories.selectors import STEP_PREVIEW_CHARS, project_get_for_user
@@ -118,4 +120,62 @@ def failure_modes_shown(run: FailureModeRun) -> list[ModeView]:
         for values in view.splits.values():
             values.sort(key=lambda pair: (-pair[1], pair[0]))
             del values[SPLIT_TOP:]
+    return views
+
+
+# --- Note groups (notes to taxonomy) ---------------------------------------------------
+
+NOTE_PREVIEW_CHARS = 300
+
+
+def note_run_get_for_user(user: Any, pk: int) -> NoteRun:
+    run = NoteRun.objects.select_related("project").filter(pk=pk).first()
+    if run is None:
+        raise Http404("No such note run.")
+    failure_modes_readable(user, run.project)  # everyone's notes: as failure modes
+    return run
+
+
+def note_group_get_for_user(user: Any, pk: int) -> NoteGroup:
+    group = NoteGroup.objects.select_related("run__project").filter(pk=pk).first()
+    if group is None:
+        raise Http404("No such note group.")
+    failure_modes_readable(user, group.run.project)
+    return group
+
+
+def note_runs(project: Project) -> QuerySet[NoteRun]:
+    return NoteRun.objects.filter(project=project)
+
+
+def note_run_latest(project: Project) -> NoteRun | None:
+    return note_runs(project).filter(status=NoteRun.Status.DONE).first()
+
+
+@dataclass(frozen=True)
+class NoteExample:
+    verdict_id: int
+    trajectory_id: int
+    external_id: str
+    text: str
+
+
+@dataclass
+class NoteGroupView:
+    group: NoteGroup
+    examples: list[NoteExample] = field(default_factory=list)
+
+
+def note_groups_shown(run: NoteRun) -> list[NoteGroupView]:
+    """The run's groups, largest first, each with its example notes: two queries."""
+    views = [NoteGroupView(group) for group in run.groups.all()]
+    wanted = [pk for view in views for pk in view.group.examples]
+    found = {
+        pk: NoteExample(pk, trajectory_id, external_id, text[:NOTE_PREVIEW_CHARS])
+        for pk, trajectory_id, external_id, text in EpisodeVerdict.objects.filter(
+            pk__in=wanted
+        ).values_list("pk", "trajectory_id", "trajectory__external_id", "critique")
+    }
+    for view in views:
+        view.examples = [found[pk] for pk in view.group.examples if pk in found]
     return views

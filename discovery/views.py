@@ -19,6 +19,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from discovery import mode_selectors, mode_services
 from discovery.models import FailureMode
+from discovery.note_views import notes_context
 from evaluation.compare import compare_options
 from evaluation.views.common import compare_project
 from exports.models import Selection
@@ -68,6 +69,7 @@ def failure_modes_page(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         "judges": _judges(project),
         "selections": Selection.objects.filter(project=project).order_by("name"),
         "list_url": reverse("trajectory-list", args=[project.slug]),
+        **notes_context(request, project),
     }
     return render(request, "discovery/failure_modes.html", context)
 

@@ -201,6 +201,13 @@ ACCESS: dict[str, dict[str, str]] = {
     "failure-mode-export": _CANCEL,
     "failure-mode-run-row": _ROW,
     "failure-mode-run-cancel": _CANCEL,
+    # Notes to taxonomy: grouping notes is for researchers and admins; making a group an
+    # error tag for the project admin, who edits schemas (an empty form: redirected back
+    # with why).
+    "notes-start": _CANCEL,
+    "note-group-tag": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    "note-run-row": _ROW,
+    "note-run-cancel": _CANCEL,
     # Questions in plain language: members read them; researchers and admins ask (an
     # empty form names what is missing: 400).
     "question-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},
