@@ -219,8 +219,8 @@ def test_a_mode_becomes_a_judge_run_and_an_export_in_one_click(
     name = f"failure-mode-{mode.pk}"
     assert answer["Location"] == reverse("export-list", args=["demo"]) + f"?selection={name}"
     assert Selection.objects.get(name=name).definition == {"failure_mode": mode.pk}
-    form = client.get(answer["Location"]).content.decode()
-    assert re.search(rf'<option value="{name}" selected>', form), form
+    export_page = client.get(answer["Location"]).content.decode()
+    assert re.search(rf'<option value="{name}" selected>', export_page), export_page
     client.post(reverse("failure-mode-export", args=[mode.pk]))
     assert Selection.objects.filter(name=name).count() == 1
     # A selection of that name with other filters is not silently exported instead.

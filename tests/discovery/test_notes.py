@@ -150,10 +150,10 @@ def test_the_page_groups_notes_and_an_admin_makes_a_tag(
         assert shown in html.replace("&#x27;", "'")
     assert html.count("Make an error tag") == 3
 
-    group = run.groups.first()
-    assert group is not None
+    tagged = run.groups.first()
+    assert tagged is not None
     schema = LabelSchema.objects.get(project=project, is_active=True)
-    url = reverse("note-group-tag", args=[group.pk])
+    url = reverse("note-group-tag", args=[tagged.pk])
     answer = client.post(url, {"tag": "tool error ignored", "schema": schema.name})
     assert answer["Location"] == page + "#notes"
     active = LabelSchema.objects.get(project=project, is_active=True)
