@@ -41,6 +41,12 @@ def notes_of(project: Project) -> list[tuple[int, str]]:
     return [(pk, text) for pk, text in rows if text.strip()]
 
 
+def notes_count(project: Project) -> int:
+    """How many notes a run would group (one query; the service stores critiques
+    stripped, so a non-empty one has words)."""
+    return EpisodeVerdict.objects.filter(trajectory__project=project).exclude(critique="").count()
+
+
 def note_run_start(*, project: Project, user: User | None) -> NoteRun:
     """Queue a grouping of the project's notes on the embedding queue (it encodes)."""
     from discovery.tasks import notes_group

@@ -37,7 +37,7 @@ def notes_context(request: HtmxHttpRequest, project: Project) -> dict[str, Any]:
         "note_run": run,
         "note_groups": mode_selectors.note_groups_shown(run) if run is not None else [],
         "note_runs": list(mode_selectors.note_runs(project)[: mode_selectors.RUNS_SHOWN]),
-        "note_count": len(note_services.notes_of(project)) if run is None else run.total,
+        "note_count": note_services.notes_count(project) if run is None else run.total,
         "can_tag": is_admin,
         "tag_schemas": (
             list(LabelSchema.objects.filter(project=project, is_active=True).order_by("name"))
