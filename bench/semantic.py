@@ -107,11 +107,20 @@ def throughput(records: int) -> dict[str, Any]:
     return figures
 
 
-def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
-    project = fresh_project("bench-semantic-scale")
-    model = embedding_model_current(create=True)
-    assert model is not None
-    trajectories = vectors // 10
+def _kept(vectors: int) -> Project | None:
+    """The scale project of an earlier ``--keep`` run with as many steps, to measure again
+    without writing and indexing the vectors again."""
+    project = Project.objects.filter(slug="bench-semantic-scale").first()
+    if project is None:
+        return None
+    if Step.objects.filter(trajectory__project=project).count() != vectors // 10 * 10:
+        project_drop(project)
+        return None
+    return project
+
+
+def _write(project: Project, model: Any, trajectories: int) -> dict[str, Any]:
+    """The trajectories, steps and random vectors, and the HNSW index, timed."""
     timings: dict[str, Any] = {}
     with connection.cursor() as cursor:
         start = time.perf_counter()
@@ -154,6 +163,34 @@ def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
         timings["hnsw_build_s"] = round(time.perf_counter() - start, 1)
         cursor.execute("ANALYZE trajectories_trajectory, trajectories_step")
         cursor.execute(f"ANALYZE {store.STEP_TABLE}")
+    return timings
+
+
+def _explain(project: Project, model: Any, vector: str, given: dict[str, str]) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the nearest-steps query a semantic filter runs."""
+    from django.db import transaction
+
+    from discovery import selectors
+    from trajectories.selectors import trajectories_filtered
+
+    among = trajectories_filtered(project, selection_parse(given))
+    sql, params = selectors.nearest_query(model, vector, among, with_tasks=False)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for setting in selectors.nearest_settings():
+            cursor.execute(setting)
+        cursor.execute("EXPLAIN (ANALYZE, BUFFERS) " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def synthetic(
+    vectors: int, repeat: int, *, keep: bool = False, explain: bool = False
+) -> dict[str, Any]:
+    model = embedding_model_current(create=True)
+    assert model is not None
+    kept = _kept(vectors) if keep else None
+    project = kept or fresh_project("bench-semantic-scale")
+    timings = {"reused": True} if kept else _write(project, model, vectors // 10)
+    with connection.cursor() as cursor:
         cursor.execute(f"SELECT count(*) FROM {store.STEP_TABLE} WHERE model_id = %s", [model.pk])
         stored = int(cursor.fetchone()[0])
         cursor.execute(
@@ -195,7 +232,7 @@ def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
         "warm_median_ms": round(statistics.median(encodes) * 1000, 1)
     }
     per_million = 1_000_000 / max(stored, 1)
-    figures = {
+    figures: dict[str, Any] = {
         "vectors": stored,
         **timings,
         "table_mb": round(table_bytes / 2**20, 1),
@@ -203,11 +240,22 @@ def synthetic(vectors: int, repeat: int) -> dict[str, Any]:
         "per_million_vectors": {
             "table_gb": round(table_bytes * per_million / 2**30, 2),
             "hnsw_index_gb": round(index_bytes * per_million / 2**30, 2),
-            "hnsw_build_s (linear estimate)": round(timings["hnsw_build_s"] * per_million),
         },
         "latency": latency,
     }
-    project_drop(project)
+    if "hnsw_build_s" in timings:
+        figures["per_million_vectors"]["hnsw_build_s (linear estimate)"] = round(
+            timings["hnsw_build_s"] * per_million
+        )
+    if explain:
+        from discovery.selectors import step_vector_text
+
+        vector = step_vector_text(model, project, step_id)
+        assert vector is not None
+        print("EXPLAIN similar_step + outcome=failure:")
+        print(_explain(project, model, vector, {"outcome": "failure"}))
+    if not keep:
+        project_drop(project)
     return figures
 
 
@@ -217,6 +265,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--records", type=int, default=400, help="ProcessBench records")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the scale project and reuse one of this size"
+    )
+    parser.add_argument(
+        "--explain", action="store_true", help="print EXPLAIN ANALYZE of the nearest query"
+    )
     args = parser.parse_args()
     print("command:", " ".join([Path(sys.executable).name, *sys.argv]))
     if not store.pgvector_available() and not store.vector_tables_ensure():
@@ -224,7 +278,8 @@ def main() -> None:
     print(f"cpus: {os.cpu_count()}, encoder: {encoder_configured()}")
     if not args.skip_throughput:
         print("throughput:", json.dumps(throughput(args.records), indent=2))
-    print("scale:", json.dumps(synthetic(args.vectors, args.repeat), indent=2))
+    figures = synthetic(args.vectors, args.repeat, keep=args.keep, explain=args.explain)
+    print("scale:", json.dumps(figures, indent=2))
 
 
 if __name__ == "__main__":

@@ -173,6 +173,12 @@ class FailureModeRunViewSet(mixins.RetrieveModelMixin, JobViewSet):
             project__in=projects_for_user(self.request.user)
         ).select_related("project", "judge")
 
+    def get_object(self) -> FailureModeRun:
+        run: FailureModeRun = super().get_object()
+        if not can_compare(self.request.user, run.project):
+            raise PermissionDenied("This project hides labels or model scores from annotators.")
+        return run
+
     def may_cancel(self, user: Any, job: Any) -> bool:
         return can_manage_data(user, job.project)
 

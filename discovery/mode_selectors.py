@@ -1,17 +1,22 @@
-"""Named reads of failure modes: a user's runs and modes (404 for outsiders), a run's
-modes with their example steps and how each splits by model, agent, tool and task."""
+"""Named reads of failure modes: a user's runs and modes (404 for outsiders, 403 for
+annotators where the failures page is), a run's modes with their example steps and how
+each splits by model, agent, tool and task; and the same of note runs, whose groups show
+example notes."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.db import connection
 from django.db.models import QuerySet
 from django.http import Http404
 
-from discovery.models import FailureMode, FailureModeRun
+from discovery.models import FailureMode, FailureModeRun, NoteGroup, NoteRun
 from evaluation.compare_steps import step_href
+from labeling.models import EpisodeVerdict
+from labeling.selectors import can_compare
 from trajectories.models import Project
 from trajectories.selectors import STEP_PREVIEW_CHARS, project_get_for_user
 
@@ -26,11 +31,21 @@ SPLITS = {
 RUNS_SHOWN = 5
 
 
+def failure_modes_readable(user: Any, project: Project) -> None:
+    """Modes are made of everyone's first errors: readers as for the failures page
+    (outsiders 404; annotators 403 where the project hides labels or model scores)."""
+    project_get_for_user(user, project.slug)
+    if not can_compare(user, project):
+        raise PermissionDenied(
+            "This project hides labels or model scores from annotators until they submit."
+        )
+
+
 def failure_mode_run_get_for_user(user: Any, pk: int) -> FailureModeRun:
     run = FailureModeRun.objects.select_related("project", "judge").filter(pk=pk).first()
     if run is None:
         raise Http404("No such failure-mode run.")
-    project_get_for_user(user, run.project.slug)  # 404 for outsiders
+    failure_modes_readable(user, run.project)
     return run
 
 
@@ -38,7 +53,7 @@ def failure_mode_get_for_user(user: Any, pk: int) -> FailureMode:
     mode = FailureMode.objects.select_related("run__project").filter(pk=pk).first()
     if mode is None:
         raise Http404("No such failure mode.")
-    project_get_for_user(user, mode.run.project.slug)
+    failure_modes_readable(user, mode.run.project)
     return mode
 
 
@@ -105,4 +120,62 @@ def failure_modes_shown(run: FailureModeRun) -> list[ModeView]:
         for values in view.splits.values():
             values.sort(key=lambda pair: (-pair[1], pair[0]))
             del values[SPLIT_TOP:]
+    return views
+
+
+# --- Note groups (notes to taxonomy) ---------------------------------------------------
+
+NOTE_PREVIEW_CHARS = 300
+
+
+def note_run_get_for_user(user: Any, pk: int) -> NoteRun:
+    run = NoteRun.objects.select_related("project").filter(pk=pk).first()
+    if run is None:
+        raise Http404("No such note run.")
+    failure_modes_readable(user, run.project)  # everyone's notes: as failure modes
+    return run
+
+
+def note_group_get_for_user(user: Any, pk: int) -> NoteGroup:
+    group = NoteGroup.objects.select_related("run__project").filter(pk=pk).first()
+    if group is None:
+        raise Http404("No such note group.")
+    failure_modes_readable(user, group.run.project)
+    return group
+
+
+def note_runs(project: Project) -> QuerySet[NoteRun]:
+    return NoteRun.objects.filter(project=project)
+
+
+def note_run_latest(project: Project) -> NoteRun | None:
+    return note_runs(project).filter(status=NoteRun.Status.DONE).first()
+
+
+@dataclass(frozen=True)
+class NoteExample:
+    verdict_id: int
+    trajectory_id: int
+    external_id: str
+    text: str
+
+
+@dataclass
+class NoteGroupView:
+    group: NoteGroup
+    examples: list[NoteExample] = field(default_factory=list)
+
+
+def note_groups_shown(run: NoteRun) -> list[NoteGroupView]:
+    """The run's groups, largest first, each with its example notes: two queries."""
+    views = [NoteGroupView(group) for group in run.groups.all()]
+    wanted = [pk for view in views for pk in view.group.examples]
+    found = {
+        pk: NoteExample(pk, trajectory_id, external_id, text[:NOTE_PREVIEW_CHARS])
+        for pk, trajectory_id, external_id, text in EpisodeVerdict.objects.filter(
+            pk__in=wanted
+        ).values_list("pk", "trajectory_id", "trajectory__external_id", "critique")
+    }
+    for view in views:
+        view.examples = [found[pk] for pk in view.group.examples if pk in found]
     return views

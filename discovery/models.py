@@ -158,3 +158,51 @@ class FailureModeMember(models.Model):
 
     def __str__(self) -> str:
         return f"trajectory {self.trajectory_id} in mode {self.mode_id}"
+
+
+class NoteRun(ProgressJob):
+    """A grouping of the annotators' free notes (the critiques of episode verdicts) by
+    meaning, with the clustering of failure modes (``discovery/modes.py``): open coding
+    turned into candidate error tags. ``total`` counts the notes read, ``done`` those
+    grouped."""
+
+    KIND = "note groups"
+
+    project = models.ForeignKey(
+        "trajectories.Project", on_delete=models.CASCADE, related_name="note_runs"
+    )
+    k = models.PositiveIntegerField(default=0)
+    silhouette = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"note groups {self.pk}"
+
+
+class NoteGroup(models.Model):
+    """One group of a note run: number and name (kept from the run before where its notes
+    mostly stay), distinctive words, size, share of the run's notes, its notes and the
+    ones nearest its centre (episode verdict ids: a verdict deleted since is skipped), and
+    the error tag an admin made of it."""
+
+    run = models.ForeignKey(NoteRun, on_delete=models.CASCADE, related_name="groups")
+    number = models.PositiveIntegerField()
+    name = models.CharField(max_length=300)
+    words = models.JSONField(default=list, blank=True)
+    size = models.PositiveIntegerField()
+    share = models.FloatField()
+    members = models.JSONField(default=list, blank=True)
+    examples = models.JSONField(default=list, blank=True)
+    kept = models.BooleanField(default=False)
+    tag = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering: ClassVar = ["run", "-size", "number"]
+        constraints: ClassVar = [
+            models.UniqueConstraint(fields=["run", "number"], name="note_group_unique_number")
+        ]
+
+    def __str__(self) -> str:
+        return f"note group {self.number}: {self.name}"

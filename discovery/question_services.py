@@ -12,6 +12,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import IntegrityError, transaction
 from django.db.models import F, QuerySet
+from django.http import Http404
 from django.utils import timezone
 
 from discovery import questions
@@ -60,8 +61,6 @@ def questions_for_project(project: Project) -> QuerySet[Question]:
 
 def question_get_for_user(user: AnyUser, pk: int) -> Question:
     """The question, for members of its project; outsiders get a 404."""
-    from django.http import Http404
-
     question = (
         Question.objects.filter(pk=pk, project__in=projects_for_user(user))
         .select_related("project")
@@ -215,12 +214,12 @@ def _judge_candidates(question: Question, judge: Any) -> None:
     answered = set(
         QuestionAnswer.objects.filter(question=question).values_list("trajectory_id", flat=True)
     )
+    pending = [pk for pk in candidates if pk not in answered]
     requests = []
     step_ids: dict[int, dict[int, int]] = {}
-    for trajectory_id in candidates:
-        if trajectory_id not in answered:
-            request, step_ids[trajectory_id] = _candidate_request(question, trajectory_id)
-            requests.append(request)
+    for trajectory_id, (task, steps) in _candidates_read(pending).items():
+        request, step_ids[trajectory_id] = _candidate_request(question, trajectory_id, task, steps)
+        requests.append(request)
 
     def on_reply(request: JudgeRequest, reply: Reply) -> None:
         indexes = step_ids[request.trajectory]
@@ -245,16 +244,28 @@ def _judge_candidates(question: Question, judge: Any) -> None:
         return
 
 
+_StepRow = tuple[int, int, str, str, str, str]
+
+
+def _candidates_read(trajectory_ids: list[int]) -> dict[int, tuple[str, list[_StepRow]]]:
+    """The task and the steps (id, index, kind, agent, content, tool) of each candidate,
+    in the candidates' order: two queries however many candidates there are."""
+    tasks = dict(Trajectory.objects.filter(pk__in=trajectory_ids).values_list("id", "task"))
+    steps: dict[int, list[_StepRow]] = {pk: [] for pk in trajectory_ids}
+    rows = (
+        Step.objects.filter(trajectory_id__in=trajectory_ids)
+        .order_by("trajectory_id", "index")
+        .values_list("trajectory_id", "id", "index", "kind", "agent", "content", "tool_name")
+    )
+    for trajectory_id, *step in rows.iterator(chunk_size=5000):
+        steps[trajectory_id].append(tuple(step))  # type: ignore[arg-type]
+    return {pk: (tasks[pk], steps[pk]) for pk in trajectory_ids if pk in tasks}
+
+
 def _candidate_request(
-    question: Question, trajectory_id: int
+    question: Question, trajectory_id: int, task: str, steps: list[_StepRow]
 ) -> tuple[JudgeRequest, dict[int, int]]:
     """The judge's request about one trajectory, and its steps' ids by index."""
-    task = Trajectory.objects.filter(pk=trajectory_id).values_list("task", flat=True).get()
-    steps = list(
-        Step.objects.filter(trajectory_id=trajectory_id)
-        .order_by("index")
-        .values_list("id", "index", "kind", "agent", "content", "tool_name")
-    )
     shown = [
         questions.ShownStep(index, kind, agent, content or (f"{tool}(…)" if tool else ""))
         for _id, index, kind, agent, content, tool in steps

@@ -75,7 +75,7 @@ def step_vector_text(model: EmbeddingModel, project: Project, step_id: int) -> s
     return None if row is None else str(row[0])
 
 
-def nearest_trajectories(
+def nearest_query(
     model: EmbeddingModel,
     vector: str,
     among: QuerySet[Trajectory],
@@ -83,9 +83,8 @@ def nearest_trajectories(
     with_tasks: bool,
     exclude_step: int | None = None,
     limit: int = NEAREST_STEPS,
-) -> list[tuple[int, float]]:
-    """(trajectory id, cosine distance of its nearest step or task), nearest first, from
-    the ``limit`` steps (and tasks) nearest to ``vector`` among ``among``'s trajectories."""
+) -> tuple[str, list[Any]]:
+    """The SQL of ``nearest_trajectories`` and its parameters (the bench explains it)."""
     among_sql, among_params = among.order_by().values("id").query.sql_with_params()
     dim = int(model.dim)
     distance = f"embedding::vector({dim}) <=> %s::vector({dim})"
@@ -109,9 +108,34 @@ def nearest_trajectories(
         f"SELECT trajectory_id, min(d) AS d FROM ({' UNION ALL '.join(parts)}) nearest"
         " GROUP BY trajectory_id ORDER BY d, trajectory_id"
     )
-    with transaction.atomic(), connection.cursor() as cursor:
+    return sql, params
+
+
+def nearest_settings(limit: int = NEAREST_STEPS) -> list[str]:
+    """The settings (``SET LOCAL``) the nearest query runs under."""
+    return [
         # The filters apply inside the index walk: it goes on past rows they reject.
-        cursor.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-        cursor.execute(f"SET LOCAL hnsw.ef_search = {min(max(limit, 40), 1000)}")
+        "SET LOCAL hnsw.iterative_scan = relaxed_order",
+        f"SET LOCAL hnsw.ef_search = {min(max(limit, 40), 1000)}",
+    ]
+
+
+def nearest_trajectories(
+    model: EmbeddingModel,
+    vector: str,
+    among: QuerySet[Trajectory],
+    *,
+    with_tasks: bool,
+    exclude_step: int | None = None,
+    limit: int = NEAREST_STEPS,
+) -> list[tuple[int, float]]:
+    """(trajectory id, cosine distance of its nearest step or task), nearest first, from
+    the ``limit`` steps (and tasks) nearest to ``vector`` among ``among``'s trajectories."""
+    sql, params = nearest_query(
+        model, vector, among, with_tasks=with_tasks, exclude_step=exclude_step, limit=limit
+    )
+    with transaction.atomic(), connection.cursor() as cursor:
+        for setting in nearest_settings(limit):
+            cursor.execute(setting)
         cursor.execute(sql, params)
         return [(int(row[0]), float(row[1])) for row in cursor.fetchall()]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from discovery import mode_services, services
+from discovery import mode_services, note_services, services
 from stepscope.jobs.retry import REDELIVERABLE
 
 
@@ -21,6 +21,12 @@ def embed(project_id: int, trajectory_ids: list[int], import_batch_id: int | Non
 def failure_modes_run(run_id: int) -> dict[str, int | str]:
     run = mode_services.failure_modes_execute(run_id=run_id)
     return {"run": run.pk, "status": run.status, "modes": run.k}
+
+
+@shared_task(name="discovery.notes_group", **REDELIVERABLE)
+def notes_group(run_id: int) -> dict[str, int | str]:
+    run = note_services.notes_execute(run_id=run_id)
+    return {"run": run.pk, "status": run.status, "groups": run.k}
 
 
 @shared_task(name="discovery.question_answer", **REDELIVERABLE)

@@ -35,7 +35,12 @@ from trajectories.models import (
     Step,
     Trajectory,
 )
-from trajectories.selection import FILTERS, SelectionError, selection_parse
+from trajectories.selection import (
+    FILTERS,
+    SelectionError,
+    selection_parse,
+    selection_refused_to_blind,
+)
 from trajectories.selectors import (
     SELECTION_RANK,
     can_manage_data,
@@ -44,6 +49,7 @@ from trajectories.selectors import (
     membership_role,
     project_get_for_user,
     projects_for_user,
+    role_downloads_exports,
     trajectories_filtered,
 )
 from trajectories.serializers import (
@@ -196,6 +202,14 @@ class TrajectoryViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewse
                     # (project, id) index serves the newest-first page (joined by slug,
                     # every trajectory of the project was read and sorted: 0.2 s at
                     # 58,000), and the filters apply without a second walk (pk IN).
+                    blind = selection_refused_to_blind(
+                        filters,
+                        hidden=not role_downloads_exports(
+                            membership_role(self.request.user, project), project
+                        ),
+                    )
+                    if blind is not None:
+                        raise blind
                     queryset = trajectories_filtered(project, filters)
                 elif not filters.is_empty():
                     raise ValidationError({"project": ["Filters need a project (?project=SLUG)."]})

@@ -52,6 +52,10 @@ class FilterSpec:
     column: str = ""
     step_column: str = ""
     lookup: str = "exact"
+    # Reads everyone's labels (a failure mode is made of first errors): a project that
+    # hides labels or model scores from its annotators refuses it to them, as it refuses
+    # them the failures page (``selection_refused_to_blind``).
+    reviewers_only: bool = False
 
 
 def _field(default: Any, spec: dict[str, Any]) -> Any:
@@ -238,6 +242,7 @@ class TrajectoryFilters:
         " it holds.",
         group="labels",
         minimum=1,
+        reviewers_only=True,
     )
     # The human majority against model_scorer's scores thresholded at model_threshold, on
     # steps where both have a non-neutral value.
@@ -518,6 +523,28 @@ def selection_without(filters: TrajectoryFilters, names: Iterable[str]) -> Traje
     return dataclasses.replace(
         filters, **{name: getattr(default, name) for name in dropped if name in FILTERS}
     )
+
+
+BLIND_MESSAGE = (
+    "this project hides labels or model scores from annotators until they submit; only"
+    " researchers and admins filter by it"
+)
+
+
+def selection_refused_to_blind(
+    filters: TrajectoryFilters, *, hidden: bool
+) -> SelectionError | None:
+    """Where ``hidden`` (the member may not see everyone's labels in this project), the
+    error naming each filter set that reads them (``FilterSpec.reviewers_only``)."""
+    if not hidden:
+        return None
+    default = TrajectoryFilters()
+    refused = {
+        name: BLIND_MESSAGE
+        for name, spec in FILTERS.items()
+        if spec.reviewers_only and getattr(filters, name) != getattr(default, name)
+    }
+    return SelectionError(refused) if refused else None
 
 
 def selection_definition(filters: TrajectoryFilters) -> dict[str, Any]:

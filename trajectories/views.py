@@ -21,7 +21,12 @@ from trajectories import prefix_tree, selectors, services
 from trajectories.columns import ListColumn, trajectory_list_columns
 from trajectories.forms import ImportUploadForm, TrajectoryFilterForm
 from trajectories.models import ImportBatch
-from trajectories.selection import LIST_DEFAULT_ORIGIN, SelectionError, selection_without
+from trajectories.selection import (
+    LIST_DEFAULT_ORIGIN,
+    SelectionError,
+    selection_refused_to_blind,
+    selection_without,
+)
 
 
 @login_required
@@ -39,6 +44,14 @@ def trajectory_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     except SelectionError as error:
         form.add_selection_error(error)
         filters = selection_without(filters, error.errors)
+    # As the failures page: a filter on everyone's labels is not an annotator's where the
+    # project hides them.
+    blind = selection_refused_to_blind(
+        filters, hidden=not selectors.role_downloads_exports(role, project)
+    )
+    if blind is not None:
+        form.add_selection_error(blind)
+        filters = selection_without(filters, blind.errors)
     # A filter that could not be read lists nothing: listing the rest beside its error
     # reads as if it had been applied.
     refused = bool(form.errors)

@@ -182,16 +182,67 @@ def test_the_page_shows_modes_and_makes_a_queue_and_a_selection(
     assert client.get(reverse("failure-modes", args=["demo"]), {"bogus": "1"}).status_code == 400
 
 
+def test_a_mode_becomes_a_judge_run_and_an_export_in_one_click(
+    failing: Project, owner: User, client: Client, openai_server: Any
+) -> None:
+    from scoring.models import ScoringRun
+    from scoring.services.scores import _selected_steps
+    from tests.scoring.test_judge_runs import remote_judge
+
+    run = run_now(failing)
+    mode = run.modes.first()
+    assert mode is not None
+    members = set(mode.members.values_list("trajectory_id", flat=True))
+    judge = remote_judge(failing, openai_server, name="checker")
+    client.force_login(owner)
+    html = client.get(reverse("failure-modes", args=["demo"])).content.decode()
+    assert reverse("failure-mode-judge", args=[mode.pk]) in html
+    assert reverse("failure-mode-export", args=[mode.pk]) in html
+    assert '<option value="checker">' in html
+
+    # The judge run reads every labelable step of the mode's trajectories and no other.
+    answer = client.post(reverse("failure-mode-judge", args=[mode.pk]), {"judge": "checker"})
+    assert answer.status_code == 302 and answer["Location"] == reverse(
+        "scoring-section", args=["demo"]
+    )
+    scoring = ScoringRun.objects.get()
+    assert scoring.scorer == judge and scoring.selection["filters"] == {"failure_mode": mode.pk}
+    assert {trajectory for trajectory, _ in _selected_steps(scoring)} == members
+    # No judge, an unknown judge or an unknown parameter: back to the page, nothing queued.
+    for form in ({}, {"judge": "nobody"}, {"judge": "checker", "bogus": "1"}):
+        refused = client.post(reverse("failure-mode-judge", args=[mode.pk]), form, follow=True)
+        assert refused.redirect_chain[-1][0] == reverse("failure-modes", args=["demo"])
+    assert ScoringRun.objects.count() == 1
+
+    # Export: the export form, its selection the mode's (saved once, reused after).
+    answer = client.post(reverse("failure-mode-export", args=[mode.pk]))
+    name = f"failure-mode-{mode.pk}"
+    assert answer["Location"] == reverse("export-list", args=["demo"]) + f"?selection={name}"
+    assert Selection.objects.get(name=name).definition == {"failure_mode": mode.pk}
+    export_page = client.get(answer["Location"]).content.decode()
+    assert re.search(rf'<option value="{name}" selected>', export_page), export_page
+    client.post(reverse("failure-mode-export", args=[mode.pk]))
+    assert Selection.objects.filter(name=name).count() == 1
+    # A selection of that name with other filters is not silently exported instead.
+    other = run.modes.exclude(pk=mode.pk).first()
+    assert other is not None
+    Selection.objects.filter(name=name).update(definition={"failure_mode": other.pk})
+    answer = client.post(reverse("failure-mode-export", args=[mode.pk]))
+    assert answer["Location"] == reverse("failure-modes", args=["demo"])
+
+
 def test_an_annotator_reads_but_cannot_act(failing: Project, client: Client) -> None:
     run = run_now(failing)
     annotator = UserFactory.create(username="reader")
     MembershipFactory.create(user=annotator, project=failing, role="annotator")
     client.force_login(annotator)
     html = client.get(reverse("failure-modes", args=["demo"])).content.decode()
-    assert "Make a queue" not in html
+    assert "Make a queue" not in html and "Judge run" not in html and "Export…" not in html
     mode = run.modes.first()
     assert mode is not None
-    assert client.post(reverse("failure-mode-queue", args=[mode.pk])).status_code == 403
+    for action in ("queue", "selection", "judge", "export"):
+        answer = client.post(reverse(f"failure-mode-{action}", args=[mode.pk]))
+        assert answer.status_code == 403, action
 
 
 def test_the_api_starts_a_run_and_lists_modes(

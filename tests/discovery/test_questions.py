@@ -6,6 +6,7 @@ unreadable replies are counted; the page asks and shows, members only."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -13,7 +14,12 @@ from django.test import Client
 from django.urls import reverse
 
 from discovery.question_models import Question, QuestionAnswer
-from discovery.question_services import QuestionError, question_ask, question_run
+from discovery.question_services import (
+    QuestionError,
+    _candidates_read,
+    question_ask,
+    question_run,
+)
 from scoring import services
 from scoring.models import Scorer
 from tests.conftest import JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer
@@ -246,3 +252,22 @@ def test_the_api_asks_lists_answers_and_refuses_by_name(
         }
     ]
     assert [q["id"] for q in api.get(url).json()] == [body["id"]]
+
+
+def test_the_candidates_are_read_in_two_queries_however_many(
+    runs: dict[str, Trajectory], django_assert_num_queries: Any
+) -> None:
+    """One query for the tasks and one for every candidate's steps, not one per
+    trajectory; each candidate keeps its steps in order, and the candidates their order."""
+    order = [runs[name].pk for name in ("garbled", "gave-up", "kept-going")]
+    with django_assert_num_queries(2):
+        read = _candidates_read(order)
+    assert list(read) == order
+    task, steps = read[runs["gave-up"].pk]
+    assert task == runs["gave-up"].task
+    assert [(index, content) for _id, index, _k, _a, content, _t in steps] == [
+        (0, "Let me check the booking."),
+        (1, "I am unable to assist with changing it."),
+    ]
+    with django_assert_num_queries(2):
+        assert list(_candidates_read([runs["won"].pk])) == [runs["won"].pk]

@@ -192,13 +192,25 @@ ACCESS: dict[str, dict[str, str]] = {
     "judge-alignment-score": {"GET": "login 405 405 405 405", "POST": "login 404 403 400 400"},
     "failure-list": _GET_ONLY,
     # Failure modes: read like the failures page; starting a run and a mode's one-click
-    # queue and selection are for researchers and admins (redirected back with a message).
+    # queue, selection, judge run and export are for researchers and admins (redirected
+    # back with a message).
     "failure-modes": _GET_ONLY,
     "failure-modes-start": _CANCEL,
     "failure-mode-queue": _CANCEL,
     "failure-mode-selection": _CANCEL,
+    # A judge run over the mode (no judge named: redirected back with why) and the export
+    # form with the mode's selection (redirected there).
+    "failure-mode-judge": _CANCEL,
+    "failure-mode-export": _CANCEL,
     "failure-mode-run-row": _ROW,
     "failure-mode-run-cancel": _CANCEL,
+    # Notes to taxonomy: grouping notes is for researchers and admins; making a group an
+    # error tag for the project admin, who edits schemas (an empty form: redirected back
+    # with why).
+    "notes-start": _CANCEL,
+    "note-group-tag": {"GET": "login 405 405 405 405", "POST": "login 404 403 403 302"},
+    "note-run-row": _ROW,
+    "note-run-cancel": _CANCEL,
     # Questions in plain language: members read them; researchers and admins ask (an
     # empty form names what is missing: 400).
     "question-list": {"GET": "login 404 200 200 200", "POST": "login 404 403 400 400"},

@@ -119,6 +119,46 @@ def test_blind_annotator_cannot_fetch_the_label_by_id_or_filter(world: World) ->
         assert visitors.request(routes[key], "annotator", "GET").status_code == 403, key
 
 
+def test_blind_annotator_cannot_reach_failure_modes_by_run_or_filter(world: World) -> None:
+    """A failure mode is made of everyone's first errors: as the failures page, its run's
+    row, the run through the API and the ``failure_mode`` filter (list page and API) are
+    refused to a blind annotator, and open to a researcher."""
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    for key in ("failure-mode-run-row", "failure-mode-run-cancel", "api:failure-mode-run-detail"):
+        method = "POST" if key.endswith("cancel") else "GET"
+        assert visitors.request(routes[key], "annotator", method).status_code == 403, key
+    row = visitors.request(routes["failure-mode-run-row"], "researcher", "GET", htmx=True)
+    assert row.status_code == 200
+    assert (
+        visitors.request(routes["api:failure-mode-run-detail"], "researcher", "GET").status_code
+        == 200
+    )
+    mode = f"failure_mode={world.failure_mode.pk}"
+    listed = visitors.request(routes["trajectory-list"], "annotator", "GET", query=f"?{mode}")
+    assert listed.status_code == 200
+    page = body(listed)
+    assert "only researchers and admins filter by it" in page
+    assert f'href="/t/{world.trajectory.pk}/"' not in page  # nothing listed beside the refusal
+    api = visitors.request(
+        routes["api:trajectory-list"],
+        "annotator",
+        "GET",
+        query=f"?project={world.project.slug}&{mode}",
+    )
+    assert api.status_code == 400 and "failure_mode" in api.json()
+    researcher = visitors.request(routes["trajectory-list"], "researcher", "GET", query=f"?{mode}")
+    assert "only researchers and admins filter by it" not in body(researcher)
+    assert f'href="/t/{world.trajectory.pk}/"' in body(researcher)
+    api = visitors.request(
+        routes["api:trajectory-list"],
+        "researcher",
+        "GET",
+        query=f"?project={world.project.slug}&{mode}",
+    )
+    assert api.status_code == 200, api.content
+
+
 def test_blind_annotator_cannot_download_exports(world: World) -> None:
     """An export's files carry every annotator's labels: in a blind project they are for
     researchers and admins only, on the page and through the API."""

@@ -32,6 +32,8 @@ from discovery.models import (
     FailureMode,
     FailureModeMember,
     FailureModeRun,
+    NoteGroup,
+    NoteRun,
     Question,
     QuestionAnswer,
 )
@@ -120,6 +122,9 @@ class World:
     # A finished failure-mode run with one mode (its name and description hold the text).
     failure_mode_run: FailureModeRun
     failure_mode: FailureMode
+    # A finished note run with one group (its name and words hold the text).
+    note_run: NoteRun
+    note_group: NoteGroup
     # A question the judge answered: its text, criterion, a refused name and the answer's
     # reason hold the text.
     question: Question
@@ -183,6 +188,8 @@ class World:
             ("spans", self.span.pk),
             ("failure-modes", self.failure_mode.pk),
             ("failure-mode-runs", self.failure_mode_run.pk),
+            ("note-groups", self.note_group.pk),
+            ("note-runs", self.note_run.pk),
             ("questions", self.question.pk),
             ("p/<slug:slug>/follow/", self.follow_source.pk),
             ("project-deletions", self.deletion.pk),
@@ -591,6 +598,18 @@ def build_world(
         examples=[step.pk],
     )
     FailureModeMember.objects.create(mode=failure_mode, trajectory=trajectory, step=step)
+    note_run = NoteRun.objects.create(
+        project=project,
+        status=NoteRun.Status.DONE,
+        error=f"notes error {text}",
+        total=1,
+        done=1,
+        k=1,
+        created_by=users["admin"],
+    )
+    note_group = NoteGroup.objects.create(
+        run=note_run, number=1, name=f"notes {text}", words=[text], size=1, share=1.0
+    )
     return World(
         project=project,
         users=users,
@@ -640,6 +659,8 @@ def build_world(
         ),
         failure_mode_run=failure_mode_run,
         failure_mode=failure_mode,
+        note_run=note_run,
+        note_group=note_group,
         question=_question(judge, trajectory, step, text, users["admin"]),
     )
 
