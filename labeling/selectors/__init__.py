@@ -24,8 +24,13 @@ from labeling.selectors.review import (
     review_candidates,
     review_table,
 )
-from labeling.selectors.surface import (
+from labeling.selectors.state import (
     QUEUE_PROGRESS_SQL,
+    labeling_state_flag_register,
+    labeling_state_for_user,
+    labeling_states_reread,
+)
+from labeling.selectors.surface import (
     REVIEWER_ROLES,
     STEPS_PAGE_SIZE,
     AnyUser,
@@ -37,8 +42,6 @@ from labeling.selectors.surface import (
     active_schema,
     can_compare,
     is_reviewer,
-    labeling_state_flag_register,
-    labeling_state_for_user,
     labelled_step_count,
     labels_visible_to,
     step_label_history,
@@ -68,6 +71,7 @@ __all__ = [
     "is_reviewer",
     "labeling_state_flag_register",
     "labeling_state_for_user",
+    "labeling_states_reread",
     "labelled_step_count",
     "labels_visible_to",
     "queue_annotators",

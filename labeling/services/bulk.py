@@ -18,7 +18,12 @@ from django.db.models import Q
 from django.utils import timezone
 
 from labeling.models import StepLabel, TrajectoryLabel
-from labeling.selectors import AnyUser, LabelingState, labeling_state_for_user
+from labeling.selectors import (
+    AnyUser,
+    LabelingState,
+    labeling_state_for_user,
+    labeling_states_reread,
+)
 from labeling.services.common import LabelingError, require_can_label
 from labeling.services.labels import (
     CheckedLabel,
@@ -117,13 +122,14 @@ def step_labels_set(
         submitted: list[TrajectoryLabel] = []
         if submit and not errors:
             submits: list[SubmitChecked] = []
-            for trajectory_id in states:
-                # The state again: the labels just written count towards completeness.
-                fresh = labeling_state_for_user(user, trajectory_id, queue_id=queue_id)
+            # The states again, in one query: the labels just written count towards
+            # completeness and the first error.
+            written = [state for state in states.values() if isinstance(state, LabelingState)]
+            for fresh in labeling_states_reread(written, queue_id=queue_id):
                 try:
                     submits.append(trajectory_submit_checked(state=fresh, **(verdict or {})))
                 except LabelingError as error:
-                    errors.setdefault("submit", {})[str(trajectory_id)] = error.message
+                    errors.setdefault("submit", {})[str(fresh.trajectory.pk)] = error.message
                     statuses.add(error.status)
             if not errors:
                 submitted = trajectories_submit_write(submits)

@@ -472,7 +472,7 @@ def _verdict_fields(checked: SubmitChecked) -> tuple[str, str, str, bool]:
 
 
 def trajectories_submit_write(submits: list[SubmitChecked]) -> list[TrajectoryLabel]:
-    """Write checked submits, a statement per table whatever their number: the verdicts
+    """Write checked submits in one statement whatever their number: the verdicts
     (created if missing), the annotators' draft labels on those trajectories and their
     leases become submitted, in one history context (``action: submit``); then each
     submission's events. Returns the verdicts in the order of ``submits``."""
@@ -487,9 +487,12 @@ def trajectories_submit_write(submits: list[SubmitChecked]) -> list[TrajectoryLa
         history_context(action="submit"),
         connection.cursor() as cursor,
     ):
+        # One statement for the three tables: the verdicts, the draft labels (their
+        # history and majority triggers fire as for an update of its own) and the leases.
         cursor.execute(
-            "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id, outcome,"
-            " finish_reason, comment, flagged, status, submitted_at, created_at, updated_at)"
+            "WITH v AS (INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id,"
+            " outcome, finish_reason, comment, flagged, status, submitted_at, created_at,"
+            " updated_at)"
             " SELECT (r->>0)::bigint, (r->>1)::int, r->>2, r->>3, r->>4, (r->>5)::bool,"
             " 'submitted', %s, %s, %s FROM json_array_elements(%s::json) AS r"
             " ORDER BY 1, 2"
@@ -497,34 +500,28 @@ def trajectories_submit_write(submits: list[SubmitChecked]) -> list[TrajectoryLa
             " outcome = EXCLUDED.outcome, finish_reason = EXCLUDED.finish_reason,"
             " comment = EXCLUDED.comment, flagged = EXCLUDED.flagged, status = 'submitted',"
             " submitted_at = EXCLUDED.submitted_at, updated_at = EXCLUDED.updated_at"
-            f" RETURNING {columns}",
-            [now, now, now, rows],
-        )
-        verdicts = {
-            (verdict.trajectory_id, verdict.annotator_id): verdict
-            for verdict in (
-                TrajectoryLabel.from_db("default", _VERDICT_COLUMNS, row)
-                for row in cursor.fetchall()
-            )
-        }
-        cursor.execute(
-            "UPDATE labeling_steplabel AS l SET status = 'submitted', updated_at = %s"
+            f" RETURNING {columns}),"
+            " labels AS (UPDATE labeling_steplabel AS l SET status = 'submitted', updated_at = %s"
             " FROM trajectories_step s, json_array_elements(%s::json) AS k"
             " WHERE s.id = l.step_id AND s.trajectory_id = (k->>0)::bigint"
-            " AND l.annotator_id = (k->>1)::int AND l.status = 'draft'",
-            [now, keys],
-        )
-        cursor.execute(
-            "UPDATE labeling_queueassignment AS a SET status = 'submitted', submitted_at = %s"
-            " FROM labeling_queueitem i, json_array_elements(%s::json) AS k"
+            " AND l.annotator_id = (k->>1)::int AND l.status = 'draft' RETURNING l.id),"
+            " leases AS (UPDATE labeling_queueassignment AS a SET status = 'submitted',"
+            " submitted_at = %s FROM labeling_queueitem i, json_array_elements(%s::json) AS k"
             " WHERE i.id = a.item_id AND i.trajectory_id = (k->>0)::bigint"
             " AND a.annotator_id = (k->>1)::int AND a.status = 'leased'"
-            " RETURNING i.trajectory_id, a.annotator_id, i.queue_id",
-            [now, keys],
+            " RETURNING i.trajectory_id, a.annotator_id, i.queue_id)"
+            f" SELECT {', '.join(f'v.{name}' for name in _VERDICT_COLUMNS)},"
+            " (SELECT json_agg(json_build_array(trajectory_id, annotator_id, queue_id))"
+            " FROM leases) FROM v",
+            [now, now, now, rows, now, keys, now, keys],
         )
         queue_ids: dict[tuple[int, int], set[int]] = {}
-        for trajectory_id, annotator_id, queue_id in cursor.fetchall():
-            queue_ids.setdefault((trajectory_id, annotator_id), set()).add(queue_id)
+        verdicts = {}
+        for row in cursor.fetchall():
+            verdict = TrajectoryLabel.from_db("default", _VERDICT_COLUMNS, row[:-1])
+            verdicts[(verdict.trajectory_id, verdict.annotator_id)] = verdict
+            for trajectory_id, annotator_id, queue_id in row[-1] or ():
+                queue_ids.setdefault((trajectory_id, annotator_id), set()).add(queue_id)
         submitted = []
         for checked in submits:
             key = (checked.state.trajectory.pk, checked.state.user_id)
