@@ -29,6 +29,8 @@ from labeling.selectors.state import (
     labeling_state_flag_register,
     labeling_state_for_user,
     labeling_states_reread,
+    labeling_states_reread_rows,
+    labeling_states_reread_statement,
 )
 from labeling.selectors.surface import (
     REVIEWER_ROLES,
@@ -72,6 +74,8 @@ __all__ = [
     "labeling_state_flag_register",
     "labeling_state_for_user",
     "labeling_states_reread",
+    "labeling_states_reread_rows",
+    "labeling_states_reread_statement",
     "labelled_step_count",
     "labels_visible_to",
     "queue_annotators",

@@ -149,17 +149,31 @@ def labeling_states_reread(
     Equal to :func:`labeling_state_for_user` of each, without its queue progress."""
     if not states:
         return []
-    uid = states[0].user_id
+    sql, params = labeling_states_reread_statement(states, queue_id=queue_id)
     with connection.cursor() as cursor:
-        cursor.execute(
-            _SQL_REREAD, [uid, uid, queue_id, uid, uid, [state.trajectory.pk for state in states]]
-        )
-        rows = {row[0]: row[1:] for row in cursor.fetchall()}
+        cursor.execute(sql, params)
+        return labeling_states_reread_rows(states, cursor.fetchall())
+
+
+def labeling_states_reread_statement(
+    states: list[LabelingState], *, queue_id: int | None = None
+) -> tuple[str, list[Any]]:
+    """The query of :func:`labeling_states_reread`, for a caller that sends it with
+    other statements; :func:`labeling_states_reread_rows` reads its rows."""
+    uid = states[0].user_id
+    return _SQL_REREAD, [uid, uid, queue_id, uid, uid, [state.trajectory.pk for state in states]]
+
+
+def labeling_states_reread_rows(
+    states: list[LabelingState], rows: list[Any]
+) -> list[LabelingState]:
+    """The states again from the rows of :func:`labeling_states_reread_statement`."""
+    by_trajectory = {row[0]: row[1:] for row in rows}
     fresh = []
     for state in states:
         verdict, lease_data, progress = (
             json.loads(value) if isinstance(value, str) else value
-            for value in rows[state.trajectory.pk]
+            for value in by_trajectory[state.trajectory.pk]
         )
         lease = None
         if lease_data:
