@@ -100,6 +100,7 @@ from labeling.selectors.spans import (
     span_history,
     span_review,
     span_schemas_active,
+    final_spans_visible,
     spans_visible,
 )
 
@@ -110,5 +111,6 @@ __all__ += [
     "span_history",
     "span_review",
     "span_schemas_active",
+    "final_spans_visible",
     "spans_visible",
 ]

@@ -176,34 +176,34 @@ def final_span_set(
     start: int,
     end: int,
     value: str,
-) -> FinalSpan:
+) -> tuple[FinalSpan, bool]:
     """Set the adjudicated ``value`` of the steps ``start`` to ``end`` (both included) of
     ``trajectory`` under the span schema ``schema``: the same range again replaces the
-    value, and the change is kept in the history. Errors name the field."""
+    value, and the change is kept in the history. Returns the final span and whether it
+    is new. Errors name the field."""
     if schema.project_id != trajectory.project_id:
         raise LabelingError("That span schema does not belong to this project.", field="schema")
     _check_span("Final span", trajectory, schema, start, end, value)
     with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
-        final, _ = FinalSpan.objects.update_or_create(
+        return FinalSpan.objects.update_or_create(
             trajectory=trajectory,
             schema=schema,
             start_index=start,
             end_index=end,
             defaults={"value": value, "adjudicator": adjudicator},
         )
-    return final
 
 
 def final_span_pick(
     *, trajectory: Trajectory, span_id: int, adjudicator: User | AbstractBaseUser
-) -> FinalSpan:
+) -> tuple[FinalSpan, bool]:
     """Make an annotator's span ``span_id`` of ``trajectory`` final (its schema, range and
     value), as :func:`final_span_set` does; a span not on the trajectory is a 404."""
     span = SpanLabel.objects.filter(pk=span_id, trajectory=trajectory).select_related("schema")
     found = span.first()
     if found is None:
         raise LabelingError(
-            f"pick: no span {span_id!r} on this trajectory.", field="pick", status=404
+            f"pick: no span '{span_id}' on this trajectory.", field="pick", status=404
         )
     return final_span_set(
         trajectory=trajectory,

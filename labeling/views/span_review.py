@@ -63,7 +63,7 @@ def _write(request: HtmxHttpRequest, trajectory: Trajectory) -> str:
             raise services.LabelingError(
                 f"pick: no span {pick!r} on this trajectory.", field="pick", status=404
             )
-        final = services.final_span_pick(
+        final, _ = services.final_span_pick(
             trajectory=trajectory, span_id=int(pick), adjudicator=adjudicator
         )
     else:
@@ -71,7 +71,7 @@ def _write(request: HtmxHttpRequest, trajectory: Trajectory) -> str:
         if not form.is_valid():
             raise services.LabelingError(form_message(form))
         data = form.cleaned_data
-        final = services.final_span_set(
+        final, _ = services.final_span_set(
             trajectory=trajectory,
             schema=services.span_schema_of(trajectory.project_id, data["schema"]),
             adjudicator=adjudicator,

@@ -300,6 +300,14 @@ ACCESS: dict[str, dict[str, str]] = {
     # DELETE: OTHER_WRITES).
     "api:api-trajectory-spans": {"GET": "401 404 200 200 200", "POST": "401 404 400 400 400"},
     "api:api-span-detail": _API_OBJECT,
+    # Final (adjudicated) spans: members read them; researchers and admins set one (an
+    # empty body: 400 naming the fields), the annotator may not (403). One final span
+    # (removed with DELETE: OTHER_WRITES).
+    "api:api-trajectory-final-spans": {
+        "GET": "401 404 200 200 200",
+        "POST": "401 404 403 400 400",
+    },
+    "api:api-final-span-detail": _API_OBJECT,
     # Rubrics: members read them, admins save a new version (an empty body is a 400).
     "api:api-project-rubrics": {"GET": "401 404 200 200 200", "POST": "401 404 403 403 400"},
     # Rubric marks: an empty body names the missing fields (400) once membership is checked.
@@ -469,6 +477,8 @@ OTHER_WRITES = {
     # Your own span (the world's is the admin's): the annotator holds no lease (403), the
     # researcher's is not theirs (404).
     "api:api-span-detail": {"DELETE": "401 404 403 404 204"},
+    # A final span: researchers and admins remove it; the annotator may not (403).
+    "api:api-final-span-detail": {"DELETE": "401 404 403 204 204"},
 }
 
 

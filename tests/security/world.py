@@ -37,6 +37,7 @@ from discovery.models import (
 )
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import (
+    FinalSpan,
     LabelSchema,
     Queue,
     SpanLabel,
@@ -117,6 +118,8 @@ class World:
     delivery: WebhookDelivery
     # The admin's span on the trajectory, under a span schema whose value holds the text.
     span: SpanLabel
+    # The admin's final span over the same steps (adjudicated).
+    final_span: FinalSpan
     # A finished failure-mode run with one mode (its name and description hold the text).
     failure_mode_run: FailureModeRun
     failure_mode: FailureMode
@@ -181,6 +184,7 @@ class World:
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("spans", self.span.pk),
+            ("final-spans", self.final_span.pk),
             ("failure-modes", self.failure_mode.pk),
             ("failure-mode-runs", self.failure_mode_run.pk),
             ("questions", self.question.pk),
@@ -591,6 +595,16 @@ def build_world(
         examples=[step.pk],
     )
     FailureModeMember.objects.create(mode=failure_mode, trajectory=trajectory, step=step)
+    span = SpanLabel.objects.create(
+        trajectory=trajectory,
+        schema=SpanSchema.objects.create(
+            project=project, name=f"triage {text}", values=[{"value": f"role {text}"}]
+        ),
+        annotator=users["admin"],
+        start_index=1,
+        end_index=3,
+        value=f"role {text}",
+    )
     return World(
         project=project,
         users=users,
@@ -628,12 +642,11 @@ def build_world(
         rule=rule,
         webhook=webhook,
         delivery=delivery,
-        span=SpanLabel.objects.create(
+        span=span,
+        final_span=FinalSpan.objects.create(
             trajectory=trajectory,
-            schema=SpanSchema.objects.create(
-                project=project, name=f"triage {text}", values=[{"value": f"role {text}"}]
-            ),
-            annotator=users["admin"],
+            schema=span.schema,
+            adjudicator=users["admin"],
             start_index=1,
             end_index=3,
             value=f"role {text}",
