@@ -33,7 +33,7 @@ from evaluation.forms import (
     StepFilterForm,
 )
 from evaluation.kept import summary_kept, summary_params
-from evaluation.span_agreement import span_agreement_pairs
+from evaluation.span_agreement import span_agreement_pairs, span_slice_applies
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -379,8 +379,10 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         )
     except ValueError as error:  # a schema the project lacks, or several to choose from
         context["error"] = str(error)
-    # Span labels are compared over the whole project (a slice selects steps).
-    context["span_agreement"] = span_agreement_pairs(project)
+    # Span labels follow a trajectory or annotator slice; a step-kind slice leaves them
+    # over the whole project (the page says so).
+    context["span_agreement"] = span_agreement_pairs(project, piece)
+    context["span_sliced"] = piece is not None and span_slice_applies(piece)
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)
