@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -31,25 +32,30 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "stepscope.settings")
 
-from django.conf import settings
-from django.contrib.auth.models import User
-from django.db import connection
-from django.test import Client
-from django.test.utils import CaptureQueriesContext
+import django
 
-from bench.page_open import free_port, server_start, trajectory_make
-from labeling.models import LabelSchema, StepLabel
-from labeling.selectors import labeling_state_for_user
-from labeling.services import label_schema_create, span_label_set, span_schema_save
-from labeling.services.rubrics import rubric_mark_set, rubric_save
-from trajectories.models import Membership, Project, Trajectory
-from trajectories.services import project_create
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth.models import User  # noqa: E402
+from django.db import connection  # noqa: E402
+from django.test import Client  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+from bench.page_open import free_port, server_start, trajectory_make  # noqa: E402
+from labeling.models import LabelSchema, StepLabel  # noqa: E402
+from labeling.selectors import labeling_state_for_user  # noqa: E402
+from labeling.services import label_schema_create, span_label_set, span_schema_save  # noqa: E402
+from labeling.services.rubrics import rubric_mark_set, rubric_save  # noqa: E402
+from trajectories.models import Membership, Project, Trajectory  # noqa: E402
+from trajectories.services import project_create  # noqa: E402
 
 MORE = [
     ("error_type", "categorical", [("math", "4"), ("logic", "5"), ("tool", "6")]),
     ("severity", "ordinal", [("minor", "7"), ("major", "8"), ("critical", "9")]),
-    ("progress", "ordinal", [("none", "z"), ("some", "x"), ("solved", "v")]),
+    ("progress", "ordinal", [("none", "z"), ("some", "x"), ("solved", "w")]),
 ]
 
 
