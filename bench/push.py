@@ -76,7 +76,9 @@ WORDS = ("we", "compute", "the", "total", "then", "subtract", "the", "remaining"
 LABEL_CONFIG = '<View><Text name="task" value="$task"/><Choices name="ok" toName="task">' + (
     '<Choice value="good"/><Choice value="bad"/></Choices></View>'
 )
-START_TIMEOUT_S = 180
+# Label Studio migrates a fresh SQLite on its first start: more than 180 s on a loaded
+# two-core machine (load 15).
+START_TIMEOUT_S = 600
 
 
 def make_records(count: int, steps: int, seed: str) -> list[dict[str, Any]]:

@@ -131,7 +131,8 @@ class JudgeAlignmentView(generics.GenericAPIView[Any]):
 class RubricAlignmentView(generics.GenericAPIView[Any]):
     """One rubric source against another (``rubric:human:<user>``,
     ``rubric:human:majority``, ``rubric:judge:<scorer>``) on the project's current rubric
-    (``rubric``, by name, where it has several): per criterion, the pairs both marked,
+    (``rubric``, by name, where it has several; ``version`` for an earlier version's
+    marks): per criterion, the pairs both marked,
     agreement, Cohen's kappa, the marks' confusion and the evidence steps' mean Jaccard
     overlap. A parameter or source it does not know is a 400 naming it."""
 
@@ -144,7 +145,11 @@ class RubricAlignmentView(generics.GenericAPIView[Any]):
         data = _params(request, RubricAlignmentParamsSerializer)
         try:
             result = rubric_alignment.rubric_compare(
-                project, a=str(data["a"]), b=str(data["b"]), rubric=str(data["rubric"])
+                project,
+                a=str(data["a"]),
+                b=str(data["b"]),
+                rubric=str(data["rubric"]),
+                version=data.get("version"),
             )
         except rubric_alignment.AlignmentRefused as error:
             raise ValidationError({error.field: error.message}) from None

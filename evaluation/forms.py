@@ -243,10 +243,18 @@ class RubricCompareForm(forms.Form):
     other."""
 
     rubric = forms.ChoiceField(required=False)
+    version = forms.TypedChoiceField(required=False, coerce=int, empty_value=None)
     a = forms.ChoiceField(label="Reference")
     b = forms.ChoiceField(label="Against")
 
-    def __init__(self, data: QueryDict | None, *, rubrics: list[str], choices: list[str]) -> None:
+    def __init__(
+        self,
+        data: QueryDict | None,
+        *,
+        rubrics: list[str],
+        choices: list[str],
+        versions: list[int] | None = None,
+    ) -> None:
         """Left out: ``a`` is the first source (the annotators' majority where there is
         one) and ``b`` a judge's, else the next source."""
         given = data or QueryDict()
@@ -261,6 +269,11 @@ class RubricCompareForm(forms.Form):
             data["b"] = (judges or others or [""])[0]
         super().__init__(data)
         self.fields["rubric"].choices = [(r, r) for r in rubrics]  # type: ignore[attr-defined]
+        # The versions of the chosen rubric, newest (the current) first.
+        self.fields["version"].choices = [  # type: ignore[attr-defined]
+            ("", "current"),
+            *((str(v), f"v{v}") for v in versions or []),
+        ]
         for name in ("a", "b"):
             self.fields[name].choices = _with_given(  # type: ignore[attr-defined]
                 [(c, c) for c in choices], given.get(name, "")

@@ -70,7 +70,7 @@ class Humans:
 def _humans(project: Project, params: Mapping[str, str]) -> Humans:
     piece = compare.slice_parse(params.get("slice", ""))
     agreement = compare.human_agreement(project, piece, schema=params.get("schema", ""))
-    return Humans(agreement=agreement, spans=span_agreement_pairs(project))
+    return Humans(agreement=agreement, spans=span_agreement_pairs(project, piece))
 
 
 def _disagreements(

@@ -56,28 +56,53 @@ class RubricComparison:
         }
 
 
-def rubric_for_alignment(project: Project, name: str = "") -> Rubric:
-    """The current version of the project's rubric ``name`` (its one rubric where empty)."""
+def rubric_for_alignment(project: Project, name: str = "", version: int | None = None) -> Rubric:
+    """The project's rubric ``name`` (its one current rubric where empty): its current
+    version, or version ``version`` where given (an earlier version's marks stay
+    comparable after the rubric changed)."""
     current = rubrics_active(project)
     names = ", ".join(repr(r.name) for r in current) or "none"
+    chosen = None
     if name:
-        for rubric in current:
-            if rubric.name == name:
-                return rubric
-        raise AlignmentRefused("rubric", f"no rubric named {name!r} (the project's: {names})")
-    if len(current) != 1:
+        chosen = next((rubric for rubric in current if rubric.name == name), None)
+        if chosen is None:
+            raise AlignmentRefused("rubric", f"no rubric named {name!r} (the project's: {names})")
+    elif len(current) != 1:
         raise AlignmentRefused("rubric", f"the project has {names}: name one")
-    return current[0]
+    else:
+        chosen = current[0]
+    if version is None or version == chosen.version:
+        return chosen
+    found = Rubric.objects.filter(project=project, name=chosen.name, version=version).first()
+    if found is None:
+        raise AlignmentRefused(
+            "version",
+            f"rubric {chosen.name!r} has no version {version} (its versions: 1 to"
+            f" {chosen.version})",
+        )
+    return found
+
+
+def rubric_versions(rubric: Rubric) -> list[int]:
+    """The versions of ``rubric``'s name, newest first."""
+    return list(
+        Rubric.objects.filter(project_id=rubric.project_id, name=rubric.name)
+        .order_by("-version")
+        .values_list("version", flat=True)
+    )
 
 
 def rubric_sources_offered(rubric: Rubric) -> list[str]:
     return rubric_source_choices(rubric)
 
 
-def rubric_compare(project: Project, *, a: str, b: str, rubric: str = "") -> RubricComparison:
+def rubric_compare(
+    project: Project, *, a: str, b: str, rubric: str = "", version: int | None = None
+) -> RubricComparison:
     """Per-criterion agreement, kappa and evidence overlap of ``b`` against ``a`` on the
-    project's rubric; :class:`AlignmentRefused` names the parameter that is wrong."""
-    chosen = rubric_for_alignment(project, rubric)
+    project's rubric (its current version, or ``version``); :class:`AlignmentRefused`
+    names the parameter that is wrong."""
+    chosen = rubric_for_alignment(project, rubric, version)
     sources: dict[str, RubricSource] = {}
     for field, text in (("a", a), ("b", b)):
         try:

@@ -74,3 +74,10 @@ class RubricAlignmentParamsSerializer(StrictSerializer):
         max_length=100,
         help_text="the rubric's name (default: the project's one current rubric)",
     )
+    version = serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=1,
+        help_text="the rubric version whose marks are compared (default: the current one)",
+    )

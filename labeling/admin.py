@@ -1,7 +1,10 @@
-"""Django admin for label schemas and step labels."""
+"""Django admin for label and span schemas, step labels, spans and final spans."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
@@ -14,6 +17,7 @@ from labeling.models import (
     StepLabelEvent,
     TrajectoryLabel,
 )
+from labeling.spans import FinalSpan, SpanLabel, SpanSchema
 from trajectories.admin import BigTableAdmin
 
 
@@ -88,3 +92,70 @@ class StepLabelEventAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+
+class SpanSchemaForm(forms.ModelForm):
+    """The model's own check of the values (``SpanSchema.clean``), and, as the span schema
+    page, no value taken away while spans carry it."""
+
+    class Meta:
+        model = SpanSchema
+        fields = ["project", "name", "values", "is_active"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        values = cleaned.get("values")
+        if self.instance.pk and isinstance(values, list):
+            kept = {entry.get("value") for entry in values if isinstance(entry, dict)}
+            used = sorted(
+                set(
+                    SpanLabel.objects.filter(schema=self.instance)
+                    .exclude(value__in=kept)
+                    .values_list("value", flat=True)
+                )
+                | set(
+                    FinalSpan.objects.filter(schema=self.instance)
+                    .exclude(value__in=kept)
+                    .values_list("value", flat=True)
+                )
+            )
+            if used:
+                self.add_error(
+                    "values",
+                    f"Spans carry {', '.join(used)}; keep the value or remove those spans first.",
+                )
+        return cleaned
+
+
+@admin.register(SpanSchema)
+class SpanSchemaAdmin(admin.ModelAdmin):
+    form = SpanSchemaForm
+    list_display = ["name", "project", "is_active", "created_at"]
+    list_filter = ["is_active", "project"]
+    search_fields = ["name", "project__name", "project__slug"]
+    list_select_related = ["project"]
+    raw_id_fields = ["project"]
+
+
+@admin.register(SpanLabel)
+class SpanLabelAdmin(admin.ModelAdmin):
+    list_display = ["id", "trajectory", "schema", "start_index", "end_index", "value", "annotator"]
+    list_filter = ["schema"]
+    search_fields = ["=trajectory__id", "annotator__username", "value"]
+    list_select_related = ["trajectory", "schema", "annotator"]
+    raw_id_fields = ["trajectory", "schema", "annotator"]
+
+
+@admin.register(FinalSpan)
+class FinalSpanAdmin(admin.ModelAdmin):
+    list_display = [
+        "id",
+        "trajectory",
+        "schema",
+        "start_index",
+        "end_index",
+        "value",
+        "adjudicator",
+    ]
+    list_select_related = ["trajectory", "schema", "adjudicator"]
+    raw_id_fields = ["trajectory", "schema", "adjudicator"]

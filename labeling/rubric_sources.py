@@ -124,6 +124,32 @@ def rubric_marks_read(rubric: Rubric, source: RubricSource) -> Marks:
     return marks
 
 
+def rubric_kind_marks(
+    rubric: Rubric, kind: str, trajectory_id: int
+) -> list[tuple[str, dict[int, tuple[str, tuple[int, ...]]]]]:
+    """The marks on ``rubric`` (this version) for one trajectory of each source of ``kind``
+    (``judge``: each scorer) that marked it, by source name, then by criterion: the mark
+    and its evidence steps. Sources with no mark on this trajectory are left out. Two
+    queries and one a source (its SQL's lookups)."""
+    registered = _KINDS.get(kind)
+    if registered is None:
+        return []
+    parts: list[str] = []
+    params: list[Any] = []
+    for name in registered.names(rubric):
+        sql, sql_params = rubric_source_sql(rubric.project, [rubric.pk], RubricSource(kind, name))
+        parts.append(f"SELECT %s, r.* FROM ({sql}) r WHERE r.trajectory_id = %s")
+        params += [name, *sql_params, trajectory_id]
+    if not parts:
+        return []
+    found: dict[str, dict[int, tuple[str, tuple[int, ...]]]] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(" UNION ALL ".join(parts) + " ORDER BY 1, 4", params)
+        for name, _, _, criterion, mark, evidence in cursor.fetchall():
+            found.setdefault(name, {})[criterion] = (mark, tuple(evidence or ()))
+    return list(found.items())
+
+
 def rubric_source_exports(
     project: Project, source: RubricSource, trajectory_ids: Sequence[int]
 ) -> dict[int, list[dict[str, Any]]]:

@@ -3,14 +3,18 @@
 ``/trajectories/{id}/spans/`` lists the trajectory's spans that you may see (blind mode
 applies as on the page), with the agreement between their annotators by overlap per
 span schema, and (POST) gives a run of steps your value; ``/spans/{id}/`` reads one
-span and (DELETE) removes one of yours. Writes go through the span services the page
-uses; anything outside your projects is a 404.
+span and (DELETE) removes one of yours. ``/trajectories/{id}/final-spans/`` lists the
+adjudicated spans and (POST, researchers and admins) sets one, picking an annotator's
+span or giving a range and value, as the span review page does; ``/final-spans/{id}/``
+reads one and (DELETE) removes it. Writes go through the span services the pages use;
+anything outside your projects is a 404.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.urls import URLPattern, path
 from drf_spectacular.utils import extend_schema
@@ -19,9 +23,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from labeling import selectors, services
-from labeling.spans import MAX_SPAN_VALUE_CHARS, SpanLabel
+from labeling.spans import MAX_SPAN_VALUE_CHARS, FinalSpan, SpanLabel
 from stepscope.serializers import StrictSerializer
-from trajectories.selectors import projects_for_user
+from stepscope.web import current_user
+from trajectories.models import Project
+from trajectories.selectors import membership_role, projects_for_user, trajectory_get_for_user
 
 
 class SpanSerializer(serializers.ModelSerializer[SpanLabel]):
@@ -59,6 +65,65 @@ class SpanWriteSerializer(StrictSerializer):
     queue = serializers.IntegerField(
         required=False, allow_null=True, help_text="the queue you leased the trajectory from"
     )
+
+
+class FinalSpanSerializer(serializers.ModelSerializer[FinalSpan]):
+    adjudicator: serializers.SlugRelatedField[FinalSpan] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+    schema_name = serializers.CharField(source="schema.name", read_only=True)
+    start = serializers.IntegerField(source="start_index", read_only=True)
+    end = serializers.IntegerField(source="end_index", read_only=True)
+
+    class Meta:
+        model = FinalSpan
+        fields = [
+            "id",
+            "trajectory",
+            "schema",
+            "schema_name",
+            "start",
+            "end",
+            "value",
+            "adjudicator",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class FinalSpanWriteSerializer(StrictSerializer):
+    """An annotator's span to make final (``pick``), or a range and value of your own."""
+
+    pick = serializers.IntegerField(
+        required=False, min_value=1, help_text="the id of an annotator's span to make final"
+    )
+    schema = serializers.CharField(
+        required=False, max_length=100, help_text="a span schema's name or id"
+    )
+    start = serializers.IntegerField(required=False, min_value=0)
+    end = serializers.IntegerField(required=False, min_value=0)
+    value = serializers.CharField(required=False, max_length=MAX_SPAN_VALUE_CHARS)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        own = [name for name in ("schema", "start", "end", "value") if name in attrs]
+        if "pick" in attrs:
+            if own:
+                raise serializers.ValidationError(
+                    {"pick": f"Give pick alone, or schema, start, end and value; not {own}."}
+                )
+            return attrs
+        missing = [name for name in ("schema", "start", "end", "value") if name not in attrs]
+        if missing:
+            raise serializers.ValidationError(
+                {name: "This field is required (or give pick)." for name in missing}
+            )
+        return attrs
+
+
+def _require_adjudicator(request: Request, project: Project) -> None:
+    if not selectors.is_reviewer(membership_role(request.user, project)):
+        raise PermissionDenied("Only researchers and admins set final spans.")
 
 
 def _schema_ref(raw: str) -> int | str:
@@ -150,7 +215,99 @@ class SpanDetail(generics.GenericAPIView[SpanLabel]):
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
+class TrajectoryFinalSpans(generics.GenericAPIView[FinalSpan]):
+    """The trajectory's final (adjudicated) spans, in step order: every member sees them,
+    but an annotator of a blind project only once they submitted the trajectory. POST
+    (researchers and admins) sets one, as the span review page does."""
+
+    serializer_class = FinalSpanSerializer
+    pagination_class = None
+
+    def get(self, request: Request, pk: int) -> Response:
+        state = selectors.labeling_state_for_user(request.user, pk)
+        finals = selectors.final_spans_visible(state)
+        return Response({"final_spans": FinalSpanSerializer(finals, many=True).data})
+
+    @extend_schema(
+        request=FinalSpanWriteSerializer,
+        responses={200: FinalSpanSerializer, 201: FinalSpanSerializer},
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        """Make an annotator's span final (``pick``), or give ``start`` to ``end`` the
+        final ``value`` under a span schema; the same range and schema again replaces
+        the value. 201 when the final span is new, 200 when it changed."""
+        trajectory = trajectory_get_for_user(request.user, pk)
+        _require_adjudicator(request, trajectory.project)
+        incoming = FinalSpanWriteSerializer(data=request.data)
+        incoming.is_valid(raise_exception=True)
+        data = incoming.validated_data
+        try:
+            if "pick" in data:
+                final, created = services.final_span_pick(
+                    trajectory=trajectory, span_id=data["pick"], adjudicator=current_user(request)
+                )
+            else:
+                final, created = services.final_span_set(
+                    trajectory=trajectory,
+                    schema=services.span_schema_of(
+                        trajectory.project_id, _schema_ref(data["schema"])
+                    ),
+                    adjudicator=current_user(request),
+                    start=data["start"],
+                    end=data["end"],
+                    value=data["value"],
+                )
+        except services.LabelingError as error:
+            return Response({error.field or "detail": error.message}, status=error.status)
+        return Response(
+            FinalSpanSerializer(final).data,
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+
+
+class FinalSpanDetail(generics.GenericAPIView[FinalSpan]):
+    """One final span you may see; DELETE (researchers and admins) removes it (kept in
+    the history)."""
+
+    serializer_class = FinalSpanSerializer
+
+    def _trajectory_id(self, request: Request, pk: int) -> int:
+        found = (
+            FinalSpan.objects.filter(pk=pk, trajectory__project__in=projects_for_user(request.user))
+            .values_list("trajectory_id", flat=True)
+            .first()
+        )
+        if found is None:
+            raise Http404("No such final span.")
+        return int(found)
+
+    def get(self, request: Request, pk: int) -> Response:
+        state = selectors.labeling_state_for_user(request.user, self._trajectory_id(request, pk))
+        final = selectors.final_spans_visible(state).filter(pk=pk).first()
+        if final is None:
+            raise Http404("No such final span.")
+        return Response(FinalSpanSerializer(final).data)
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        trajectory = trajectory_get_for_user(request.user, self._trajectory_id(request, pk))
+        _require_adjudicator(request, trajectory.project)
+        try:
+            services.final_span_delete(
+                trajectory=trajectory, final_id=pk, adjudicator=current_user(request)
+            )
+        except services.LabelingError as error:
+            return Response({error.field or "detail": error.message}, status=error.status)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
 urlpatterns: list[Any | URLPattern] = [
     path("trajectories/<int:pk>/spans/", TrajectorySpans.as_view(), name="api-trajectory-spans"),
     path("spans/<int:pk>/", SpanDetail.as_view(), name="api-span-detail"),
+    path(
+        "trajectories/<int:pk>/final-spans/",
+        TrajectoryFinalSpans.as_view(),
+        name="api-trajectory-final-spans",
+    ),
+    path("final-spans/<int:pk>/", FinalSpanDetail.as_view(), name="api-final-span-detail"),
 ]

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import pghistory
 import pgtrigger
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from labeling.models import RESERVED_KEYS, reserved_key_error
@@ -115,6 +116,12 @@ class SpanSchema(models.Model):
 
     def entry_for(self, value: str) -> dict[str, str] | None:
         return next((e for e in self.entries if e["value"] == value), None)
+
+    def clean(self) -> None:
+        # The admin's form calls this; the span schema page and services check the same.
+        problem = span_values_error(self.values)
+        if problem is not None:
+            raise ValidationError({"values": problem})
 
 
 class SpanLabel(models.Model):

@@ -330,6 +330,41 @@ class Client(TrainingCalls, BatchCalls, AutomationCalls):
         params = {"queue": queue} if queue is not None else None
         self._request("DELETE", f"spans/{span}/", params=params)
 
+    def final_spans(self, trajectory: int) -> list[dict[str, Any]]:
+        """The trajectory's final (adjudicated) spans, in step order:
+        ``[{"id", "schema_name", "start", "end", "value", "adjudicator", ...}]`` (none in
+        a blind project until you submit it)."""
+        answer: dict[str, Any] = self._request("GET", f"trajectories/{trajectory}/final-spans/")
+        finals: list[dict[str, Any]] = answer["final_spans"]
+        return finals
+
+    def set_final_span(
+        self,
+        trajectory: int,
+        *,
+        pick: int | None = None,
+        schema: str | int | None = None,
+        start: int | None = None,
+        end: int | None = None,
+        value: str | None = None,
+    ) -> dict[str, Any]:
+        """Adjudicate (researchers and admins): make an annotator's span final
+        (``pick``, its id), or give steps ``start`` to ``end`` the final ``value`` under
+        the span schema ``schema``; the same range and schema again changes the value.
+        Returns the final span."""
+        if pick is not None:
+            body: dict[str, Any] = {"pick": pick}
+        else:
+            body = {"schema": str(schema), "start": start, "end": end, "value": value}
+        answer: dict[str, Any] = self._request(
+            "POST", f"trajectories/{trajectory}/final-spans/", json=body
+        )
+        return answer
+
+    def delete_final_span(self, final_span: int) -> None:
+        """Remove a final span (researchers and admins; kept in the history)."""
+        self._request("DELETE", f"final-spans/{final_span}/")
+
     # Scores
 
     def push_scores(

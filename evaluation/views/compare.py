@@ -33,6 +33,7 @@ from evaluation.forms import (
     StepFilterForm,
 )
 from evaluation.kept import summary_kept, summary_params
+from evaluation.span_agreement import span_slice_applies
 from evaluation.views.common import (
     base_context,
     compare_project,
@@ -384,8 +385,10 @@ def compare_humans(request: HtmxHttpRequest, slug: str) -> HttpResponse:
         context["kept"] = kept
         if kept.value is not None:
             context["humans"] = kept.value.agreement
-            # Span labels are compared over the whole project (a slice selects steps).
+            # Span labels follow a trajectory or annotator slice; a step-kind slice
+            # leaves them over the whole project (the page says so).
             context["span_agreement"] = kept.value.spans
+    context["span_sliced"] = piece is not None and span_slice_applies(piece)
     if request.htmx:
         return render(request, "evaluation/compare_humans.html#humans", context)
     return render(request, "evaluation/compare_humans.html", context)

@@ -16,6 +16,7 @@ from evaluation.rubric_alignment import (
     rubric_compare,
     rubric_for_alignment,
     rubric_sources_offered,
+    rubric_versions,
 )
 from evaluation.views.common import base_context, compare_project
 from labeling.selectors.rubrics import rubrics_active
@@ -31,16 +32,22 @@ def compare_rubrics(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     rubrics = [r.name for r in rubrics_active(project)]
     context: dict[str, Any] = base_context(request, project)
     choices: list[str] = []
+    raw_version = request.GET.get("version", "")
+    version = int(raw_version) if raw_version.isdigit() else None
     try:
-        rubric = rubric_for_alignment(project, request.GET.get("rubric") or (rubrics or [""])[0])
+        rubric = rubric_for_alignment(
+            project, request.GET.get("rubric") or (rubrics or [""])[0], version
+        )
     except AlignmentRefused as error:
         rubric = None
         if rubrics:
             context["error"] = str(error)
+    versions: list[int] = []
     if rubric is not None:
         choices = rubric_sources_offered(rubric)
-    form = RubricCompareForm(request.GET, rubrics=rubrics, choices=choices)
-    context.update(form=form, rubric=rubric, rubrics=rubrics, choices=choices)
+        versions = rubric_versions(rubric)
+    form = RubricCompareForm(request.GET, rubrics=rubrics, choices=choices, versions=versions)
+    context.update(form=form, rubric=rubric, rubrics=rubrics, choices=choices, versions=versions)
     if rubric is not None and len(choices) >= 2 and form.is_valid():
         try:
             context["result"] = rubric_compare(
@@ -48,6 +55,7 @@ def compare_rubrics(request: HtmxHttpRequest, slug: str) -> HttpResponse:
                 a=form.cleaned_data["a"],
                 b=form.cleaned_data["b"],
                 rubric=rubric.name,
+                version=rubric.version,
             )
         except AlignmentRefused as error:
             context["error"] = str(error)

@@ -24,8 +24,15 @@ from labeling.selectors.review import (
     review_candidates,
     review_table,
 )
-from labeling.selectors.surface import (
+from labeling.selectors.state import (
     QUEUE_PROGRESS_SQL,
+    labeling_state_flag_register,
+    labeling_state_for_user,
+    labeling_states_reread,
+    labeling_states_reread_rows,
+    labeling_states_reread_statement,
+)
+from labeling.selectors.surface import (
     REVIEWER_ROLES,
     STEPS_PAGE_SIZE,
     AnyUser,
@@ -37,8 +44,6 @@ from labeling.selectors.surface import (
     active_schema,
     can_compare,
     is_reviewer,
-    labeling_state_flag_register,
-    labeling_state_for_user,
     labelled_step_count,
     labels_visible_to,
     step_label_history,
@@ -68,6 +73,9 @@ __all__ = [
     "is_reviewer",
     "labeling_state_flag_register",
     "labeling_state_for_user",
+    "labeling_states_reread",
+    "labeling_states_reread_rows",
+    "labeling_states_reread_statement",
     "labelled_step_count",
     "labels_visible_to",
     "queue_annotators",
@@ -88,6 +96,7 @@ __all__ = [
 from labeling.selectors.spans import (
     SpanHistoryEntry,
     SpanReview,
+    final_spans_visible,
     span_agreement_by_schema,
     span_history,
     span_review,
@@ -98,6 +107,7 @@ from labeling.selectors.spans import (
 __all__ += [
     "SpanHistoryEntry",
     "SpanReview",
+    "final_spans_visible",
     "span_agreement_by_schema",
     "span_history",
     "span_review",

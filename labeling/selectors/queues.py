@@ -17,8 +17,8 @@ from labeling.models import (
     QueueItem,
     StepLabel,
 )
+from labeling.selectors.state import QUEUE_PROGRESS_SQL
 from labeling.selectors.surface import (
-    QUEUE_PROGRESS_SQL,
     REVIEWER_ROLES,
     AnyUser,
     QueueProgress,

@@ -13,6 +13,7 @@ from typing import Any
 from django.db.models import Exists, OuterRef, Subquery
 
 from labeling.models import EpisodeVerdict, Rubric, RubricMark, TrajectoryLabel
+from labeling.rubric_sources import rubric_kind_marks
 from labeling.rubrics import rubric_score
 from labeling.selectors.surface import LabelingState
 from trajectories.models import Project
@@ -33,6 +34,15 @@ def rubrics_active(project: Project | int) -> list[Rubric]:
     )
 
 
+@dataclass(frozen=True)
+class JudgeMark:
+    """An LLM judge's mark on a criterion, shown beside a person's (read-only)."""
+
+    judge: str
+    mark: str
+    evidence: tuple[int, ...]
+
+
 @dataclass
 class CriterionRow:
     position: int
@@ -41,6 +51,7 @@ class CriterionRow:
     condition: str
     mark: str = ""
     evidence: list[int] = field(default_factory=list)
+    judges: list[JudgeMark] = field(default_factory=list)
 
 
 @dataclass
@@ -127,6 +138,22 @@ def rubric_results(state: LabelingState, *, mine_only: bool = False) -> list[Rub
     for (annotator_id, rubric_id), items in grouped.items():
         results.append(_result(rubrics[rubric_id], names[annotator_id], items))
     return results
+
+
+def rubric_judge_marks_add(state: LabelingState, results: list[RubricResult]) -> None:
+    """Put each judge's marks on this trajectory beside the user's own rows (the current
+    rubrics), unless the project hides model scores from this user (an annotator before
+    they submit, as for the step scores): a judge's mark is a model's answer too."""
+    if not state.show_model_scores:
+        return
+    for result in results:
+        if not result.own:
+            continue
+        for judge, marks in rubric_kind_marks(result.rubric, "judge", state.trajectory.pk):
+            for row in result.rows:
+                if row.position in marks:
+                    mark, evidence = marks[row.position]
+                    row.judges.append(JudgeMark(judge=judge, mark=mark, evidence=evidence))
 
 
 def episode_verdicts(state: LabelingState, *, mine_only: bool = False) -> list[EpisodeVerdict]:

@@ -31,6 +31,18 @@ def spans_visible(state: LabelingState) -> QuerySet[SpanLabel]:
     return spans.order_by("start_index", "-end_index", "annotator__username", "id")
 
 
+def final_spans_visible(state: LabelingState) -> QuerySet[FinalSpan]:
+    """The trajectory's final (adjudicated) spans this user may see: all of them, or none
+    in blind mode before they submit (an adjudication shows the others' spans); in step
+    order, the longer first where two start together."""
+    finals = FinalSpan.objects.filter(trajectory_id=state.trajectory.pk).select_related(
+        "adjudicator", "schema"
+    )
+    if state.blind:
+        finals = finals.none()
+    return finals.order_by("start_index", "-end_index", "schema__name", "id")
+
+
 @dataclass(frozen=True)
 class SpanHistoryEntry:
     at: dt.datetime

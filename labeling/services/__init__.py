@@ -1,9 +1,9 @@
-"""Writes for labeling, by topic: step labels, undo from history, trajectory verdicts and
-final (adjudicated) labels (``labels.py``), the decisive failure (``decisive.py``), many
-labels in one request (``bulk.py``), schemas, project labeling settings and guidelines
-(``schemas.py``), queues and their leases (``queues.py``), and what they share
-(``common.py``). The names below are the app's service interface; callers import them
-from here.
+"""Writes for labeling, by topic: step labels, undo from history and final (adjudicated)
+labels (``labels.py``), submitting a trajectory (``submit.py``), the decisive failure
+(``decisive.py``), many labels in one request (``bulk.py``), schemas, project labeling
+settings and guidelines (``schemas.py``), queues and their leases (``queues.py``), and
+what they share (``common.py``). The names below are the app's service interface;
+callers import them from here.
 
 Every function here is a ``<thing>_<verb>`` service with keyword-only arguments that runs
 in one transaction. A request that breaks a rule raises :class:`LabelingError` with an
@@ -36,7 +36,6 @@ from labeling.services.labels import (
     final_label_set,
     step_label_set,
     step_label_undo,
-    trajectory_submit,
 )
 from labeling.services.queues import (
     queue_assignment_release,
@@ -54,6 +53,7 @@ from labeling.services.schemas import (
     labeling_settings_set,
     project_guidelines_set,
 )
+from labeling.services.submit import trajectory_submit
 
 __all__ = [
     "LABEL_BATCH_MAX",
@@ -93,20 +93,24 @@ __all__ = [
 # Span labels (``spans.py``).
 from labeling.services.spans import (
     final_span_delete,
+    final_span_pick,
     final_span_set,
     span_label_delete,
     span_label_set,
     span_label_undo,
+    span_schema_of,
     span_schema_save,
     span_undo_is_next,
 )
 
 __all__ += [
     "final_span_delete",
+    "final_span_pick",
     "final_span_set",
     "span_label_delete",
     "span_label_set",
     "span_label_undo",
+    "span_schema_of",
     "span_schema_save",
     "span_undo_is_next",
 ]

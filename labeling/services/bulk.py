@@ -17,17 +17,26 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from labeling.models import StepLabel, TrajectoryLabel
-from labeling.selectors import AnyUser, LabelingState, labeling_state_for_user
-from labeling.services.common import LabelingError, require_can_label
+from labeling.models import LabelSchema, StepLabel, TrajectoryLabel
+from labeling.selectors import (
+    AnyUser,
+    LabelingState,
+    labeling_state_for_user,
+    labeling_states_reread_rows,
+    labeling_states_reread_statement,
+)
+from labeling.services.common import LabelingError, require_can_label, statements_run
 from labeling.services.labels import (
     CheckedLabel,
     StepLabelResult,
-    SubmitChecked,
     step_label_checked,
+    verdicts_refresh,
+    verdicts_refresh_statement,
+)
+from labeling.services.submit import (
+    SubmitChecked,
     trajectories_submit_write,
     trajectory_submit_checked,
-    verdicts_refresh,
 )
 from trajectories.models import Step
 from trajectories.selectors import projects_for_user
@@ -110,20 +119,30 @@ def step_labels_set(
                 errors[str(number)] = {error.field or "step": error.message}
                 statuses.add(error.status)
         results: list[StepLabelResult] = []
+        refreshes: list[tuple[LabelingState, LabelSchema, bool]] = []
         if not errors:
-            results = _labels_write(checked, errors)
+            results, refreshes = _labels_write(checked, errors)
             if errors:
                 statuses.add(400)
         submitted: list[TrajectoryLabel] = []
+        if not errors and not submit:
+            verdicts_refresh(refreshes)
         if submit and not errors:
             submits: list[SubmitChecked] = []
-            for trajectory_id in states:
-                # The state again: the labels just written count towards completeness.
-                fresh = labeling_state_for_user(user, trajectory_id, queue_id=queue_id)
+            # The verdicts refreshed, then the states again (the labels just written count
+            # towards completeness and the first error), in one round trip.
+            written = [state for state in states.values() if isinstance(state, LabelingState)]
+            statements = [labeling_states_reread_statement(written, queue_id=queue_id)]
+            refresh = verdicts_refresh_statement(refreshes)
+            if refresh is not None:
+                statements.insert(0, refresh)
+            with connection.cursor() as cursor:
+                rows = statements_run(cursor, statements)[-1]
+            for fresh in labeling_states_reread_rows(written, rows):
                 try:
                     submits.append(trajectory_submit_checked(state=fresh, **(verdict or {})))
                 except LabelingError as error:
-                    errors.setdefault("submit", {})[str(trajectory_id)] = error.message
+                    errors.setdefault("submit", {})[str(fresh.trajectory.pk)] = error.message
                     statuses.add(error.status)
             if not errors:
                 submitted = trajectories_submit_write(submits)
@@ -174,10 +193,11 @@ _ROWS = (
 
 def _labels_write(
     checked: list[tuple[int, LabelingState, CheckedLabel]], errors: dict[str, dict[str, Any]]
-) -> list[StepLabelResult]:
+) -> tuple[list[StepLabelResult], list[tuple[LabelingState, LabelSchema, bool]]]:
     """Write the checked labels, a statement per kind of write and combination of the
     fields given; fill ``errors`` for an edit of a step not labelled yet and for a
-    correction on a step not labelled as an error (the caller then rolls back)."""
+    correction on a step not labelled as an error (the caller then rolls back). Returns
+    the results and the verdict refreshes the labels call for (the caller runs them)."""
     now = timezone.now()
     groups: dict[tuple[bool, tuple[str, ...]], list[tuple[int, LabelingState, CheckedLabel]]] = {}
     for entry in checked:
@@ -256,9 +276,7 @@ def _labels_write(
         _, _, found_error = refresh.get(key, (state, label.schema, False))
         refresh[key] = (state, label.schema, found_error or label.first_error)
         results.append(StepLabelResult(label_id=label_id, created=created))
-    if not errors:
-        verdicts_refresh(list(refresh.values()))
-    return results
+    return results, list(refresh.values())
 
 
 def _steps_for(user: AnyUser, items: list[dict[str, Any]]) -> dict[int, Step]:

@@ -5,11 +5,14 @@ before it writes (may this user label, does the lease still hold, is the schema 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import pghistory
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -74,6 +77,40 @@ def history_context(**metadata: Any) -> Iterator[None]:
                 )
         except DatabaseError:
             pass  # the transaction failed and is rolled back, settings included
+
+
+_HISTORY_SET = (
+    "SELECT set_config('pghistory.context_id', %s, true),"
+    " set_config('pghistory.context_metadata', %s, true)"
+)
+_HISTORY_CLEAR = (
+    "SELECT set_config('pghistory.context_id', '', true),"
+    " set_config('pghistory.context_metadata', '', true)"
+)
+
+
+def statements_run(cursor: Any, statements: list[tuple[str, list[Any]]]) -> list[list[Any]]:
+    """Run ``statements`` one after the other in one round trip and return each one's
+    rows. psycopg binds the parameters on the client, so several statements go to the
+    server as one query string; each sees the writes of those before it, as separate
+    calls would. Not inside :func:`history_context` (pghistory would skip to the last
+    result)."""
+    cursor.execute(
+        "; ".join(sql for sql, _ in statements), [p for _, params in statements for p in params]
+    )
+    results = []
+    while True:
+        results.append(cursor.fetchall() if cursor.description else [])
+        if not cursor.nextset():
+            return results
+
+
+def history_statement(sql: str, params: list[Any], **metadata: Any) -> list[tuple[str, list[Any]]]:
+    """One statement marked as :func:`history_context` marks what is written inside it,
+    as statements for :func:`statements_run`: the settings the history triggers read are
+    set before it and cleared after it, in the same round trip."""
+    context = [str(uuid.uuid4()), json.dumps(metadata, cls=DjangoJSONEncoder)]
+    return [(_HISTORY_SET, context), (sql, params), (_HISTORY_CLEAR, [])]
 
 
 # --- Permission ---------------------------------------------------------------------------

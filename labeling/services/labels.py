@@ -1,5 +1,5 @@
-"""Step labels (idempotent upsert) and their undo from history, trajectory verdicts and
-final (adjudicated) labels."""
+"""Step labels (idempotent upsert) and their undo from history, the verdict's first error
+they keep, and final (adjudicated) labels. Submitting a trajectory is ``submit.py``."""
 
 from __future__ import annotations
 
@@ -9,15 +9,12 @@ from typing import Any
 import orjson
 from django.contrib.auth.models import AbstractBaseUser, User
 from django.db import connection, transaction
-from django.db.models import Count, Q
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from labeling.models import (
     FinalLabel,
     LabelSchema,
-    Queue,
-    QueueAssignment,
     StepLabel,
     StepLabelEvent,
     TrajectoryLabel,
@@ -32,7 +29,6 @@ from labeling.services.common import (
     history_context,
     require_can_label,
 )
-from stepscope.events import event_emit
 from trajectories.models import Step
 
 
@@ -261,13 +257,25 @@ def verdict_refresh(state: LabelingState, schema: LabelSchema, *, found_error: b
 
 def verdicts_refresh(refreshes: list[tuple[LabelingState, LabelSchema, bool]]) -> None:
     """:func:`verdict_refresh` of many (state, schema, found error) in one statement,
-    ending as the calls one after the other would: a verdict takes its first-error index
-    from its trajectory's last schema in ``refreshes`` that has an error value (a schema
-    without one, e.g. a severity, leaves the index as it was) and the finish reason
-    ``found_error`` if any of its refreshes found one. The verdict rows are locked in
+    :func:`verdicts_refresh_statement`."""
+    statement = verdicts_refresh_statement(refreshes)
+    if statement is not None:
+        with connection.cursor() as cursor:
+            cursor.execute(*statement)
+
+
+def verdicts_refresh_statement(
+    refreshes: list[tuple[LabelingState, LabelSchema, bool]],
+) -> tuple[str, list[Any]] | None:
+    """The statement of :func:`verdicts_refresh` (None for no refreshes), for a caller
+    that sends it with others. It ends as the calls one after the other would: a
+    verdict takes its first-error index from its trajectory's last schema in
+    ``refreshes`` that has an error value (a schema without one, e.g. a severity, leaves
+    the index as it was) and the finish reason ``found_error`` if any of its refreshes
+    found one. The verdict rows are locked in
     trajectory order."""
     if not refreshes:
-        return
+        return None
     last: dict[tuple[int, int], list[Any]] = {}
     for state, schema, found_error in refreshes:
         key = (state.trajectory.pk, state.user_id)
@@ -278,29 +286,28 @@ def verdicts_refresh(refreshes: list[tuple[LabelingState, LabelSchema, bool]]) -
             schema_id, error_value = before[2], before[3]
         last[key] = [state.trajectory.pk, state.user_id, schema_id, error_value, found]
     now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id,"
-            " first_error_index, finish_reason, status, flagged, outcome, comment, created_at,"
-            " updated_at) SELECT k.trajectory_id, k.annotator_id, CASE WHEN k.error_value"
-            " IS NULL THEN (SELECT v.first_error_index FROM labeling_trajectorylabel v"
-            " WHERE v.trajectory_id = k.trajectory_id AND v.annotator_id = k.annotator_id)"
-            " ELSE (SELECT min(s.index)"
-            " FROM labeling_steplabel l JOIN trajectories_step s ON s.id = l.step_id"
-            " WHERE s.trajectory_id = k.trajectory_id AND l.annotator_id = k.annotator_id"
-            " AND l.schema_id = k.schema_id AND l.value = k.error_value) END,"
-            " CASE WHEN k.found_error THEN 'found_error' ELSE '' END, 'draft', false, '', '',"
-            " %s, %s FROM (SELECT (r->>0)::bigint AS trajectory_id, (r->>1)::int AS annotator_id,"
-            " (r->>2)::bigint AS schema_id, (r->>3)::int AS error_value,"
-            " (r->>4)::bool AS found_error FROM json_array_elements(%s::json) AS r) k"
-            " ORDER BY k.trajectory_id, k.annotator_id"
-            " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
-            " first_error_index = EXCLUDED.first_error_index,"
-            " finish_reason = CASE WHEN EXCLUDED.finish_reason = 'found_error'"
-            " THEN 'found_error' ELSE tl.finish_reason END,"
-            " updated_at = EXCLUDED.updated_at",
-            [now, now, orjson.dumps(list(last.values())).decode()],
-        )
+    return (
+        "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id,"
+        " first_error_index, finish_reason, status, flagged, outcome, comment, created_at,"
+        " updated_at) SELECT k.trajectory_id, k.annotator_id, CASE WHEN k.error_value"
+        " IS NULL THEN (SELECT v.first_error_index FROM labeling_trajectorylabel v"
+        " WHERE v.trajectory_id = k.trajectory_id AND v.annotator_id = k.annotator_id)"
+        " ELSE (SELECT min(s.index)"
+        " FROM labeling_steplabel l JOIN trajectories_step s ON s.id = l.step_id"
+        " WHERE s.trajectory_id = k.trajectory_id AND l.annotator_id = k.annotator_id"
+        " AND l.schema_id = k.schema_id AND l.value = k.error_value) END,"
+        " CASE WHEN k.found_error THEN 'found_error' ELSE '' END, 'draft', false, '', '',"
+        " %s, %s FROM (SELECT (r->>0)::bigint AS trajectory_id, (r->>1)::int AS annotator_id,"
+        " (r->>2)::bigint AS schema_id, (r->>3)::int AS error_value,"
+        " (r->>4)::bool AS found_error FROM json_array_elements(%s::json) AS r) k"
+        " ORDER BY k.trajectory_id, k.annotator_id"
+        " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
+        " first_error_index = EXCLUDED.first_error_index,"
+        " finish_reason = CASE WHEN EXCLUDED.finish_reason = 'found_error'"
+        " THEN 'found_error' ELSE tl.finish_reason END,"
+        " updated_at = EXCLUDED.updated_at",
+        [now, now, orjson.dumps(list(last.values())).decode()],
+    )
 
 
 def step_label_undo(*, state: LabelingState) -> int:
@@ -381,187 +388,6 @@ def step_label_undo(*, state: LabelingState) -> int:
                 )
             verdict_refresh(state, schema, found_error=False)
     return int(target["step_id"])
-
-
-# --- Trajectory verdicts ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SubmitChecked:
-    """A submit that :func:`trajectory_submit_checked` passed: the state and the verdict's
-    fields as they will be written."""
-
-    state: LabelingState
-    outcome: str
-    finish_reason: str
-    comment: str
-    flagged: bool
-
-
-def trajectory_submit(
-    *,
-    state: LabelingState,
-    outcome: str = "",
-    finish_reason: str = "",
-    comment: str = "",
-    flagged: bool = False,
-) -> TrajectoryLabel:
-    """Finish this user's work on the trajectory: the verdict, their step labels and their
-    queue lease become submitted (which also lifts blind mode for them). Every step they
-    were asked to label must carry a label unless they give up or flag a bad problem."""
-    checked = trajectory_submit_checked(
-        state=state, outcome=outcome, finish_reason=finish_reason, comment=comment, flagged=flagged
-    )
-    return trajectories_submit_write([checked])[0]
-
-
-def trajectory_submit_checked(
-    *,
-    state: LabelingState,
-    outcome: str = "",
-    finish_reason: str = "",
-    comment: str = "",
-    flagged: bool = False,
-) -> SubmitChecked:
-    """The checks of :func:`trajectory_submit`, which write nothing; raises LabelingError."""
-    require_can_label(state)
-    if outcome and outcome not in TrajectoryLabel.Outcome.values:
-        raise LabelingError(f"Unknown outcome {outcome!r}.", field="outcome")
-    if finish_reason and finish_reason not in TrajectoryLabel.FinishReason.values:
-        raise LabelingError(f"Unknown finish reason {finish_reason!r}.", field="finish_reason")
-    if flagged and not finish_reason:
-        finish_reason = TrajectoryLabel.FinishReason.BAD_PROBLEM
-    if not finish_reason:
-        finish_reason = (
-            TrajectoryLabel.FinishReason.FOUND_ERROR
-            if state.first_error_index is not None
-            else TrajectoryLabel.FinishReason.SOLUTION
-        )
-    gives_up = finish_reason in (
-        TrajectoryLabel.FinishReason.GIVE_UP,
-        TrajectoryLabel.FinishReason.BAD_PROBLEM,
-    )
-    if not gives_up and not state.complete:
-        missing = state.to_label - state.done
-        raise LabelingError(
-            f"{missing} step{'s' if missing != 1 else ''} still need{'s' if missing == 1 else ''}"
-            " a label. Label them, or finish with \u201cgive up\u201d or \u201cbad problem\u201d."
-        )
-    if (
-        finish_reason == TrajectoryLabel.FinishReason.FOUND_ERROR
-        and state.first_error_index is None
-    ):
-        raise LabelingError(
-            "Mark the first error (f) before finishing with \u201cfound error\u201d."
-        )
-    return SubmitChecked(
-        state=state,
-        outcome=outcome,
-        finish_reason=str(finish_reason),
-        comment=comment[:MAX_RATIONALE_CHARS],
-        flagged=flagged,
-    )
-
-
-# The verdict's columns, in the order the submit's upsert returns them.
-_VERDICT_COLUMNS = [f.attname for f in TrajectoryLabel._meta.concrete_fields]
-
-
-def _verdict_fields(checked: SubmitChecked) -> tuple[str, str, str, bool]:
-    return checked.outcome, checked.finish_reason, checked.comment, checked.flagged
-
-
-def trajectories_submit_write(submits: list[SubmitChecked]) -> list[TrajectoryLabel]:
-    """Write checked submits, a statement per table whatever their number: the verdicts
-    (created if missing), the annotators' draft labels on those trajectories and their
-    leases become submitted, in one history context (``action: submit``); then each
-    submission's events. Returns the verdicts in the order of ``submits``."""
-    now = timezone.now()
-    rows = orjson.dumps(
-        [(c.state.trajectory.pk, c.state.user_id, *_verdict_fields(c)) for c in submits]
-    ).decode()
-    keys = orjson.dumps([[c.state.trajectory.pk, c.state.user_id] for c in submits]).decode()
-    columns = ", ".join(f"tl.{name}" for name in _VERDICT_COLUMNS)
-    with (
-        transaction.atomic(savepoint=False),
-        history_context(action="submit"),
-        connection.cursor() as cursor,
-    ):
-        cursor.execute(
-            "INSERT INTO labeling_trajectorylabel AS tl (trajectory_id, annotator_id, outcome,"
-            " finish_reason, comment, flagged, status, submitted_at, created_at, updated_at)"
-            " SELECT (r->>0)::bigint, (r->>1)::int, r->>2, r->>3, r->>4, (r->>5)::bool,"
-            " 'submitted', %s, %s, %s FROM json_array_elements(%s::json) AS r"
-            " ORDER BY 1, 2"
-            " ON CONFLICT (trajectory_id, annotator_id) DO UPDATE SET"
-            " outcome = EXCLUDED.outcome, finish_reason = EXCLUDED.finish_reason,"
-            " comment = EXCLUDED.comment, flagged = EXCLUDED.flagged, status = 'submitted',"
-            " submitted_at = EXCLUDED.submitted_at, updated_at = EXCLUDED.updated_at"
-            f" RETURNING {columns}",
-            [now, now, now, rows],
-        )
-        verdicts = {
-            (verdict.trajectory_id, verdict.annotator_id): verdict
-            for verdict in (
-                TrajectoryLabel.from_db("default", _VERDICT_COLUMNS, row)
-                for row in cursor.fetchall()
-            )
-        }
-        cursor.execute(
-            "UPDATE labeling_steplabel AS l SET status = 'submitted', updated_at = %s"
-            " FROM trajectories_step s, json_array_elements(%s::json) AS k"
-            " WHERE s.id = l.step_id AND s.trajectory_id = (k->>0)::bigint"
-            " AND l.annotator_id = (k->>1)::int AND l.status = 'draft'",
-            [now, keys],
-        )
-        cursor.execute(
-            "UPDATE labeling_queueassignment AS a SET status = 'submitted', submitted_at = %s"
-            " FROM labeling_queueitem i, json_array_elements(%s::json) AS k"
-            " WHERE i.id = a.item_id AND i.trajectory_id = (k->>0)::bigint"
-            " AND a.annotator_id = (k->>1)::int AND a.status = 'leased'"
-            " RETURNING i.trajectory_id, a.annotator_id, i.queue_id",
-            [now, keys],
-        )
-        queue_ids: dict[tuple[int, int], set[int]] = {}
-        for trajectory_id, annotator_id, queue_id in cursor.fetchall():
-            queue_ids.setdefault((trajectory_id, annotator_id), set()).add(queue_id)
-        submitted = []
-        for checked in submits:
-            key = (checked.state.trajectory.pk, checked.state.user_id)
-            verdict = verdicts[key]
-            verdict.trajectory = checked.state.trajectory
-            _submitted_announce(checked.state, verdict, sorted(queue_ids.get(key, ())))
-            submitted.append(verdict)
-    return submitted
-
-
-def _submitted_announce(
-    state: LabelingState, verdict: TrajectoryLabel, queue_ids: list[int]
-) -> None:
-    """The submission's event, and the event of each queue it finished (every item has
-    as many submitted labellings as the queue's overlap), in the submission's commit."""
-    project_id = state.trajectory.project_id
-    event_emit(
-        project_id=project_id,
-        kind="trajectory.submitted",
-        data={
-            "trajectory": state.trajectory.pk,
-            "annotator": state.user_id,
-            "finish_reason": verdict.finish_reason,
-            "outcome": verdict.outcome,
-        },
-    )
-    for queue in Queue.objects.filter(pk__in=queue_ids):
-        submitted = Count(
-            "assignments", filter=Q(assignments__status=QueueAssignment.Status.SUBMITTED)
-        )
-        short = queue.items.annotate(n=submitted).filter(n__lt=queue.overlap)
-        if not short.exists():
-            event_emit(
-                project_id=project_id,
-                kind="queue.finished",
-                data={"queue": queue.pk, "name": queue.name, "items": queue.items.count()},
-            )
 
 
 # --- Final (adjudicated) labels -----------------------------------------------------------

@@ -30,6 +30,26 @@ from trajectories.selection import TrajectoryFilters, selection_definition
 from trajectories.selectors import selection_check, trajectories_filtered
 
 
+def _names_checked(
+    names: list[str] | None, schemas: QuerySet[Any], *, field: str, said: str, what: str
+) -> list[str]:
+    """``names`` without repeats, each an active schema of ``schemas`` (the project's
+    label or span schemas); else LabelingError naming ``field`` and the active ones
+    (``said``: how the message names the field, ``what``: the kind of schema)."""
+    names = list(dict.fromkeys(names or []))
+    if not names:
+        return names
+    active = set(schemas.filter(is_active=True).values_list("name", flat=True))
+    unknown = [name for name in names if name not in active]
+    if unknown:
+        raise LabelingError(
+            f"{said}: {', '.join(map(repr, unknown))} is no active {what} of this project"
+            f" (active: {', '.join(sorted(active)) or 'none'}).",
+            field=field,
+        )
+    return names
+
+
 def queue_create(
     *,
     project: Project,
@@ -54,34 +74,20 @@ def queue_create(
         raise LabelingError(f"A queue named {name!r} exists already.")
     if order not in Queue.Order.values:
         raise LabelingError(f"Unknown queue order {order!r}.")
-    schemas = list(dict.fromkeys(schemas or []))
-    if schemas:
-        active = set(
-            LabelSchema.objects.filter(project=project, is_active=True).values_list(
-                "name", flat=True
-            )
-        )
-        unknown = [name for name in schemas if name not in active]
-        if unknown:
-            raise LabelingError(
-                f"Queue schemas: {', '.join(map(repr, unknown))} is no active label schema of"
-                f" this project (active: {', '.join(sorted(active)) or 'none'}).",
-                field="schemas",
-            )
-    span_schemas = list(dict.fromkeys(span_schemas or []))
-    if span_schemas:
-        active = set(
-            SpanSchema.objects.filter(project=project, is_active=True).values_list(
-                "name", flat=True
-            )
-        )
-        unknown = [name for name in span_schemas if name not in active]
-        if unknown:
-            raise LabelingError(
-                f"Queue span schemas: {', '.join(map(repr, unknown))} is no active span schema"
-                f" of this project (active: {', '.join(sorted(active)) or 'none'}).",
-                field="span_schemas",
-            )
+    schemas = _names_checked(
+        schemas,
+        LabelSchema.objects.filter(project=project),
+        field="schemas",
+        said="Queue schemas",
+        what="label schema",
+    )
+    span_schemas = _names_checked(
+        span_schemas,
+        SpanSchema.objects.filter(project=project),
+        field="span_schemas",
+        said="Queue span schemas",
+        what="span schema",
+    )
     selection_check(project, filters)  # SelectionError names a scorer or run it lacks
     with transaction.atomic():
         queue = Queue.objects.create(

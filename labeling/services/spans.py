@@ -111,6 +111,29 @@ def _span_schema(state: LabelingState, schema: int | str) -> SpanSchema:
     return picked
 
 
+def _check_span(
+    what: str, trajectory: Trajectory, schema: SpanSchema, start: int, end: int, value: str
+) -> None:
+    """A span's range lies in the trajectory, starts before it ends, and its value is one
+    of the schema's; else LabelingError naming the field (``what``: "Span", "Final span")."""
+    count = trajectory.step_count
+    for field, index in (("start", start), ("end", end)):
+        if not 0 <= index < count:
+            raise LabelingError(
+                f"{what} {field} {index} is not a step of this trajectory (its steps are 0 to"
+                f" {count - 1}).",
+                field=field,
+            )
+    if start > end:
+        raise LabelingError(f"{what} start {start} is after its end {end}.", field="end")
+    if schema.entry_for(value) is None:
+        allowed = ", ".join(repr(e["value"]) for e in schema.entries)
+        raise LabelingError(
+            f"{what} value {value!r} is not one of {schema.name!r}'s values ({allowed}).",
+            field="value",
+        )
+
+
 def span_label_set(
     *, state: LabelingState, schema: int | str, start: int, end: int, value: str
 ) -> tuple[SpanLabel, bool]:
@@ -120,22 +143,7 @@ def span_label_set(
     (``schema``, ``start``, ``end``, ``value``)."""
     require_can_label(state)
     picked = _span_schema(state, schema)
-    count = state.trajectory.step_count
-    for field, index in (("start", start), ("end", end)):
-        if not 0 <= index < count:
-            raise LabelingError(
-                f"Span {field} {index} is not a step of this trajectory (its steps are 0 to"
-                f" {count - 1}).",
-                field=field,
-            )
-    if start > end:
-        raise LabelingError(f"Span start {start} is after its end {end}.", field="end")
-    if picked.entry_for(value) is None:
-        allowed = ", ".join(repr(e["value"]) for e in picked.entries)
-        raise LabelingError(
-            f"Span value {value!r} is not one of {picked.name!r}'s values ({allowed}).",
-            field="value",
-        )
+    _check_span("Span", state.trajectory, picked, start, end, value)
     with transaction.atomic(), history_context(action="span"):
         span, created = SpanLabel.objects.update_or_create(
             trajectory_id=state.trajectory.pk,
@@ -168,37 +176,54 @@ def final_span_set(
     start: int,
     end: int,
     value: str,
-) -> FinalSpan:
+) -> tuple[FinalSpan, bool]:
     """Set the adjudicated ``value`` of the steps ``start`` to ``end`` (both included) of
     ``trajectory`` under the span schema ``schema``: the same range again replaces the
-    value, and the change is kept in the history. Errors name the field."""
+    value, and the change is kept in the history. Returns the final span and whether it
+    is new. Errors name the field."""
     if schema.project_id != trajectory.project_id:
         raise LabelingError("That span schema does not belong to this project.", field="schema")
-    count = trajectory.step_count
-    for field, index in (("start", start), ("end", end)):
-        if not 0 <= index < count:
-            raise LabelingError(
-                f"Final span {field} {index} is not a step of this trajectory (its steps are 0"
-                f" to {count - 1}).",
-                field=field,
-            )
-    if start > end:
-        raise LabelingError(f"Final span start {start} is after its end {end}.", field="end")
-    if schema.entry_for(value) is None:
-        allowed = ", ".join(repr(e["value"]) for e in schema.entries)
-        raise LabelingError(
-            f"Final span value {value!r} is not one of {schema.name!r}'s values ({allowed}).",
-            field="value",
-        )
+    _check_span("Final span", trajectory, schema, start, end, value)
     with transaction.atomic(), history_context(action="adjudicate", user=adjudicator.pk):
-        final, _ = FinalSpan.objects.update_or_create(
+        return FinalSpan.objects.update_or_create(
             trajectory=trajectory,
             schema=schema,
             start_index=start,
             end_index=end,
             defaults={"value": value, "adjudicator": adjudicator},
         )
-    return final
+
+
+def final_span_pick(
+    *, trajectory: Trajectory, span_id: int, adjudicator: User | AbstractBaseUser
+) -> tuple[FinalSpan, bool]:
+    """Make an annotator's span ``span_id`` of ``trajectory`` final (its schema, range and
+    value), as :func:`final_span_set` does; a span not on the trajectory is a 404."""
+    span = SpanLabel.objects.filter(pk=span_id, trajectory=trajectory).select_related("schema")
+    found = span.first()
+    if found is None:
+        raise LabelingError(
+            f"pick: no span '{span_id}' on this trajectory.", field="pick", status=404
+        )
+    return final_span_set(
+        trajectory=trajectory,
+        schema=found.schema,
+        adjudicator=adjudicator,
+        start=found.start_index,
+        end=found.end_index,
+        value=found.value,
+    )
+
+
+def span_schema_of(project_id: int, schema: int | str) -> SpanSchema:
+    """The project's span schema by id or by name (an adjudicator may set a final span
+    of a schema no longer active); LabelingError naming ``schema`` if it has none."""
+    found = SpanSchema.objects.filter(project_id=project_id)
+    found = found.filter(pk=schema) if isinstance(schema, int) else found.filter(name=schema)
+    picked = found.first()
+    if picked is None:
+        raise LabelingError(f"schema: {schema} is no span schema of this project.", field="schema")
+    return picked
 
 
 def final_span_delete(

@@ -24,7 +24,12 @@ from labeling import selectors
 from labeling.models import EpisodeVerdict
 from labeling.rubrics import MARK_NAMES, MARKS
 from labeling.selectors import LabelingState
-from labeling.selectors.rubrics import episode_verdicts, rubric_results, rubrics_active
+from labeling.selectors.rubrics import (
+    episode_verdicts,
+    rubric_judge_marks_add,
+    rubric_results,
+    rubrics_active,
+)
 from labeling.services import LabelingError, agent_steps
 from labeling.services.rubrics import (
     episode_verdict_set,
@@ -113,6 +118,7 @@ def rubric_edit(request: HtmxHttpRequest, slug: str) -> HttpResponse:
 
 def _rubric_context(state: LabelingState, **extra: object) -> dict[str, object]:
     results = rubric_results(state)
+    rubric_judge_marks_add(state, results)
     return {
         "project": state.project,
         "trajectory": state.trajectory,

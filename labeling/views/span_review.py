@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from labeling import selectors, services
-from labeling.spans import MAX_SPAN_VALUE_CHARS, SpanLabel, SpanSchema
+from labeling.spans import MAX_SPAN_VALUE_CHARS
 from labeling.views.common import form_message, refuse
 from labeling.views.review import _require_reviewer
 from stepscope.web import HtmxHttpRequest, current_user
@@ -59,38 +59,29 @@ def _write(request: HtmxHttpRequest, trajectory: Trajectory) -> str:
         )
         return "Removed the final span."
     if pick:
-        span = (
-            SpanLabel.objects.filter(pk=int(pick) if pick.isdigit() else 0, trajectory=trajectory)
-            .select_related("schema")
-            .first()
-        )
-        if span is None:
+        if not pick.isdigit():
             raise services.LabelingError(
                 f"pick: no span {pick!r} on this trajectory.", field="pick", status=404
             )
-        schema, start, end, value = span.schema, span.start_index, span.end_index, span.value
+        final, _ = services.final_span_pick(
+            trajectory=trajectory, span_id=int(pick), adjudicator=adjudicator
+        )
     else:
         form = FinalSpanForm(request.POST)
         if not form.is_valid():
             raise services.LabelingError(form_message(form))
         data = form.cleaned_data
-        found = SpanSchema.objects.filter(
-            pk=data["schema"], project_id=trajectory.project_id
-        ).first()
-        if found is None:
-            raise services.LabelingError(
-                f"schema: {data['schema']} is no span schema of this project.", field="schema"
-            )
-        schema, start, end, value = found, data["start"], data["end"], data["value"]
-    final = services.final_span_set(
-        trajectory=trajectory,
-        schema=schema,
-        adjudicator=adjudicator,
-        start=start,
-        end=end,
-        value=value,
+        final, _ = services.final_span_set(
+            trajectory=trajectory,
+            schema=services.span_schema_of(trajectory.project_id, data["schema"]),
+            adjudicator=adjudicator,
+            start=data["start"],
+            end=data["end"],
+            value=data["value"],
+        )
+    return (
+        f"Final: steps {final.start_index}-{final.end_index} · {final.value} ({final.schema.name})."
     )
-    return f"Final: steps {final.start_index}-{final.end_index} · {final.value} ({schema.name})."
 
 
 @login_required

@@ -1,5 +1,7 @@
 """Writes for LLM judges: a judge (a scorer of kind ``llm-judge``) with its first prompt
-version, new prompt versions, and the work of one chunk of a judge run on a worker.
+version, new prompt versions, and the work of one chunk of a judge run on a worker. The
+rubric mode's chunks are ``judge_rubrics.py``; what every mode's chunk shares (logs,
+over-long prompts, saving replies, cost) is ``judge_chunks.py``.
 
 A chunk's replies are stored one by one as they arrive (each its own row, unique per run
 and request), so a chunk redelivered after its worker died asks again only the requests
@@ -25,12 +27,10 @@ from typing import Any, Unpack
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Max, QuerySet, Sum
+from django.db.models import Max, QuerySet
 
-from labeling.models import Rubric
-from labeling.selectors.rubrics import rubrics_active
 from scoring import prm
-from scoring.judges.backend import Judge, JudgeSpec, Reply, TooLong, judge_load
+from scoring.judges.backend import JudgeSpec, Reply, TooLong, judge_load
 from scoring.judges.config import (
     DEFAULT_SYSTEM,
     DEFAULT_TEMPLATES,
@@ -43,8 +43,6 @@ from scoring.judges.config import (
 from scoring.judges.modes import (
     Attribution,
     JudgeRequest,
-    Log,
-    LogStep,
     Prompt,
     attribution_first,
     attribution_next,
@@ -53,7 +51,7 @@ from scoring.judges.modes import (
     step_values,
 )
 from scoring.judges.replies import Verdict, verdict_read
-from scoring.judges.rubric import RubricAnswer, rubric_read, rubric_request
+from scoring.judges.rubric import rubric_request
 from scoring.models import (
     FailureVerdict,
     JudgePrompt,
@@ -65,33 +63,30 @@ from scoring.models import (
 )
 from scoring.references import ReferenceFields
 from scoring.services.failure_attributions import VerdictInput
-from scoring.services.rubric_marks import RubricMarkInput
+from scoring.services.judge_chunks import (
+    ChunkSkipping,
+    JudgeStopped,
+    chunk_logs,
+    judge_on_too_long,
+    judge_reply_save,
+    replies_cost,
+)
+from scoring.services.judge_rubrics import judge_rubric_for_run, rubric_chunk, run_rubric
 from scoring.services.runners import (
     ChunkOutcome,
     RunOptions,
     RunRefused,
-    RunStopped,
     ScoringError,
     trajectory_inputs,
 )
 from scoring.services.scores import scorer_create
 from stepscope.jobs.models import ACTIVE
-from trajectories.agents import agent_name, step_agent
-from trajectories.models import Project, Step, Trajectory
-
-
-class JudgeStopped(RunStopped):
-    """The run ended (cancelled or failed elsewhere) while this chunk was asking."""
-
+from trajectories.models import Project
 
 # What a judge run does with a prompt longer than the judge's context.
 ON_TOO_LONG = ("skip", "fail")
 # The over-long prompts the run's check found that chunks are told of.
 TOO_LONG_KEPT = 500
-
-
-def judge_on_too_long(run: ScoringRun) -> str:
-    return str((run.parameters or {}).get("on_too_long", "skip"))
 
 
 def judge_params_for(scorer: Scorer) -> JudgeParams:
@@ -189,11 +184,13 @@ def judge_run_check(run: ScoringRun) -> None:
         for chunk in run.chunks.order_by("number").iterator(chunk_size=50):
             if spec.params.attribution:
                 requests = [
-                    r for log in _logs(chunk) for r in attribution_first(spec.params, prompt, log)
+                    r
+                    for log in chunk_logs(chunk)
+                    for r in attribution_first(spec.params, prompt, log)
                 ]
             elif spec.params.rubric:
-                criteria = _run_rubric(locked).criteria
-                requests = [rubric_request(prompt, log, criteria) for log in _logs(chunk)]
+                criteria = run_rubric(locked).criteria
+                requests = [rubric_request(prompt, log, criteria) for log in chunk_logs(chunk)]
             else:
                 requests = requests_build(spec.params, prompt, trajectory_inputs(chunk))
             too_long += judge.check(requests)
@@ -208,44 +205,6 @@ def judge_run_check(run: ScoringRun) -> None:
         locked.save(update_fields=["metrics"])
 
 
-class _Skipping:
-    """The over-long prompts of one chunk: those the run's check found, those the judge
-    finds counting the chunk's own (exactly, where it has a tokenizer), and those the
-    endpoint refuses when asked. ``on_too_long`` is the judge's callback: None where the
-    run fails on them instead."""
-
-    def __init__(self, run: ScoringRun) -> None:
-        metrics = ScoringRun.objects.filter(pk=run.pk).values_list("metrics", flat=True).first()
-        self.known: dict[str, str] = dict((metrics or {}).get("too_long") or {})
-        self.skips = judge_on_too_long(run) == "skip"
-        self.found: dict[str, TooLong] = {}
-
-    def left(self, judge: Judge, requests: list[JudgeRequest]) -> list[JudgeRequest]:
-        """``requests`` without those too long (each noted)."""
-        if not self.skips:
-            return requests
-        for request in requests:
-            if request.key in self.known:
-                self.note(TooLong(request, self.known[request.key]))
-        fresh = [r for r in requests if r.key not in self.found]
-        for too_long in judge.check(fresh):
-            self.note(too_long)
-        return [r for r in fresh if r.key not in self.found]
-
-    def note(self, too_long: TooLong) -> None:
-        self.found.setdefault(too_long.request.key, too_long)
-
-    @property
-    def on_too_long(self) -> Any:
-        return self.note if self.skips else None
-
-    def listed(self) -> list[dict[str, Any]]:
-        return [
-            {"trajectory": t.request.trajectory, "step": t.request.step, "reason": t.reason}
-            for t in self.found.values()
-        ]
-
-
 def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     """Ask the judge what this chunk has no reply for yet, store each reply as it comes,
     and return what all the chunk's parsed replies give, with the chunk's cost. Raises
@@ -256,7 +215,7 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     if spec.params.attribution:
         return _attribution_chunk(run, chunk, spec)
     if spec.params.rubric:
-        return _rubric_chunk(run, chunk, spec)
+        return rubric_chunk(run, chunk, spec)
     requests = requests_build(
         spec.params, Prompt(prompt.system, prompt.template), trajectory_inputs(chunk)
     )
@@ -266,7 +225,7 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
     )
     todo = [r for r in requests if r.key not in answered]
     retries = 0
-    skipping = _Skipping(run)
+    skipping = ChunkSkipping(run)
     if todo:
         judge = judge_load(spec)
         todo = skipping.left(judge, todo)
@@ -283,7 +242,7 @@ def judge_chunk_score(run: ScoringRun, chunk: ScoringChunk) -> ChunkOutcome:
             results.append(
                 prm.StepResult(step, value, {"verdict": reply.verdict, "reply": reply.pk})
             )
-    return ChunkOutcome(results, _cost(replies, retries), skipped=skipping.listed())
+    return ChunkOutcome(results, replies_cost(replies, retries), skipped=skipping.listed())
 
 
 def _storing(
@@ -301,48 +260,6 @@ def _storing(
     return store
 
 
-def _cost(replies: Any, retries: int) -> dict[str, int]:
-    totals = replies.aggregate(prompt=Sum("prompt_tokens"), completion=Sum("completion_tokens"))
-    return {
-        "calls": replies.count(),
-        "prompt_tokens": int(totals["prompt"] or 0),
-        "completion_tokens": int(totals["completion"] or 0),
-        "parse_failures": replies.exclude(parse_error="").count(),
-        "retries": retries,
-    }
-
-
-def _logs(chunk: ScoringChunk) -> list[Log]:
-    """The chunk's trajectories as whole multi-agent logs: every step, numbered by its
-    index, with its agent as ``trajectories.agents`` names it (its speaker where the
-    step is an input)."""
-    tasks_by_id = dict(
-        Trajectory.objects.filter(pk__in=chunk.trajectory_ids)
-        .order_by("pk")
-        .values_list("pk", "task")
-    )
-    rows: dict[int, list[tuple[int, int, str, str, str, bool]]] = {pk: [] for pk in tasks_by_id}
-    steps = (
-        Step.objects.filter(trajectory_id__in=chunk.trajectory_ids)
-        .order_by("trajectory_id", "index")
-        .values_list("trajectory_id", "pk", "index", "agent", "role", "content", "labelable")
-    )
-    for trajectory_id, *row in steps.iterator(chunk_size=2000):
-        rows[trajectory_id].append(tuple(row))  # type: ignore[arg-type]
-    logs = []
-    for trajectory_id, items in rows.items():
-        named = any(agent for _, _, agent, _, _, _ in items)
-        log_steps = []
-        for pk, index, agent, role, content, labelable in items:
-            # In a log whose steps name agents, a step naming none is an input: shown
-            # with its role, never a candidate (as trajectories.agents counts agents).
-            acting = bool(agent) or not named
-            name = step_agent(agent, role, named=named) if acting else agent_name(role)
-            log_steps.append(LogStep(pk, index, name, content, labelable and acting and bool(name)))
-        logs.append(Log(trajectory_id, tasks_by_id[trajectory_id], tuple(log_steps)))
-    return logs
-
-
 def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) -> ChunkOutcome:
     """Walk each log of the chunk as its mode says, in rounds: each round asks every
     unfinished log's next request together (batched locally, concurrent remotely),
@@ -351,7 +268,7 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
     assert run.prompt is not None
     params = spec.params
     prompt = Prompt(run.prompt.system, run.prompt.template)
-    logs = _logs(chunk)
+    logs = chunk_logs(chunk)
     stored = JudgeReply.objects.filter(run=run, trajectory_id__in=chunk.trajectory_ids)
     answers: dict[str, Verdict] = {}
     for key, text, error in stored.values_list("key", "text", "parse_error"):
@@ -360,7 +277,7 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
     judge = None
     retries = 0
     outcomes: dict[int, Attribution | None] = {}
-    skipping = _Skipping(run)
+    skipping = ChunkSkipping(run)
     while True:
         needed: list[JudgeRequest] = []
         for log in logs:
@@ -389,7 +306,7 @@ def _attribution_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) ->
         for a in outcomes.values()
         if a is not None
     ]
-    cost = _cost(stored, retries)
+    cost = replies_cost(stored, retries)
     cost["verdicts"] = len(verdicts)
     return ChunkOutcome([], cost, verdicts, skipped=skipping.listed())
 
@@ -406,122 +323,8 @@ def _reply_store(
         problem = verdict.error or attribution_problem(request, verdict)
     else:
         _, problem = step_values(params, request, verdict)
-    _reply_save(run, request, reply, verdict, problem)
+    judge_reply_save(run, request, reply, verdict, problem)
     return dataclasses.replace(verdict, error=problem) if problem else verdict
-
-
-def _reply_save(
-    run: ScoringRun, request: JudgeRequest, reply: Reply, verdict: Verdict, problem: str
-) -> None:
-    assert run.scorer_id is not None and run.prompt_id is not None
-    JudgeReply.objects.bulk_create(
-        [
-            JudgeReply(
-                run=run,
-                scorer_id=run.scorer_id,
-                prompt_id=run.prompt_id,
-                key=request.key,
-                trajectory_id=request.trajectory,
-                step_id=request.step,
-                text=reply.text,
-                critique=verdict.critique,
-                verdict=verdict.verdict if not problem else None,
-                value=verdict.value if not problem else None,
-                parse_error=problem[:300],
-                prompt_tokens=reply.prompt_tokens,
-                completion_tokens=reply.completion_tokens,
-                latency_ms=reply.latency_s * 1000,
-                finish_reason=reply.finish_reason[:20],
-            )
-        ],
-        ignore_conflicts=True,  # a reply of a redelivered chunk that came back twice
-    )
-
-
-# --- The rubric mode ---------------------------------------------------------------------------
-
-
-def _run_rubric(run: ScoringRun) -> Rubric:
-    """The rubric version the run fills (recorded when it started)."""
-    return Rubric.objects.get(pk=run.parameters["rubric_id"])
-
-
-def judge_rubric_for_run(project: Project, name: str | None) -> Rubric:
-    """The current version of the project's rubric ``name``, or of its one rubric when
-    ``name`` is None; a ScoringError (field ``rubric``) names what is missing or the
-    rubrics to choose from."""
-    current = rubrics_active(project)
-    names = ", ".join(repr(r.name) for r in current) or "none"
-    if name:
-        for rubric in current:
-            if rubric.name == name:
-                return rubric
-        raise ScoringError(
-            f"project {project.slug!r} has no rubric named {name!r} (its rubrics: {names})",
-            field="rubric",
-        )
-    if len(current) != 1:
-        raise ScoringError(
-            f"a rubric judge fills one rubric; project {project.slug!r} has {names}: name one",
-            field="rubric",
-        )
-    return current[0]
-
-
-def _rubric_chunk(run: ScoringRun, chunk: ScoringChunk, spec: JudgeSpec) -> ChunkOutcome:
-    """Ask for each trajectory of the chunk that has no reply yet, storing each reply as
-    it comes (read strictly: an unreadable one keeps its text and error, counted in
-    ``parse_failures``), then return the marks every readable reply of the chunk gives."""
-    assert run.prompt is not None
-    rubric = _run_rubric(run)
-    prompt = Prompt(run.prompt.system, run.prompt.template)
-    logs = {log.key: log for log in _logs(chunk)}
-    requests = [rubric_request(prompt, log, rubric.criteria) for log in logs.values()]
-
-    def read(request: JudgeRequest, text: str) -> RubricAnswer:
-        log = logs[request.trajectory]
-        return rubric_read(
-            text,
-            criterion_count=len(rubric.criteria),
-            step_indexes=[s.index for s in log.steps],
-        )
-
-    def store(request: JudgeRequest, reply: Reply) -> None:
-        if not ScoringRun.objects.filter(pk=run.pk, status__in=ACTIVE).exists():
-            raise JudgeStopped
-        reply = dataclasses.replace(reply, text=reply.text.replace("\x00", "\ufffd"))
-        answer = read(request, reply.text)
-        met = sum(1 for m in answer.marks if m.mark == "met")
-        verdict = Verdict(len(answer.marks) if answer.parsed else None, None, answer.critique)
-        if answer.parsed and answer.marks:
-            verdict = dataclasses.replace(verdict, value=met / len(answer.marks))
-        _reply_save(run, request, reply, verdict, answer.error)
-
-    answered = set(
-        JudgeReply.objects.filter(run=run, key__in=[r.key for r in requests]).values_list(
-            "key", flat=True
-        )
-    )
-    todo = [r for r in requests if r.key not in answered]
-    retries = 0
-    skipping = _Skipping(run)
-    if todo:
-        judge = judge_load(spec)
-        todo = skipping.left(judge, todo)
-        judge.judge(todo, store, skipping.on_too_long)
-        retries = int(getattr(judge, "retries", 0))
-    by_key = {r.key: r for r in requests}
-    replies = JudgeReply.objects.filter(run=run, key__in=list(by_key))
-    marks: list[RubricMarkInput] = []
-    for pk, key, text, error in replies.values_list("pk", "key", "text", "parse_error"):
-        if error:
-            continue
-        trajectory = by_key[key].trajectory
-        for mark in read(by_key[key], text).marks:
-            marks.append(RubricMarkInput(trajectory, mark.criterion, mark.mark, mark.evidence, pk))
-    cost = _cost(replies, retries)
-    cost["rubric_marks"] = len(marks)
-    return ChunkOutcome([], cost, rubric_marks=marks, skipped=skipping.listed())
 
 
 class JudgeRunner:

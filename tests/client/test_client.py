@@ -332,3 +332,25 @@ def test_spans_through_the_client(stepscope: Client, project: Project) -> None:
     with pytest.raises(StepscopeError) as gone:
         stepscope.delete_span(span["id"])
     assert gone.value.status == 404
+
+
+def test_final_spans_through_the_client(stepscope: Client, project: Project) -> None:
+    span_schema_save(project=project, name="triage")
+    stepscope.push_trajectories(project.slug, records(1))
+    trajectory = stepscope.trajectory_id(project.slug, "rollout-0")
+    span = stepscope.add_span(trajectory, "triage", 0, 1, "regression")
+
+    picked = stepscope.set_final_span(trajectory, pick=span["id"])
+    assert (picked["start"], picked["end"], picked["value"]) == (0, 1, "regression")
+    value = "useful exploration"
+    own = stepscope.set_final_span(trajectory, schema="triage", start=1, end=1, value=value)
+    assert own["adjudicator"] == picked["adjudicator"] and own["schema_name"] == "triage"
+    assert [(f["start"], f["end"], f["value"]) for f in stepscope.final_spans(trajectory)] == [
+        (0, 1, "regression"),
+        (1, 1, value),
+    ]
+    stepscope.delete_final_span(picked["id"])
+    assert [f["id"] for f in stepscope.final_spans(trajectory)] == [own["id"]]
+    with pytest.raises(StepscopeError) as refused:
+        stepscope.set_final_span(trajectory, schema="triage", start=1, end=0, value=value)
+    assert refused.value.status == 400 and "after its end" in str(refused.value)

@@ -10,6 +10,7 @@ from django.test import Client
 from django.urls import reverse
 
 from evaluation.rubric_alignment import AlignmentRefused, rubric_compare
+from labeling.services.rubrics import rubric_save
 from tests.labeling.test_rubric_sources import rubric_world
 from trajectories.models import Project
 
@@ -81,3 +82,33 @@ def test_the_page_shows_each_criterion_and_is_linked(
     assert "no scorer named" in bad and 'id="rubric-alignment"' not in bad
     assert url in client.get(reverse("compare-decisive", args=[project.slug])).content.decode()
     assert url in client.get(reverse("project-home", args=[project.slug])).content.decode()
+
+
+def test_an_earlier_rubric_version_stays_comparable(
+    client: Client, project: Project, annotator: User
+) -> None:
+    world = rubric_world(project)
+    # A second version of the rubric: nobody has marked it yet.
+    rubric_save(project=project, user_id=None, criteria=[{"text": "A new criterion"}])
+    current = rubric_compare(project, a="rubric:human:majority", b="rubric:judge:judge")
+    assert (current.rubric.version, current.trajectories) == (2, 0)
+    earlier = rubric_compare(project, a="rubric:human:majority", b="rubric:judge:judge", version=1)
+    assert (earlier.rubric.pk, earlier.trajectories) == (world.rubric.pk, 3)
+    assert earlier.criteria[0].kappa == pytest.approx(1 / 3)
+    with pytest.raises(AlignmentRefused, match="version: rubric 'rubric' has no version 7"):
+        rubric_compare(project, a="rubric:human:majority", b="rubric:judge:judge", version=7)
+    client.force_login(annotator)
+    api = reverse("api-rubric-alignment", args=[project.slug])
+    ok = {"a": "rubric:human:majority", "b": "rubric:judge:judge"}
+    data = client.get(api, {**ok, "version": 1}).json()
+    assert (data["version"], data["trajectories"]) == (1, 3)
+    assert client.get(api, {**ok, "version": 0}).status_code == 400
+    assert "no version 7" in client.get(api, {**ok, "version": 7}).json()["version"]
+    # The page: the current version has no two sources; it links the earlier one, which
+    # offers a version choice and compares its marks.
+    page = reverse("compare-rubrics", args=[project.slug])
+    html = client.get(page).content.decode()
+    assert 'id="rubrics-one-source"' in html and "version=1" in html
+    older = client.get(page, {"rubric": "rubric", "version": "1"}).content.decode()
+    assert '<option value="1" selected>v1</option>' in older
+    assert "3 trajectories marked by both" in older and "rubric v1" in older

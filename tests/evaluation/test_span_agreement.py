@@ -9,6 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from evaluation.compare import slice_parse
 from evaluation.span_agreement import span_agreement_pairs
 from labeling.selectors import labeling_state_for_user
 from labeling.services import span_label_set, span_schema_save
@@ -72,3 +73,52 @@ def test_no_table_without_two_annotators(client: Client, owner: User, project: P
     client.force_login(owner)
     page = client.get(reverse("compare-humans", args=[project.slug])).content.decode()
     assert "humans-spans" not in page
+
+
+def test_the_span_table_follows_a_trajectory_or_annotator_slice(
+    client: Client, owner: User, project: Project
+) -> None:
+    span_schema_save(project=project, name="triage")
+    steps = [f"step {n}" for n in range(6)]
+    small = trajectory_with_steps(project, steps, external_id="a", model_name="small")
+    large = trajectory_with_steps(project, steps, external_id="b", model_name="large")
+    people = {}
+    for name in ("ann", "bea", "cid"):
+        people[name] = UserFactory.create(username=name)
+        MembershipFactory.create(
+            user=people[name], project=project, role=Membership.Role.RESEARCHER
+        )
+
+    def span(name: str, trajectory: int, start: int, end: int) -> None:
+        state = labeling_state_for_user(people[name], trajectory)
+        span_label_set(state=state, schema="triage", start=start, end=end, value="regression")
+
+    # On the small model's trajectory ann and bea agree exactly; on the large one half.
+    span("ann", small.pk, 0, 3)
+    span("bea", small.pk, 0, 3)
+    span("ann", large.pk, 0, 3)
+    span("bea", large.pk, 2, 3)
+    span("cid", large.pk, 0, 5)
+
+    def pairs(piece: str) -> dict[tuple[str, str], float | None]:
+        (triage,) = span_agreement_pairs(project, slice_parse(piece))
+        return {(p.first, p.second): dict(p.iou)["regression"] for p in triage.pairs}
+
+    assert pairs("") == {("ann", "bea"): 0.75, ("ann", "cid"): 4 / 6, ("bea", "cid"): 2 / 6}
+    assert pairs("model=small") == {("ann", "bea"): 1.0}
+    assert pairs("model=large") == {
+        ("ann", "bea"): 0.5,
+        ("ann", "cid"): 4 / 6,
+        ("bea", "cid"): 2 / 6,
+    }
+    assert pairs("annotator=cid") == {("ann", "cid"): 4 / 6, ("bea", "cid"): 2 / 6}
+    # A step-kind slice: spans do not follow it; the table is the whole project's.
+    assert pairs("kind=thought") == pairs("")
+
+    client.force_login(owner)
+    url = reverse("compare-humans", args=[project.slug])
+    sliced = client.get(url, {"slice": "model=small"}).content.decode()
+    assert "ann · bea" in sliced and "ann · cid" not in sliced
+    assert "in the slice model=small:" in sliced
+    whole = client.get(url, {"slice": "kind=thought"}).content.decode()
+    assert "ann · cid" in whole and "which spans do not follow" in whole

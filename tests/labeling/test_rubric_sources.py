@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import pytest
 from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
 
 from labeling.models import Rubric, RubricMark, TrajectoryLabel
 from labeling.rubric_sources import (
@@ -25,6 +27,7 @@ from trajectories.models import Membership, Project, ProjectDeletion, Trajectory
 from trajectories.services.deletion import project_deletion_run
 
 pytestmark = pytest.mark.django_db
+HTMX = {"HX-Request": "true"}
 
 CRITERIA = [{"text": "Checks the answer", "weight": 2}, {"text": "Explains each step"}]
 
@@ -155,3 +158,51 @@ def test_deleting_the_project_takes_its_rubrics_and_every_mark(project: Project)
     assert not Rubric.objects.filter(pk=world.rubric.pk).exists()
     assert not RubricMark.objects.exists() and not JudgeRubricMark.objects.exists()
     assert not Scorer.objects.filter(pk=world.judge.pk).exists()
+
+
+def test_the_rubric_panel_shows_a_judges_marks_beside_the_users_read_only(
+    project: Project, client: Client
+) -> None:
+    world = rubric_world(project)
+    t1, _, t3 = world.trajectories
+    ann1 = User.objects.get(username="ann1")
+    client.force_login(ann1)
+    url = reverse("rubric-panel", args=[t1.pk])
+    panel = client.get(url, headers=HTMX).content.decode()
+    rows = panel.split('class="rubric-row"')[1:]
+    assert len(rows) == 2
+    # Criterion 0: ann1's own mark (met, evidence 1 and 2) and, under it, the judge's.
+    assert 'data-mark="met"' in rows[0] and 'data-evidence-step="1"' in rows[0]
+    assert 'data-judge="judge" data-judge-mark="met"' in rows[0]
+    judge_line = rows[0].split('data-judge="judge"')[1]
+    assert "judge <strong>judge</strong>: met · evidence" in judge_line
+    assert "?step=2" in judge_line and "?step=3" in judge_line
+    assert 'data-judge="judge" data-judge-mark="met"' in rows[1]
+    # Read-only: the judge's line carries no form and no button.
+    assert "<form" not in judge_line.split("</div>")[0]
+    assert "<button" not in judge_line.split("</div>")[0]
+    # The third trajectory: the judge said not met and n/a.
+    other = client.get(reverse("rubric-panel", args=[t3.pk]), headers=HTMX)
+    assert 'data-judge-mark="not_met"' in other.content.decode()
+    assert "judge <strong>judge</strong>: n/a" in other.content.decode()
+
+
+def test_a_judges_rubric_marks_are_hidden_where_model_scores_are(project: Project) -> None:
+    world = rubric_world(project)
+    t3 = world.trajectories[2]
+    project.settings = {"hide_model_scores": True}
+    project.save(update_fields=["settings"])
+    ann3 = User.objects.get(username="ann3")
+    Membership.objects.filter(user=ann3, project=project).update(role=Membership.Role.ANNOTATOR)
+    client = Client()
+    client.force_login(ann3)
+    # An annotator who has not submitted t3 sees no judge's marks on it; on t1, which
+    # they submitted, they do; a reviewer of the project sees them on t3.
+    url = reverse("rubric-panel", args=[t3.pk])
+    hidden = client.get(url, headers=HTMX).content.decode()
+    assert "Checks the answer" in hidden and "rubric-judge" not in hidden
+    submitted = client.get(reverse("rubric-panel", args=[world.trajectories[0].pk]), headers=HTMX)
+    assert 'data-judge="judge" data-judge-mark="met"' in submitted.content.decode()
+    client.force_login(User.objects.get(username="ann1"))
+    shown = client.get(url, headers=HTMX).content.decode()
+    assert 'data-judge-mark="not_met"' in shown

@@ -4,6 +4,8 @@ noted."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.contrib.auth.models import User
 from django.test import Client
@@ -133,3 +135,33 @@ def test_an_annotator_reads_but_may_not_edit(
 def test_an_unknown_schema_name_is_a_404(client: Client, owner: User, project: Project) -> None:
     client.force_login(owner)
     assert client.get(_page(project), {"schema": "nope"}).status_code == 404
+
+
+def test_the_django_admin_lists_span_schemas_and_checks_their_values(
+    client: Client, project: Project, owner: User, trajectory: Trajectory
+) -> None:
+    schema = span_schema_save(project=project, name="triage")
+    span_label_set(
+        state=state(owner, trajectory), schema="triage", start=0, end=1, value="regression"
+    )
+    staff = User.objects.create_superuser("staff", password="x")
+    client.force_login(staff)
+    listed = client.get(reverse("admin:labeling_spanschema_changelist")).content.decode()
+    assert "triage" in listed and project.name in listed
+    url = reverse("admin:labeling_spanschema_change", args=[schema.pk])
+    assert client.get(url).status_code == 200
+    form = {"project": project.pk, "name": "triage", "is_active": "on"}
+    bad = client.post(url, {**form, "values": '[{"value": "regression", "key": "j"}]'})
+    assert bad.status_code == 200 and "labeling shortcut" in bad.content.decode()
+    # Taking away a value a span carries is refused, as on the span schema page.
+    kept = [v for v in TRIAGE_VALUES if v["value"] != "regression"]
+    used = client.post(url, {**form, "values": json.dumps(kept)})
+    assert "Spans carry regression" in used.content.decode()
+    assert len(SpanSchema.objects.get(pk=schema.pk).values) == 4
+    renamed = [{**v, "value": v["value"].title()} for v in TRIAGE_VALUES]
+    renamed[3]["value"] = "regression"
+    saved = client.post(url, {**form, "values": json.dumps(renamed)})
+    assert saved.status_code == 302
+    assert SpanSchema.objects.get(pk=schema.pk).values[0]["value"] == "Decisive Progress"
+    assert client.get(reverse("admin:labeling_spanlabel_changelist")).status_code == 200
+    assert client.get(reverse("admin:labeling_finalspan_changelist")).status_code == 200

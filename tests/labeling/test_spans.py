@@ -12,10 +12,18 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from labeling.models import Queue, SpanLabel, SpanLabelEvent, SpanSchema
+from labeling.models import (
+    FinalSpan,
+    FinalSpanEvent,
+    Queue,
+    SpanLabel,
+    SpanLabelEvent,
+    SpanSchema,
+)
 from labeling.services import (
     LabelingError,
     NotAllowed,
+    final_span_set,
     span_label_delete,
     span_label_set,
     span_schema_save,
@@ -274,6 +282,87 @@ def test_api_names_the_bad_field_and_refuses_unknown_ones(
     assert not SpanLabel.objects.exists()
 
 
+def test_api_lists_sets_and_removes_final_spans(
+    client: Client,
+    owner: User,
+    researcher: User,
+    annotator: User,
+    trajectory: Trajectory,
+    triage: SpanSchema,
+) -> None:
+    span, _ = span_label_set(
+        state=state(owner, trajectory), schema="triage", start=0, end=2, value="regression"
+    )
+    url = reverse("api-trajectory-final-spans", args=[trajectory.pk])
+    client.force_login(researcher)
+    picked = client.post(url, {"pick": span.pk}, "application/json")
+    assert picked.status_code == 201, picked.content
+    assert (picked.json()["start"], picked.json()["end"], picked.json()["value"]) == (
+        0,
+        2,
+        "regression",
+    )
+    assert picked.json()["adjudicator"] == "researcher"
+    assert client.post(url, {"pick": span.pk}, "application/json").status_code == 200
+    body = {"schema": "triage", "start": 0, "end": 2, "value": "useful exploration"}
+    changed = client.post(url, body, "application/json")
+    assert changed.status_code == 200 and changed.json()["id"] == picked.json()["id"]
+    own = client.post(url, {**body, "schema": str(triage.pk), "start": 3}, "application/json")
+    assert own.status_code == 400 and "after its end" in own.json()["end"]
+    again = client.post(url, {**body, "start": 1, "end": 3}, "application/json")
+    assert again.status_code == 201
+    assert [(f["start"], f["value"]) for f in client.get(url).json()["final_spans"]] == [
+        (0, "useful exploration"),
+        (1, "useful exploration"),
+    ]
+    # Each change is in the history, marked as an adjudication by the researcher: the
+    # pick, the new value, the second range (the same pick again changed nothing).
+    events = FinalSpanEvent.objects.filter(
+        pgh_context__action="adjudicate", pgh_context__user=researcher.pk
+    )
+    assert sorted(events.values_list("pgh_label", flat=True)) == ["insert", "insert", "update"]
+    both = client.post(url, {**body, "pick": span.pk}, "application/json")
+    assert both.status_code == 400 and "pick" in both.json()
+    assert client.post(url, {"value": "x"}, "application/json").json().keys() == {
+        "schema",
+        "start",
+        "end",
+    }
+    assert client.post(url, {**body, "colour": "x"}, "application/json").status_code == 400
+    # The annotator reads them but may not set or remove one.
+    detail = reverse("api-final-span-detail", args=[again.json()["id"]])
+    client.force_login(annotator)
+    assert len(client.get(url).json()["final_spans"]) == 2
+    assert client.get(detail).json()["start"] == 1
+    assert client.post(url, {"pick": span.pk}, "application/json").status_code == 403
+    assert client.delete(detail).status_code == 403
+    client.force_login(researcher)
+    assert client.delete(detail).status_code == 204
+    assert client.get(detail).status_code == 404
+    assert FinalSpan.objects.count() == 1
+
+
+def test_blind_mode_hides_final_spans_until_submit(
+    client: Client,
+    project: Project,
+    owner: User,
+    annotator: User,
+    trajectory: Trajectory,
+    triage: SpanSchema,
+) -> None:
+    project.settings = {"blind_labeling": True}
+    project.save(update_fields=["settings"])
+    final, _ = final_span_set(
+        trajectory=trajectory, schema=triage, adjudicator=owner, start=0, end=1, value="regression"
+    )
+    client.force_login(annotator)
+    url = reverse("api-trajectory-final-spans", args=[trajectory.pk])
+    assert client.get(url).json() == {"final_spans": []}
+    assert client.get(reverse("api-final-span-detail", args=[final.pk])).status_code == 404
+    client.force_login(owner)
+    assert [f["id"] for f in client.get(url).json()["final_spans"]] == [final.pk]
+
+
 def test_outsiders_get_404(
     client: Client, owner: User, outsider: User, trajectory: Trajectory, triage: SpanSchema
 ) -> None:
@@ -283,6 +372,14 @@ def test_outsiders_get_404(
     client.force_login(outsider)
     assert client.get(reverse("api-trajectory-spans", args=[trajectory.pk])).status_code == 404
     assert client.delete(reverse("api-span-detail", args=[span.pk])).status_code == 404
+    final, _ = final_span_set(
+        trajectory=trajectory, schema=triage, adjudicator=owner, start=0, end=1, value="regression"
+    )
+    finals = reverse("api-trajectory-final-spans", args=[trajectory.pk])
+    assert client.get(finals).status_code == 404
+    assert client.post(finals, {"pick": span.pk}, "application/json").status_code == 404
+    assert client.get(reverse("api-final-span-detail", args=[final.pk])).status_code == 404
+    assert client.delete(reverse("api-final-span-detail", args=[final.pk])).status_code == 404
     assert client.post(reverse("span-delete", args=[span.pk])).status_code == 404
     assert client.get(reverse("trajectory-spans", args=[trajectory.pk])).status_code == 404
     assert SpanLabel.objects.filter(pk=span.pk).exists()

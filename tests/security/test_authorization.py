@@ -315,6 +315,14 @@ ACCESS: dict[str, dict[str, str]] = {
     # DELETE: OTHER_WRITES).
     "api:api-trajectory-spans": {"GET": "401 404 200 200 200", "POST": "401 404 400 400 400"},
     "api:api-span-detail": _API_OBJECT,
+    # Final (adjudicated) spans: members read them; researchers and admins set one (an
+    # empty body: 400 naming the fields), the annotator may not (403). One final span
+    # (removed with DELETE: OTHER_WRITES).
+    "api:api-trajectory-final-spans": {
+        "GET": "401 404 200 200 200",
+        "POST": "401 404 403 400 400",
+    },
+    "api:api-final-span-detail": _API_OBJECT,
     # Rubrics: members read them, admins save a new version (an empty body is a 400).
     "api:api-project-rubrics": {"GET": "401 404 200 200 200", "POST": "401 404 403 403 400"},
     # Rubric marks: an empty body names the missing fields (400) once membership is checked.
@@ -488,6 +496,8 @@ OTHER_WRITES = {
     "api:api-span-detail": {"DELETE": "401 404 403 404 204"},
     # A webhook no rule calls: its project's admins delete it (only they see it).
     "api:webhook-detail": {"DELETE": "401 404 404 404 204"},
+    # A final span: researchers and admins remove it; the annotator may not (403).
+    "api:api-final-span-detail": {"DELETE": "401 404 403 204 204"},
 }
 
 

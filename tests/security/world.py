@@ -39,6 +39,7 @@ from discovery.models import (
 )
 from exports.models import BatchVersion, BatchVersionRow, ExportBatch, ExportJob, Selection
 from labeling.models import (
+    FinalSpan,
     LabelSchema,
     Queue,
     SpanLabel,
@@ -119,6 +120,8 @@ class World:
     delivery: WebhookDelivery
     # The admin's span on the trajectory, under a span schema whose value holds the text.
     span: SpanLabel
+    # The admin's final span over the same steps (adjudicated).
+    final_span: FinalSpan
     # A finished failure-mode run with one mode (its name and description hold the text).
     failure_mode_run: FailureModeRun
     failure_mode: FailureMode
@@ -186,6 +189,7 @@ class World:
             ("projects", self.project.slug),
             ("deletions", self.deletion.pk),
             ("spans", self.span.pk),
+            ("final-spans", self.final_span.pk),
             ("failure-modes", self.failure_mode.pk),
             ("failure-mode-runs", self.failure_mode_run.pk),
             ("note-groups", self.note_group.pk),
@@ -610,6 +614,16 @@ def build_world(
     note_group = NoteGroup.objects.create(
         run=note_run, number=1, name=f"notes {text}", words=[text], size=1, share=1.0
     )
+    span = SpanLabel.objects.create(
+        trajectory=trajectory,
+        schema=SpanSchema.objects.create(
+            project=project, name=f"triage {text}", values=[{"value": f"role {text}"}]
+        ),
+        annotator=users["admin"],
+        start_index=1,
+        end_index=3,
+        value=f"role {text}",
+    )
     return World(
         project=project,
         users=users,
@@ -647,12 +661,11 @@ def build_world(
         rule=rule,
         webhook=webhook,
         delivery=delivery,
-        span=SpanLabel.objects.create(
+        span=span,
+        final_span=FinalSpan.objects.create(
             trajectory=trajectory,
-            schema=SpanSchema.objects.create(
-                project=project, name=f"triage {text}", values=[{"value": f"role {text}"}]
-            ),
-            annotator=users["admin"],
+            schema=span.schema,
+            adjudicator=users["admin"],
             start_index=1,
             end_index=3,
             value=f"role {text}",
