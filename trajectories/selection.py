@@ -227,6 +227,7 @@ class TrajectoryFilters:
         group="labels",
         minimum=0.0,
         maximum=1.0,
+        reviewers_only=True,
     )
     first_error: str = choice(
         "Has a first error",
@@ -234,6 +235,7 @@ class TrajectoryFilters:
         " a person's or an import's; no: none has.",
         ("yes", "no"),
         group="labels",
+        reviewers_only=True,
     )
     # The discovery app's condition: the members of one failure mode of a clustering run.
     failure_mode: int | None = integer(
@@ -251,6 +253,7 @@ class TrajectoryFilters:
         "agree (all compared steps agree) or disagree (one differs); needs model_scorer.",
         ("agree", "disagree"),
         group="models",
+        reviewers_only=True,
     )
     model_scorer: str = text(
         "Scorer", "The scorer human_model compares with (a name).", group="models"
@@ -270,10 +273,16 @@ class TrajectoryFilters:
         minimum=1,
     )
     credit_above: float | None = number(
-        "A step's credit above", "Some step's credit in credit_run is above this.", group="models"
+        "A step's credit above",
+        "Some step's credit in credit_run is above this.",
+        group="models",
+        reviewers_only=True,
     )
     credit_below: float | None = number(
-        "A step's credit below", "Some step's credit in credit_run is below this.", group="models"
+        "A step's credit below",
+        "Some step's credit in credit_run is below this.",
+        group="models",
+        reviewers_only=True,
     )
 
     # RL training facts (trajectories/training_filters.py, labeling/filters.py).
@@ -316,6 +325,7 @@ class TrajectoryFilters:
         "yes: some step's advantage has the other sign than its human majority label.",
         ("yes",),
         group="training",
+        reviewers_only=True,
     )
 
     def is_empty(self) -> bool:

@@ -159,6 +159,39 @@ def test_blind_annotator_cannot_reach_failure_modes_by_run_or_filter(world: Worl
     assert api.status_code == 200, api.content
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "first_error=yes",
+        "min_agreement=0.5",
+        "human_model=disagree&model_scorer={scorer}",
+        "advantage_disagrees=yes",
+        "credit_above=0.1&credit_run={run}",
+    ],
+)
+def test_blind_annotator_cannot_filter_by_everyones_labels_or_the_models(
+    world: World, query: str
+) -> None:
+    """Each of these filters reads everyone's labels, the model's scores or credits: a
+    blind annotator filtering by them would read what the project hides (#39's note). The
+    list and the API refuse them by name."""
+    visitors = Visitors(world)
+    routes = {route.key: route for route in project_routes()}
+    query = query.format(scorer=world.scorer.name, run=world.attribution_run.pk)
+    name = query.split("=")[0]
+    listed = visitors.request(routes["trajectory-list"], "annotator", "GET", query=f"?{query}")
+    assert "only researchers and admins filter by it" in body(listed)
+    api = visitors.request(
+        routes["api:trajectory-list"],
+        "annotator",
+        "GET",
+        query=f"?project={world.project.slug}&{query}",
+    )
+    assert api.status_code == 400 and name in api.json()
+    researcher = visitors.request(routes["trajectory-list"], "researcher", "GET", query=f"?{query}")
+    assert "only researchers and admins filter by it" not in body(researcher)
+
+
 def test_blind_annotator_cannot_download_exports(world: World) -> None:
     """An export's files carry every annotator's labels: in a blind project they are for
     researchers and admins only, on the page and through the API."""
