@@ -100,10 +100,10 @@ def test_an_earlier_rubric_version_stays_comparable(
     client.force_login(annotator)
     api = reverse("api-rubric-alignment", args=[project.slug])
     ok = {"a": "rubric:human:majority", "b": "rubric:judge:judge"}
-    data = client.get(api, {**ok, "version": 1}).json()
+    data = client.get(api, {**ok, "version": "1"}).json()
     assert (data["version"], data["trajectories"]) == (1, 3)
-    assert client.get(api, {**ok, "version": 0}).status_code == 400
-    assert "no version 7" in client.get(api, {**ok, "version": 7}).json()["version"]
+    assert client.get(api, {**ok, "version": "0"}).status_code == 400
+    assert "no version 7" in client.get(api, {**ok, "version": "7"}).json()["version"]
     # The page: the current version has no two sources; it links the earlier one, which
     # offers a version choice and compares its marks.
     page = reverse("compare-rubrics", args=[project.slug])
