@@ -301,21 +301,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 # The suite's longest tests (a minute or more each on a quiet machine: every route as
-# every role, the API fuzz, the deployed stack, the showcase; then the modules with a
-# test of 35 s or more in a loaded run's --durations: data migrations, killed workers,
-# the demo's setup, the reward clients) run first, so the two xdist workers do not end
-# with one of them still on a long test while the other waits.
+# every role, the API fuzz, the deployed stack, the showcase) run first, so the two
+# xdist workers do not end with one of them still on a long test while the other waits.
 LONGEST_FIRST = (
     "tests/security/",
     "tests/deployment/",
     "tests/demo/",
     "tests/scoring/test_trained_head.py",
-    "tests/labeling/test_label_dimensions_migration.py",
-    "tests/labeling/test_schema_versions.py",
-    "tests/rollouts/test_demo_setup.py",
-    "tests/rollouts/test_worker.py",
-    "tests/client/test_rewards.py",
-    "tests/discovery/test_failure_modes.py",
 )
 
 
