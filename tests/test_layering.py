@@ -31,8 +31,6 @@ import pytest
 from django.apps import apps
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-# One worker runs the module, so the Django-free probe runs once.
-pytestmark = pytest.mark.xdist_group("layering")
 
 # Lowest first. Units in one layer do not import each other.
 LAYERS: tuple[tuple[str, ...], ...] = (
@@ -167,10 +165,15 @@ def references_in(module: str, is_package: bool, tree: ast.Module) -> Iterator[R
                 yield Reference(module, node.lineno, str(first.value).split(":")[0])
 
 
+@cache
+def first_party_modules() -> frozenset[str]:
+    return frozenset(module_name(path) for path in first_party_paths())
+
+
 def known_module(name: str) -> str:
     """The longest prefix of ``name`` that is a module (``from a import b`` names ``a.b``,
     which may be a module or a name in ``a``)."""
-    modules = {module_name(path) for path in first_party_paths()}
+    modules = first_party_modules()
     parts = name.split(".")
     for end in range(len(parts), 0, -1):
         candidate = ".".join(parts[:end])
@@ -179,13 +182,14 @@ def known_module(name: str) -> str:
     return name
 
 
-def import_violations() -> list[tuple[str, str, int]]:
+@cache
+def import_violations() -> tuple[tuple[str, str, int], ...]:
     found = []
     for path in first_party_paths():
         for ref in references(path):
             if not allowed(unit_of(ref.module), unit_of(ref.target)):
                 found.append((ref.module, known_module(ref.target), ref.line))
-    return found
+    return tuple(found)
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -218,14 +222,15 @@ def tables_named(module: str, tree: ast.Module) -> Iterator[tuple[str, int]]:
                 yield table, node.lineno
 
 
-def sql_violations() -> list[tuple[str, str, int]]:
+@cache
+def sql_violations() -> tuple[tuple[str, str, int], ...]:
     found = []
     for path in first_party_paths():
         module = module_name(path)
         for table, line in tables_named(module, parsed(path)):
             if not allowed(unit_of(module), tables()[table]):
                 found.append((module, table, line))
-    return found
+    return tuple(found)
 
 
 # A statement that writes a table: its name follows the keyword. Upper-case keywords and
@@ -326,7 +331,8 @@ def test_the_walk_sees_lazy_and_string_imports() -> None:
 # Django-free modules.
 
 
-def django_free_paths() -> list[Path]:
+@cache
+def django_free_paths() -> tuple[Path, ...]:
     paths: set[Path] = set()
     for package in DJANGO_FREE_PACKAGES:
         folder = REPO_ROOT / package
@@ -335,7 +341,7 @@ def django_free_paths() -> list[Path]:
     for path in first_party_paths():
         if MARKER.search(path.read_text()[:3000]):
             paths.add(path)
-    return sorted(paths)
+    return tuple(sorted(paths))
 
 
 def django_free_modules() -> list[str]:
@@ -478,6 +484,9 @@ def test_probe_sees_django_when_it_is_imported() -> None:
     assert "error" in failing["no_such_module_here"]  # type: ignore[operator]
 
 
+# One worker runs these, so the Django-free probe runs once (the rest of the module goes
+# wherever there is room).
+@pytest.mark.xdist_group("layering")
 @pytest.mark.parametrize("module", django_free_modules())
 def test_module_does_not_import_django(module: str) -> None:
     assert django_free_probe()[module] == []

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from labeling.models import StepLabel, StepMajority
 from labeling.sources import label_source_parse, label_source_sql
 from tests.factories import UserFactory, trajectory_with_steps
+from tests.migrating import migrate_back, migrate_to_latest
 from trajectories.models import Project
 from trajectories.services import imported_annotator
 
@@ -44,8 +44,7 @@ def test_a_single_schema_projects_majority_and_export_are_unchanged(
         2: {x: -1, imported: 1},  # the import does not vote: -1
         3: {imported: 1},  # no human vote, no row
     }
-    executor = MigrationExecutor(connection)
-    executor.migrate([BEFORE])
+    migrate_back(connection, BEFORE)
     try:
         for index, by in votes.items():
             for user, value in by.items():
@@ -56,8 +55,7 @@ def test_a_single_schema_projects_majority_and_export_are_unchanged(
             cursor.execute("SELECT step_id, value FROM labeling_stepmajority ORDER BY step_id")
             before = cursor.fetchall()
     finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest(connection)
     assert before == [(steps[0].pk, 1), (steps[1].pk, None), (steps[2].pk, -1)]
     after = StepMajority.objects.order_by("step_id").values_list("step_id", "schema_name", "value")
     assert list(after) == [(step, "step quality", value) for step, value in before]

@@ -13,7 +13,6 @@ import pytest
 from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 
 from labeling.models import FinalLabel, LabelSchema, StepLabel, StepLabelEvent
 from labeling.services import (
@@ -26,6 +25,7 @@ from labeling.services import (
 from labeling.sources import label_source_parse, label_source_sql
 from tests.factories import trajectory_with_steps
 from tests.labeling.conftest import state, step_at
+from tests.migrating import migrate_back, migrate_to_latest
 from trajectories.models import Project, Trajectory
 
 BINARY = [
@@ -203,8 +203,7 @@ def test_the_migration_ranks_the_labels_already_there(project: Project, owner: U
     trajectory = trajectory_with_steps(project, ["a", "b"])
     first, second = trajectory.steps.order_by("index")
     schema = project.label_schemas.get(is_active=True)
-    executor = MigrationExecutor(connection)
-    executor.migrate([("labeling", "0005_decisive_failure")])
+    migrate_back(connection, ("labeling", "0005_decisive_failure"))
     try:
         # The schema table as it was then (no later columns): a version 2 by hand.
         with connection.cursor() as cursor:
@@ -227,8 +226,7 @@ def test_the_migration_ranks_the_labels_already_there(project: Project, owner: U
         FinalLabel.objects.create(step=first, schema=newer, adjudicator=owner, value=1)
         assert len(source_rows(project, "human:owner")) == 4
     finally:
-        executor = MigrationExecutor(connection)
-        executor.migrate(executor.loader.graph.leaf_nodes())
+        migrate_to_latest(connection)
     assert dict(StepLabel.objects.values_list("schema_id", "status").distinct()) == {
         schema.pk: "superseded",
         newer.pk: "submitted",
