@@ -161,13 +161,21 @@ def choice_counts(project: Project) -> ChoiceCounts:
             cache.set(key, {**kept, "marks": marks}, timeout=None)
         counts: ChoiceCounts = kept["counts"]
         return counts
-    counts = _choice_counts(project)
+    # The scores' counts (the costliest: 20 s of 25 at 10M steps) change only with the
+    # project's jobs, not with a label: a label write recounts the labels alone.
+    scored_key = f"{key}:scored"
+    kept_scored: dict[str, Any] | None = cache.get(scored_key)
+    if kept_scored is not None and kept_scored["inputs"] == marks.inputs:
+        scored: list[tuple[str, int]] = kept_scored["scored"]
+    else:
+        scored = _scored(project)
+        cache.set(scored_key, {"inputs": marks.inputs, "scored": scored}, timeout=None)
+    counts = _choice_counts(project, scored)
     cache.set(key, {"marks": marks, "counts": counts}, timeout=None)
     return counts
 
 
-def _choice_counts(project: Project) -> ChoiceCounts:
-    scored = _scored(project)
+def _choice_counts(project: Project, scored: list[tuple[str, int]]) -> ChoiceCounts:
     known = {f"model:{name}": count for name, count in scored}
     labels = [
         (text, name, known[text] if text in known else _count(project, text))

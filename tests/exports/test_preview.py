@@ -16,6 +16,8 @@ from django.test.utils import CaptureQueriesContext
 
 from exports.models import Selection
 from labeling.models import StepLabel
+from scoring.models import StepScore
+from tests.evaluation.test_compare import scorer_for
 from tests.exports.test_exports import PROCESSBENCH, export
 from tests.factories import MembershipFactory, UserFactory
 from trajectories.models import Membership, Project, Step, Trajectory
@@ -248,6 +250,27 @@ def test_the_page_counts_once_then_again_when_the_labels_change(
     page = researcher.get("/p/pb/exports/").content.decode()
     assert f"all trajectories · {processbench.trajectories.count():,}" in page
     assert f"imported: processbench · {imported.count():,} steps" in page
+
+
+def test_a_label_write_recounts_the_labels_not_the_scores(
+    processbench: Project, researcher: Client
+) -> None:
+    """Counting each scorer's scores was 20 s of the page's 25 at 10M steps (#37): they
+    change with the project's jobs, not its labels, so a label write recounts only the
+    label sources."""
+    scorer = scorer_for(processbench)
+    steps = Step.objects.filter(trajectory__project=processbench)[:3]
+    StepScore.objects.bulk_create(StepScore(step=step, scorer=scorer, value=0.5) for step in steps)
+    assert "prm · 3 steps scored" in researcher.get("/p/pb/exports/").content.decode()
+    # One of the import's labels changed: a label write, the project's jobs as they were.
+    imported = StepLabel.objects.filter(annotator__username="import:processbench")
+    first = imported.order_by("pk").first()
+    assert first is not None
+    imported.filter(pk=first.pk).update(value=-first.value if first.value else 1)
+    after = _queries(researcher, "/p/pb/exports/")
+    assert [sql for sql in after if "labeling_steplabel" in sql]
+    assert not [sql for sql in after if "scoring_stepscore" in sql], after
+    assert "prm · 3 steps scored" in researcher.get("/p/pb/exports/").content.decode()
 
 
 def test_the_same_source_in_another_project_is_not_counted(
