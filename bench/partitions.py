@@ -17,7 +17,7 @@ and the one that partitioning is for:
 - a whole-project pass (counting its labelable steps: the home's count; compare and the
   failure overview read the same way), today through the trajectories' project index,
   in the partition a scan of it alone;
-- removing the project's steps: ``DELETE`` from the plain copy (unlogged, without the
+- removing the project's steps: ``DELETE`` from the plain copy (without the
   real table's foreign keys and triggers: a lower bound of what a project's deletion
   costs today) against ``DROP`` of its partition.
 
@@ -89,22 +89,21 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS bench_step_plain, bench_step_parted CASCADE")
         started = time.perf_counter()
-        cursor.execute(f"CREATE UNLOGGED TABLE bench_step_plain AS {select}", [project.pk])
+        cursor.execute(f"CREATE TABLE bench_step_plain AS {select}", [project.pk])
         cursor.execute("ALTER TABLE bench_step_plain ADD PRIMARY KEY (id)")
         cursor.execute("CREATE UNIQUE INDEX ON bench_step_plain (trajectory_id, index)")
         cursor.execute("ANALYZE bench_step_plain")
         out["plain_build_s"] = round(time.perf_counter() - started, 1)
         started = time.perf_counter()
         cursor.execute(
-            "CREATE UNLOGGED TABLE bench_step_parted (LIKE bench_step_plain)"
-            " PARTITION BY LIST (project_id)"
+            "CREATE TABLE bench_step_parted (LIKE bench_step_plain) PARTITION BY LIST (project_id)"
         )
         cursor.execute(
-            f"CREATE UNLOGGED TABLE bench_step_p_{project.pk} PARTITION OF bench_step_parted"
+            f"CREATE TABLE bench_step_p_{project.pk} PARTITION OF bench_step_parted"
             f" FOR VALUES IN ({project.pk})"
         )
         cursor.execute(
-            "CREATE UNLOGGED TABLE bench_step_p_other PARTITION OF bench_step_parted"
+            "CREATE TABLE bench_step_p_other PARTITION OF bench_step_parted"
             f" FOR VALUES IN ({OTHER})"
         )
         cursor.execute("INSERT INTO bench_step_parted SELECT * FROM bench_step_plain")
