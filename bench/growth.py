@@ -9,8 +9,10 @@ Stepscope JSONL file written first: math chains and agent traces with tool calls
 groups of 8 rollouts, one trajectory of ``--big`` steps from 1M steps up; labels from
 three annotators, one on every labelable step and all three on a twentieth of the
 trajectories), builds its search documents (as a worker does after an import), then adds
-two scorers' scores on every step with ``COPY`` (as ``import_scores`` writes them), a
-queue and a saved selection. A child process then times
+two scorers' scores on every step with ``COPY`` (as ``import_scores`` writes them), one
+finished credit run with a credit on every step, Monte Carlo values on the steps of a
+twentieth of the trajectories (``--enrich SLUG`` adds these to a kept project), a queue
+and a saved selection. A child process then times
 each request with Django's test client (``--repeat`` times, alternating, after one warm-up):
 the trajectory page at 20, 1,000 and the big step count and its lazy parts, a label write
 (the page's HTMX post and the API), the next queue item, the list with each filter, each
@@ -267,6 +269,73 @@ def scores_add(project: Project, seed: int) -> list[str]:
     return names
 
 
+# A twentieth of the trajectories have Monte Carlo values on their steps (rollouts from
+# each step, as a first-error search leaves them).
+MC_SHARE = 20
+
+
+def credits_and_mc_add(project: Project, scorer: str, seed: int) -> dict[str, float]:
+    """One finished ``prm-delta`` credit run with a credit on every step, and Monte Carlo
+    values (k = 8) on the steps of every ``MC_SHARE``-th trajectory, by ``COPY``; how
+    long each took."""
+    from rollouts.models import Policy
+    from scoring.models import AttributionRun
+
+    taken = {}
+    rng = random.Random(seed + 7)
+    started = time.perf_counter()
+    run = AttributionRun.objects.create(
+        project=project,
+        method=AttributionRun.Method.PRM_DELTA,
+        scorer=Scorer.objects.get(project=project, name=scorer),
+        status=AttributionRun.Status.DONE,
+        finished_at=timezone.now(),
+    )
+    steps = Step.objects.filter(trajectory__project=project).order_by("id")
+    ids = list(steps.values_list("id", flat=True).iterator(chunk_size=50_000))
+    _copy(
+        "scoring_stepcredit (step_id, run_id, value, level)",
+        (f"{sid}\t{run.pk}\t{rng.uniform(-0.5, 0.5):.6f}\t{rng.random():.6f}\n" for sid in ids),
+    )
+    AttributionRun.objects.filter(pk=run.pk).update(total=len(ids), done=len(ids))
+    taken["credits_copy_s"] = round(time.perf_counter() - started, 1)
+    started = time.perf_counter()
+    policy = Policy.objects.create(project=project, name="growth-policy", model_ref="growth/policy")
+    shared = (
+        Step.objects.filter(trajectory__project=project, trajectory_id__in=_every_nth(project))
+        .order_by("id")
+        .values_list("id", flat=True)
+    )
+    now = timezone.now().isoformat()
+
+    # Read first: the connection cannot read rows while it is copying them in.
+    shared_ids = list(shared.iterator(chunk_size=50_000))
+
+    def mc_lines() -> Iterator[str]:
+        for sid in shared_ids:
+            successes = rng.randint(0, 8)
+            yield f"{sid}\t{policy.pk}\t8\t{successes}\t{successes / 8}\t{successes > 0}\t{now}\n"
+
+    _copy("rollouts_stepmc (step_id, policy_id, k, successes, soft, hard, updated_at)", mc_lines())
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE scoring_stepcredit")
+        cursor.execute("ANALYZE rollouts_stepmc")
+    taken["mc_copy_s"] = round(time.perf_counter() - started, 1)
+    return taken
+
+
+def _every_nth(project: Project) -> Any:
+    """The ids of every ``MC_SHARE``-th trajectory of the project (by id)."""
+    from django.db.models.functions import Mod
+
+    return (
+        Trajectory.objects.filter(project=project)
+        .annotate(nth=Mod("id", MC_SHARE))
+        .filter(nth=0)
+        .values("id")
+    )
+
+
 def build(size: int, big: int, seed: int, folder: Path) -> dict[str, Any]:
     slug = f"growth-{size}-{int(time.time())}"
     project = project_create(slug=slug, name=f"Growth {size:,}")
@@ -287,6 +356,7 @@ def build(size: int, big: int, seed: int, folder: Path) -> dict[str, Any]:
     started = time.perf_counter()
     scorers = scores_add(project, seed)
     scored = time.perf_counter() - started
+    enriched = credits_and_mc_add(project, scorers[0], seed)
     user = User.objects.create_user(username=slug, password=PASSWORD)
     Membership.objects.create(project=project, user=user, role=Membership.Role.ADMIN)
     steps = Step.objects.filter(trajectory__project=project).count()
@@ -299,6 +369,7 @@ def build(size: int, big: int, seed: int, folder: Path) -> dict[str, Any]:
         "import_steps_per_s": round(steps / imported),
         "search_index_s": round(indexed, 1),
         "scores_copy_s": round(scored, 1),
+        **enriched,
         "scorers": scorers,
     }
 
@@ -589,7 +660,14 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the projects")
     parser.add_argument("--measure", nargs=2, metavar=("SLUG", "SCORERS"), help=argparse.SUPPRESS)
     parser.add_argument("--summaries", nargs=2, metavar=("SLUG", "SCORERS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--enrich", metavar="SLUG", help="add the credits and MC values to a kept project"
+    )
     args = parser.parse_args()
+    if args.enrich:
+        kept = Project.objects.get(slug=args.enrich)
+        print(json.dumps(credits_and_mc_add(kept, "prm-0", args.seed)))
+        return
     if args.measure:
         print(json.dumps(measure(args.measure[0], args.repeat, args.measure[1].split(","))))
         return
