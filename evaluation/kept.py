@@ -144,9 +144,14 @@ def summary_params(page: str, query: Mapping[str, str]) -> dict[str, str]:
     return {name: query[name] for name in names if query.get(name)}
 
 
-def summary_kept(project: Project, page: str, params: Mapping[str, str]) -> Kept:
+def summary_kept(
+    project: Project, page: str, params: Mapping[str, str], *, keep_small: bool = True
+) -> Kept:
     """``page``'s summary of the project for ``params``: the kept one when what it read
-    has not changed, else made again here (a small project) or by a worker."""
+    has not changed, else made again here (a small project) or by a worker.
+    ``keep_small=False``: a small project's summary is made here and not kept, so the
+    page writes nothing (the project home: a read that wrote would pin its reader to the
+    primary, ``stepscope/db_router.py``)."""
     params = dict(params)
     key = _key(page, params)
     marks = project_marks(project)
@@ -159,7 +164,10 @@ def summary_kept(project: Project, page: str, params: Mapping[str, str]) -> Kept
     ):
         return Kept(_loaded(row), row.made_at, current=True, refreshing=False)
     if _inline(project):
-        value = summary_make(project, page, params, marks)
+        if keep_small:
+            value = summary_make(project, page, params, marks)
+        else:
+            value = SUMMARIES[page][0](project, params)
         return Kept(value, timezone.now(), current=True, refreshing=False)
     if row is None:
         row = _row(project, page, key, params)

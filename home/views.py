@@ -79,7 +79,8 @@ def project_home(request: HttpRequest, slug: str) -> HttpResponse:
         "project": project,
         "role": selectors.membership_role(request.user, project),
         "stats": selectors.project_stats(project),
-        "kept": summary_kept(project, summary.PAGE, {}),
+        # A small project's counts are made here and not kept: the home writes nothing.
+        "kept": summary_kept(project, summary.PAGE, {}, keep_small=False),
         "import_batches": selectors.import_batches_recent(project),
         "follow_sources": selectors.follow_sources_for_project(project),
     }
