@@ -29,29 +29,26 @@ from stepscope.web import current_user
 from trajectories.models import Project
 from trajectories.selectors import membership_role, projects_for_user, trajectory_get_for_user
 
+# What a span and a final span both show, in this order; each adds who gave it.
+_SPAN_FIELDS = ["id", "trajectory", "schema", "schema_name", "start", "end", "value"]
 
-class SpanSerializer(serializers.ModelSerializer[SpanLabel]):
-    annotator: serializers.SlugRelatedField[SpanLabel] = serializers.SlugRelatedField(
-        slug_field="username", read_only=True
-    )
+
+class _SpanFieldsMixin(serializers.Serializer[Any]):
+    """The schema's name and the range, as both span serializers show them."""
+
     schema_name = serializers.CharField(source="schema.name", read_only=True)
     start = serializers.IntegerField(source="start_index", read_only=True)
     end = serializers.IntegerField(source="end_index", read_only=True)
 
+
+class SpanSerializer(_SpanFieldsMixin, serializers.ModelSerializer[SpanLabel]):
+    annotator: serializers.SlugRelatedField[SpanLabel] = serializers.SlugRelatedField(
+        slug_field="username", read_only=True
+    )
+
     class Meta:
         model = SpanLabel
-        fields = [
-            "id",
-            "trajectory",
-            "schema",
-            "schema_name",
-            "start",
-            "end",
-            "value",
-            "annotator",
-            "created_at",
-            "updated_at",
-        ]
+        fields = [*_SPAN_FIELDS, "annotator", "created_at", "updated_at"]
         read_only_fields = fields
 
 
@@ -67,28 +64,14 @@ class SpanWriteSerializer(StrictSerializer):
     )
 
 
-class FinalSpanSerializer(serializers.ModelSerializer[FinalSpan]):
+class FinalSpanSerializer(_SpanFieldsMixin, serializers.ModelSerializer[FinalSpan]):
     adjudicator: serializers.SlugRelatedField[FinalSpan] = serializers.SlugRelatedField(
         slug_field="username", read_only=True
     )
-    schema_name = serializers.CharField(source="schema.name", read_only=True)
-    start = serializers.IntegerField(source="start_index", read_only=True)
-    end = serializers.IntegerField(source="end_index", read_only=True)
 
     class Meta:
         model = FinalSpan
-        fields = [
-            "id",
-            "trajectory",
-            "schema",
-            "schema_name",
-            "start",
-            "end",
-            "value",
-            "adjudicator",
-            "created_at",
-            "updated_at",
-        ]
+        fields = [*_SPAN_FIELDS, "adjudicator", "created_at", "updated_at"]
         read_only_fields = fields
 
 
