@@ -157,7 +157,10 @@ def _write(project: Project, model: Any, trajectories: int) -> dict[str, Any]:
             [model.pk, model.dim, project.pk],
         )
         timings["vectors_written_s"] = round(time.perf_counter() - start, 1)
-        cursor.execute("SET maintenance_work_mem = '1GB'")
+        # The graph built in memory: about 2 GB a million vectors (a build that spills
+        # is many times slower).
+        build_memory_mb = max(1024, trajectories * 10 * 2500 // 2**20)
+        cursor.execute(f"SET maintenance_work_mem = '{build_memory_mb}MB'")
         start = time.perf_counter()
         store.vector_index_ensure(model.pk, model.dim)
         timings["hnsw_build_s"] = round(time.perf_counter() - start, 1)
