@@ -27,7 +27,7 @@ from trajectories.selectors import (
 
 @trajectory_narrowing_register("similar")
 def similar_narrowing(
-    project: Project, filters: TrajectoryFilters, queryset: QuerySet[Trajectory]
+    project: Project, filters: TrajectoryFilters, queryset: QuerySet[Trajectory], checking: bool
 ) -> QuerySet[Trajectory] | None:
     if not filters.ranked:
         return None
@@ -60,6 +60,10 @@ def similar_narrowing(
             raise SelectionError({"similar_step": message})
     else:
         vector = _text_vector(encoder_configured(), filters.similar)
+    if checking:
+        # The walk is the query's cost (hundreds of ms at a million steps); the list runs
+        # it once, for its page.
+        return queryset.annotate(**{SELECTION_RANK: Value(0, output_field=BigIntegerField())})
     nearest = selectors.nearest_trajectories(
         model,
         vector,

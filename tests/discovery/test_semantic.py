@@ -13,6 +13,7 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from discovery import store
 from discovery.selectors import embedding_coverage
@@ -120,10 +121,15 @@ def test_list_page_orders_by_meaning(
     client: Client, owner: User, project: Project, runs: Any
 ) -> None:
     client.force_login(owner)
-    page = client.get(
-        f"/p/{project.slug}/trajectories/", {"similar": "it will rain, take an umbrella"}
-    ).content.decode()
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(
+            f"/p/{project.slug}/trajectories/", {"similar": "it will rain, take an umbrella"}
+        ).content.decode()
     assert page.index(">weather<") < page.index(">arith<")
+    # The nearest-steps walk (the request's cost at scale) runs once: checking the
+    # selection before listing it does not walk the index too.
+    walks = [query for query in queries.captured_queries if "<=>" in query["sql"]]
+    assert len(walks) == 1
 
 
 def test_no_vectors_yet_is_refused_with_the_count(client: Client, owner: User) -> None:

@@ -56,9 +56,11 @@ def trajectory_filter_register(name: str) -> Callable[[FilterCondition], FilterC
 # takes the steps nearest to a text among the filtered trajectories' steps (an index walk
 # that must know the other filters). It may annotate ``SELECTION_RANK`` (smaller first),
 # which the list follows under its default order. Filled by the higher apps, as above.
+# Its last argument, ``checking``, is set by ``selection_check``: check the fields and
+# read nothing else (the walk itself is left to the query that lists).
 SELECTION_RANK = "selection_rank"
 SelectionNarrowing = Callable[
-    [Project, TrajectoryFilters, QuerySet[Trajectory]], QuerySet[Trajectory] | None
+    [Project, TrajectoryFilters, QuerySet[Trajectory], bool], QuerySet[Trajectory] | None
 ]
 _NARROWINGS: dict[str, SelectionNarrowing] = {}
 
@@ -77,11 +79,16 @@ def trajectory_narrowing_register(
 
 
 def trajectories_filtered(
-    project: Project, filters: TrajectoryFilters, *, search_probe: bool = False
+    project: Project,
+    filters: TrajectoryFilters,
+    *,
+    search_probe: bool = False,
+    checking: bool = False,
 ) -> QuerySet[Trajectory]:
     """The project's trajectories that pass ``filters``. ``search_probe``: test the
     search per trajectory (``trajectories.search.search_condition``), for a first page
-    of a common word; a count or a whole selection keeps the default."""
+    of a common word; a count or a whole selection keeps the default. ``checking``:
+    only to raise SelectionError (``selection_check``); the queryset is not to be read."""
     queryset = Trajectory.objects.filter(project=project)
     if filters.outcome in _OUTCOME_FILTERS:
         queryset = queryset.filter(_OUTCOME_FILTERS[filters.outcome])
@@ -118,7 +125,7 @@ def trajectories_filtered(
         if narrowed is not None:
             queryset = queryset.filter(narrowed)
     for narrowing in _NARROWINGS.values():
-        narrowed_set = narrowing(project, filters, queryset)
+        narrowed_set = narrowing(project, filters, queryset, checking)
         if narrowed_set is not None:
             queryset = narrowed_set
     if filters.ranked and SELECTION_RANK not in queryset.query.annotations:
@@ -131,8 +138,9 @@ def trajectories_filtered(
 def selection_check(project: Project, filters: TrajectoryFilters) -> None:
     """Raise SelectionError, naming the filter, when ``filters`` names something
     ``project`` lacks (a scorer, an attribution run): what a job checks before it is
-    queued. Building the query runs every condition; nothing is read."""
-    trajectories_filtered(project, filters)
+    queued. Building the query runs every condition; nothing is read (a semantic filter
+    checks its vector and leaves its index walk to the query that lists)."""
+    trajectories_filtered(project, filters, checking=True)
 
 
 def _text_or_prefix(lookup: str, value: Any) -> dict[str, Any]:
