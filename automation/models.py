@@ -6,6 +6,7 @@ from __future__ import annotations
 import uuid
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from labeling.models import Queue
@@ -80,6 +81,21 @@ class RuleFiring(models.Model):
 
     def __str__(self) -> str:
         return f"rule {self.rule_id} on trajectory {self.trajectory_id}"
+
+
+class ArrivalMissed(models.Model):
+    """An arrival whose rules could not be queued (the broker was down): kept until the
+    worker's sweep (``automation.rules_sweep``) has run the project's rules over it, so a
+    broker outage delays a rule's action but loses none."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    trajectory_ids = ArrayField(models.BigIntegerField(), default=list, blank=True)
+    import_batch_id = models.BigIntegerField(null=True, blank=True)
+    source = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"missed arrival {self.pk} of project {self.project_id}"
 
 
 class Webhook(models.Model):

@@ -30,6 +30,11 @@ def webhook_deliver(delivery_id: int) -> None:
     services.webhook_deliver(delivery_id=delivery_id)
 
 
+@shared_task(name="automation.rules_sweep")
+def rules_sweep() -> int:
+    return services.rules_sweep()
+
+
 @shared_task(name="automation.webhooks_sweep")
 def webhooks_sweep() -> int:
     return services.webhooks_sweep()

@@ -184,6 +184,8 @@ CELERY_BEAT_SCHEDULE = {
     "followed-folders": {"task": "trajectories.follow_sweep", "schedule": 10.0},
     # Webhook deliveries whose retry is due but whose task was lost (a killed worker).
     "webhook-sweep": {"task": "automation.webhooks_sweep", "schedule": 10.0},
+    # Arrivals whose rules were not queued (the broker was down when they came).
+    "rules-sweep": {"task": "automation.rules_sweep", "schedule": 10.0},
 }
 # Folders a project admin may have the worker follow: a followed folder is accepted only
 # inside one of these (after symbolic links are resolved), so the page can make the

@@ -11,6 +11,7 @@ from automation.services.rules import (
     rule_set_active,
     rules_apply,
     rules_arrived,
+    rules_sweep,
 )
 from automation.services.webhooks import (
     WebhookError,
@@ -34,6 +35,7 @@ __all__ = [
     "rule_set_active",
     "rules_apply",
     "rules_arrived",
+    "rules_sweep",
     "webhook_create",
     "webhook_delete",
     "webhook_deliver",

@@ -18,7 +18,7 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.db import connection, transaction
 
-from automation.models import Rule, RuleFiring, Webhook
+from automation.models import ArrivalMissed, Rule, RuleFiring, Webhook
 from automation.sampling import sample_keeps
 from automation.services.webhooks import webhook_event_record
 from exports.services import export_start
@@ -169,13 +169,14 @@ def rule_set_active(*, rule: Rule, active: bool) -> Rule:
 def rules_arrived(arrival: Arrival) -> None:
     """The arrival listener: queue the rules' task if the project has an active rule.
     After the arrival's commit, on its caller's time: one indexed query and, with a
-    rule, one message. A broker that is down costs the arrival nothing; a backfill acts
-    on what it missed."""
+    rule, one message. A broker that is down costs the arrival nothing: the arrival is
+    kept (``ArrivalMissed``) and the worker's sweep runs the rules over it once the
+    broker is back."""
     from automation.tasks import rules_apply as task
 
     if not Rule.objects.filter(project_id=arrival.project_id, active=True).exists():
         return
-    send_if_up(
+    queued = send_if_up(
         task,
         arrival.project_id,
         list(arrival.trajectory_ids),
@@ -183,6 +184,40 @@ def rules_arrived(arrival: Arrival) -> None:
         arrival.source,
         what=f"rules of project {arrival.project_id}",
     )
+    if not queued:
+        ArrivalMissed.objects.create(
+            project_id=arrival.project_id,
+            trajectory_ids=list(arrival.trajectory_ids),
+            import_batch_id=arrival.import_batch_id,
+            source=arrival.source,
+        )
+
+
+# Missed arrivals a sweep takes at most (each one a rules pass).
+SWEEP_ARRIVALS = 100
+
+
+def rules_sweep() -> int:
+    """Run the rules over the arrivals whose task the broker did not take (the beat's
+    periodic task); how many firings were made. Each missed arrival is taken under a
+    row lock that another sweep skips, and removed in the transaction that fires on
+    it; firing twice on a trajectory is refused by ``rulefiring_once`` anyway."""
+    fired = 0
+    for _ in range(SWEEP_ARRIVALS):
+        with transaction.atomic():
+            missed = (
+                ArrivalMissed.objects.select_for_update(skip_locked=True).order_by("pk").first()
+            )
+            if missed is None:
+                break
+            fired += rules_apply(
+                project_id=missed.project_id,
+                trajectory_ids=missed.trajectory_ids,
+                import_batch_id=missed.import_batch_id,
+                source=missed.source,
+            )
+            missed.delete()
+    return fired
 
 
 def rules_apply(

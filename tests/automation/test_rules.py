@@ -12,7 +12,7 @@ from django.test import Client
 from rest_framework.authtoken.models import Token
 
 from automation import services
-from automation.models import Rule, RuleFiring, WebhookDelivery
+from automation.models import ArrivalMissed, Rule, RuleFiring, WebhookDelivery
 from exports.models import ExportJob
 from labeling.models import Queue, QueueItem
 from labeling.services import queue_create
@@ -269,3 +269,72 @@ def test_an_export_rule_exports_into_a_named_batch(project: Project, owner: User
         "export": job.pk,
         "batch": "rl-new",
     }
+
+
+def test_an_arrival_while_the_broker_is_down_is_acted_on_by_the_sweep(
+    project: Project,
+    owner: User,
+    monkeypatch: pytest.MonkeyPatch,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The push is taken (201) though its rules cannot be queued; the arrival is kept,
+    and the worker's periodic sweep fires the rule on it later: delayed, not lost."""
+    from stepscope.celery import app
+
+    queue = _queue(project, owner)
+    rule = services.rule_create(
+        project=project,
+        name="every failure",
+        filters=selection_parse({"outcome": "failure"}),
+        rate=1.0,
+        action=Rule.Action.QUEUE,
+        queue=queue,
+        user=owner,
+    )
+    # Nothing listens on port 9 here; new connection pools are made on first use.
+    monkeypatch.setenv("CELERY_BROKER_WRITE_URL", "redis://127.0.0.1:9/0")
+    monkeypatch.setattr(app, "_pool", None)
+    monkeypatch.setattr(app.amqp, "_producer_pool", None)
+    token, _ = Token.objects.get_or_create(user=owner)
+    api = Client(HTTP_AUTHORIZATION=f"Token {token.key}")
+    records = [
+        {
+            "id": f"r{n}",
+            "task": "t",
+            "steps": [{"content": "s"}],
+            "outcome": {"success": n % 2 == 0},
+        }
+        for n in range(6)
+    ]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = api.post(
+            "/api/v1/imports/",
+            {"project": project.slug, "trajectories": records},
+            content_type="application/json",
+        )
+    assert response.status_code == 201, response.content
+    missed = ArrivalMissed.objects.get(project=project)
+    failures = set(
+        Trajectory.objects.filter(project=project, success=False).values_list("pk", flat=True)
+    )
+    assert len(failures) == 3
+    # A push arrives as its batch (an import's trajectories are those it created).
+    assert missed.import_batch_id == response.json()["id"] and missed.source == "push"
+    assert not RuleFiring.objects.filter(rule=rule).exists()
+
+    assert services.rules_sweep() == 3
+    assert set(queue.items.values_list("trajectory_id", flat=True)) == failures
+    assert not ArrivalMissed.objects.exists()
+    firing = RuleFiring.objects.filter(rule=rule).first()
+    assert firing is not None and firing.trigger == "arrival" and firing.source == "push"
+    assert services.rules_sweep() == 0
+
+
+def test_the_worker_sweeps_missed_arrivals() -> None:
+    """The sweep is one of the beat's periodic tasks, under the task name it registers."""
+    from django.conf import settings
+
+    from automation import tasks
+
+    entries = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert tasks.rules_sweep.name in entries
