@@ -18,7 +18,9 @@ the trajectory page at 20, 1,000 and the big step count and its lazy parts, a la
 (the page's HTMX post and the API), the next queue item, the list with each filter, each
 sort and the text search, the saved selection's count, compare, failures, the prefix tree
 of one task, the export preview, the scoring section, an export of a 10,000-step saved
-selection (the worker's ``export_write``) and a live-trace append (one span posted to
+selection (the worker's ``export_write``), the planning of a scoring run over the same
+selection (the worker's ``scoring_run_plan``, rolled back) and a live-trace append (one
+span posted to
 ``/v1/traces`` as OTLP JSON, then assembled as the worker does). Compare and failures
 read their kept summaries, made first in a child process of their own as a worker makes
 them: their making's time (``summary_make_ms``) and that process's peak RSS
@@ -61,7 +63,7 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth.models import User  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connection, transaction  # noqa: E402
 from django.test import Client  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
@@ -410,6 +412,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
         response = client.post(f"/p/{slug}/selections/", {"name": "failed", "outcome": "failure"})
         assert response.status_code == 302, response.content.decode()[-3000:]
     export_10k = _export_selection(project, EXPORT_STEPS)
+    scoring_plan = _scoring_planner(project, f"first-{EXPORT_STEPS}")
     live = _live_appender(project)
 
     values = iter(lambda: random.choice((-1, 0, 1)), None)
@@ -483,6 +486,7 @@ def requests_for(project: Project, client: Client, scorers: list[str]) -> dict[s
             "label api": label_api,
             "queue next": queue_next,
             f"export {EXPORT_STEPS // 1000}k steps": export_10k,
+            f"scoring plan {EXPORT_STEPS // 1000}k steps": scoring_plan,
             "live append": live,
         }
     )
@@ -537,6 +541,40 @@ def _export_selection(project: Project, steps: int) -> Any:
         return 200
 
     return export
+
+
+def _scoring_planner(project: Project, selection: str) -> Any:
+    """A call planning a scoring run over a saved selection (the worker's
+    ``scoring_run_plan``: the selected steps read and split into chunks, written), in a
+    transaction rolled back, so no chunk is queued and nothing stays. The scorer is a
+    model kind's (its weights are never loaded: planning reads only steps)."""
+    from exports.models import Selection
+    from scoring.models import ScoringRun
+    from scoring.services.scores import scoring_run_plan
+
+    scorer, _ = Scorer.objects.get_or_create(
+        project=project,
+        name="growth-plan",
+        defaults={"kind": prm.SEQUENCE_CLASSIFIER, "model_ref": "growth/unloaded"},
+    )
+    definition = Selection.objects.get(project=project, name=selection).definition
+
+    def plan() -> int:
+        with transaction.atomic():
+            run = ScoringRun.objects.create(
+                project=project,
+                scorer=scorer,
+                kind=ScoringRun.Kind.SCORE,
+                selection={"only_unscored": False, "filters": definition},
+            )
+            scoring_run_plan(run_id=run.pk)
+            run.refresh_from_db()
+            # The selection's labelable steps (a tool's output is not scored).
+            assert run.total and run.chunks_total, (run.total, run.chunks_total)
+            transaction.set_rollback(True)
+        return 200
+
+    return plan
 
 
 def _live_appender(project: Project) -> Any:
