@@ -19,6 +19,7 @@ Label Studio / Stepscope (> 1: Stepscope is faster) and a JSON line last.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 import sys
@@ -168,17 +169,23 @@ def main() -> None:
     args = parser.parse_args()
     print("command: .venv/bin/python bench/label_bulk.py", *sys.argv[1:])
     log_dir = Path(tempfile.mkdtemp(prefix="bench-label-bulk-"))
-    server = Stepscope(args.workers, log_dir, name="-labels")
-    bare = Bare(args.workers, log_dir)
-    studio = LabelStudio(args.label_studio, log_dir) if args.label_studio else None
-    ways: dict[str, Any] = {
-        "stepscope": StepscopeLabels(server, 1),
-        "stepscope_two_schemas": StepscopeLabels(server, 2),
-    }
-    if studio is not None:
-        ways["label_studio"] = LabelStudioLabels(studio)
-    results: dict[str, list[float]] = {name: [] for name in [*ways, "bare"]}
-    try:
+    results: dict[str, list[float]] = {}
+    # Each server is stopped however the run ends, a peer that fails to start included.
+    with contextlib.ExitStack() as servers:
+        server = Stepscope(args.workers, log_dir, name="-labels")
+        servers.callback(server.close)
+        bare = Bare(args.workers, log_dir)
+        servers.callback(bare.close)
+        studio = LabelStudio(args.label_studio, log_dir) if args.label_studio else None
+        if studio is not None:
+            servers.callback(studio.close)
+        ways: dict[str, Any] = {
+            "stepscope": StepscopeLabels(server, 1),
+            "stepscope_two_schemas": StepscopeLabels(server, 2),
+        }
+        if studio is not None:
+            ways["label_studio"] = LabelStudioLabels(studio)
+        results = {name: [] for name in [*ways, "bare"]}
         server.warm()
         bare.warm()
         for round_number in range(args.repeat):
@@ -198,11 +205,6 @@ def main() -> None:
                 + ", ".join(f"{name} {values[-1]:.1f} ms" for name, values in results.items()),
                 flush=True,
             )
-    finally:
-        server.close()
-        bare.close()
-        if studio is not None:
-            studio.close()
     figures: dict[str, Any] = {
         name: round(statistics.median(values), 2) for name, values in results.items() if values
     }
