@@ -153,6 +153,14 @@ class TrajectoryEvidence:
 # Every join to the steps names the trajectory, so each reads through the (trajectory,
 # index) index; none is a CTE shared by the others, which PostgreSQL would materialise
 # whole. ``rows`` is the one per-step result: the steps in [lo, hi) (or one step).
+#
+# A project's credits table holds a row per step for every run over it (10M rows for one
+# run over a 10M-step project). Credits are read only for this trajectory's steps, whose
+# ids lie in ``span`` (the least and greatest): each read of a run's credits names that
+# range, so it is a range of the (run, step) index, and whether a run credits the
+# trajectory at all is a probe per run of the project. (Asked per step, or of all a run's
+# credits, the planner hashed the whole table: 5 s on a 100,000-step trajectory at 4M
+# credits, #37.)
 _EVIDENCE_SQL = """
 WITH choice AS (
     SELECT c.scorer_id, c.credit_run_id FROM scoring_evidencechoice c
@@ -181,15 +189,22 @@ WITH choice AS (
     SELECT ss.scorer_id AS id, count(*) AS steps
     FROM trajectories_step s JOIN scoring_stepscore ss ON ss.step_id = s.id
     WHERE s.trajectory_id = %(t)s AND %(show)s AND %(top)s GROUP BY ss.scorer_id
-), credited AS (
-    SELECT DISTINCT c.run_id
-    FROM trajectories_step s JOIN scoring_stepcredit c ON c.step_id = s.id
-    WHERE s.trajectory_id = %(t)s AND %(show)s
+), span AS (
+    -- ``+ 0``: an aggregate over the trajectory's steps, not a walk of the primary key.
+    -- ``dense``: every id in the range is one of its steps (ids are unique), so a credit
+    -- in the range is on one of them without asking the step.
+    SELECT min(s.id + 0) AS lo, max(s.id + 0) AS hi,
+           count(*) = max(s.id + 0) - min(s.id + 0) + 1 AS dense
+    FROM trajectories_step s WHERE s.trajectory_id = %(t)s AND %(show)s
 ), runs AS (
+    -- The project's runs with a credit on some step of the trajectory.
     SELECT a.id, a.method, a.parameters, a.label_source, a.created_at, sc.name AS scorer
     FROM scoring_attributionrun a
-    JOIN credited ON credited.run_id = a.id
     LEFT JOIN scoring_scorer sc ON sc.id = a.scorer_id
+    WHERE a.project_id = %(p)s AND EXISTS (
+        SELECT 1 FROM scoring_stepcredit c JOIN trajectories_step s ON s.id = c.step_id
+        WHERE c.run_id = a.id AND s.trajectory_id = %(t)s
+          AND c.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span))
 ), chosen AS (
     SELECT id FROM runs
     ORDER BY (id = COALESCE(%(want)s::bigint, (SELECT credit_run_id FROM choice))) DESC NULLS LAST,
@@ -202,12 +217,14 @@ WITH choice AS (
     SELECT mm.level - mm.value AS value
     FROM trajectories_step s JOIN scoring_stepcredit mm ON mm.step_id = s.id
     WHERE s.trajectory_id = %(t)s AND mm.run_id = (SELECT id FROM mc) AND mm.level IS NOT NULL
+      AND mm.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     ORDER BY s.index LIMIT 1
 ), agent_run AS (
     SELECT r.id FROM runs r
     WHERE %(top)s AND r.method = 'shapley' AND EXISTS (
         SELECT 1 FROM trajectories_step s JOIN scoring_stepcredit c ON c.step_id = s.id
-        WHERE s.trajectory_id = %(t)s AND c.run_id = r.id AND c.detail ? 'agent')
+        WHERE s.trajectory_id = %(t)s AND c.run_id = r.id AND c.detail ? 'agent'
+          AND c.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span))
     ORDER BY (r.id = %(want)s) DESC NULLS LAST, r.created_at DESC, r.id DESC LIMIT 1
 ), agent_values AS (
     SELECT c.detail->>'agent' AS agent, max((c.detail->>'agent_value')::float) AS value,
@@ -215,6 +232,7 @@ WITH choice AS (
     FROM trajectories_step s JOIN scoring_stepcredit c ON c.step_id = s.id
     WHERE s.trajectory_id = %(t)s AND c.run_id = (SELECT id FROM agent_run)
       AND c.detail ? 'agent'
+      AND c.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     GROUP BY c.detail->>'agent'
 ), first_prm AS (
     -- The first step (by index) the scorer shown puts under the threshold.
@@ -256,7 +274,9 @@ WITH choice AS (
     LEFT JOIN scoring_stepscore ss
       ON ss.step_id = s.id AND ss.scorer_id = (SELECT id FROM scorer)
     LEFT JOIN scoring_stepcredit cc ON cc.step_id = s.id AND cc.run_id = (SELECT id FROM chosen)
+      AND cc.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     LEFT JOIN scoring_stepcredit mm ON mm.step_id = s.id AND mm.run_id = (SELECT id FROM mc)
+      AND mm.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
     WHERE s.trajectory_id = %(t)s AND %(top)s AND %(show)s
     GROUP BY s.index::bigint * %(cells)s / %(count)s
 )
@@ -282,11 +302,15 @@ SELECT json_build_object(
     'has_mc', EXISTS (
         SELECT 1 FROM trajectories_step s JOIN scoring_stepcredit mm ON mm.step_id = s.id
         WHERE s.trajectory_id = %(t)s AND mm.run_id = (SELECT id FROM mc)
-          AND mm.level IS NOT NULL),
+          AND mm.level IS NOT NULL
+          AND mm.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)),
     'credit_scale', (
-        SELECT max(abs(cc.value))
-        FROM trajectories_step s JOIN scoring_stepcredit cc ON cc.step_id = s.id
-        WHERE s.trajectory_id = %(t)s AND cc.run_id = (SELECT id FROM chosen)),
+        SELECT max(abs(cc.value)) FROM scoring_stepcredit cc
+        WHERE cc.run_id = (SELECT id FROM chosen)
+          AND cc.step_id BETWEEN (SELECT lo FROM span) AND (SELECT hi FROM span)
+          AND ((SELECT dense FROM span) OR EXISTS (
+              SELECT 1 FROM trajectories_step s
+              WHERE s.id = cc.step_id AND s.trajectory_id = %(t)s))),
     'first_prm', (SELECT json_build_array(index, id) FROM first_prm),
     'first_mc', (SELECT json_build_array(index, id) FROM first_mc),
     'steps', (SELECT json_agg(json_build_array(id, index, labelable, score, credit, level,

@@ -346,7 +346,9 @@ class StepCredit(models.Model):
     # credits, runs write credits only while they hold their run's row lock, every read
     # joins credits to live steps, and ids are never reused, so a credit left behind by a
     # raw SQL delete is never shown. The unique constraint's index leads with the step, so
-    # the step needs no index of its own; the run's serves deletes and listings by run.
+    # the step needs no index of its own. The (run, step) index serves deletes and listings
+    # by run, and finds a run's credits on one trajectory as a range of step ids: which
+    # runs credit a trajectory is a probe per run, not a pass over every credit (#37).
     step = models.ForeignKey(
         Step,
         on_delete=models.CASCADE,
@@ -355,7 +357,11 @@ class StepCredit(models.Model):
         db_constraint=False,
     )
     run = models.ForeignKey(
-        AttributionRun, on_delete=models.CASCADE, related_name="credits", db_constraint=False
+        AttributionRun,
+        on_delete=models.CASCADE,
+        related_name="credits",
+        db_index=False,
+        db_constraint=False,
     )
     value = models.FloatField()
     level = models.FloatField(null=True, blank=True)
@@ -365,6 +371,7 @@ class StepCredit(models.Model):
         constraints: ClassVar = [
             models.UniqueConstraint(fields=["step", "run"], name="stepcredit_unique_per_run")
         ]
+        indexes: ClassVar = [models.Index(fields=["run", "step"], name="stepcredit_run_step")]
 
     def __str__(self) -> str:
         return f"{self.value:+.3f} on {self.step_id} by run {self.run_id}"

@@ -144,7 +144,7 @@ def read_chunks(
         if rubric_source and rubric_source.kind == "human" and rubric_source.name != MAJORITY
         else ""
     )
-    with step_values_table(plan, only=order if sample else None) as table:
+    with step_values_table(plan, order, only=order if sample else None) as table:
         steps_sql, extra_params = _steps_sql(plan, table)
         for first in range(0, len(order), EXPORT_CHUNK):
             ids = order[first : first + EXPORT_CHUNK]
@@ -195,13 +195,16 @@ def read_chunks(
 
 
 @contextlib.contextmanager
-def step_values_table(plan: ExportPlan, *, only: list[int] | None = None) -> Iterator[str]:
+def step_values_table(
+    plan: ExportPlan, order: list[int], *, only: list[int] | None = None
+) -> Iterator[str]:
     """A temporary table of ``(step_id, label, credit)``: the resolved labels and the
-    chosen run's credits, a row per step, indexed, so that each step's values are one
-    index lookup. With ``only`` (trajectory ids), just their steps' rows. Yields its
-    name; dropped at the end (or with the transaction)."""
+    chosen run's credits on the steps of ``order`` (the trajectories exported), a row
+    per step, indexed, so that each step's values are one index lookup. With ``only``
+    (trajectory ids), just their steps' rows. Yields its name; dropped at the end (or
+    with the transaction)."""
     table = f"export_values_{uuid.uuid4().hex[:12]}"
-    values_sql, values_params = step_values_sql(plan)
+    values_sql, values_params = step_values_sql(plan, order)
     if only is not None:
         values_sql = (
             f"SELECT * FROM ({values_sql}) v WHERE v.step_id IN"
@@ -457,10 +460,12 @@ def progress_tick(progress: ProgressWriter | None, amount: int) -> None:
         raise ExportCancelled
 
 
-def step_values_sql(plan: ExportPlan) -> tuple[str, list[Any]]:
+def step_values_sql(plan: ExportPlan, order: list[int]) -> tuple[str, list[Any]]:
     """``(step_id, label, credit)`` for every step the label source labels or the credit
-    run credits: one pass over each (hash joins), so that reading a step's values later
-    is one lookup instead of one per table."""
+    run credits on the trajectories of ``order``: one pass over each (hash joins), so
+    that reading a step's values later is one lookup instead of one per table. The
+    credits are read from the exported steps, not the run's: a run over the whole
+    project has a credit on each of its steps (10M rows at 10M steps, #37)."""
     labels_sql, params = plan.labels_sql
     credit_run = plan.request.credit_run
     if credit_run is None:
@@ -471,9 +476,11 @@ def step_values_sql(plan: ExportPlan) -> tuple[str, list[Any]]:
     return (
         "SELECT COALESCE(l.step_id, c.step_id) AS step_id, l.value AS label, c.value AS credit"
         f" FROM ({labels_sql}) l FULL JOIN"
-        " (SELECT step_id, value FROM scoring_stepcredit WHERE run_id = %s) c"
+        " (SELECT c.step_id, c.value FROM trajectories_step s"
+        "  JOIN scoring_stepcredit c ON c.step_id = s.id AND c.run_id = %s"
+        "  WHERE s.trajectory_id = ANY(%s)) c"
         " ON c.step_id = l.step_id",
-        [*params, credit_run],
+        [*params, credit_run, order],
     )
 
 

@@ -21,7 +21,7 @@ from labeling.models import StepLabel
 from scoring import methods, prm
 from scoring.evidence import PAGE_STEPS, STRIP_CELLS, STRIP_RUNS, trajectory_evidence
 from scoring.models import AttributionRun, Scorer, ScoringRun, StepCredit, StepScore
-from tests.factories import UserFactory, trajectory_with_steps
+from tests.factories import TrajectoryFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Project, Step, Trajectory
 
 pytestmark = pytest.mark.django_db
@@ -274,3 +274,88 @@ def test_the_python_rule_is_the_methods_rule(project: Project, owner: User) -> N
     found = trajectory_evidence(trajectory, user_id=owner.pk, show_scores=True, blind=False)
     assert [(who, index) for who, index, _ in found.first_errors] == expected
     assert Step.objects.filter(trajectory=trajectory).count() == 4
+
+
+# --- Which runs credit a trajectory (#37: read by step ranges, not per step) --------------
+
+
+def interleaved(project: Project, names: tuple[str, str], count: int) -> list[Trajectory]:
+    """Two trajectories whose steps were written in turns: each one's step ids lie in the
+    other's range (as concurrent imports leave them), so a step id range alone does not
+    say whose step a credit is on."""
+    pair = [
+        TrajectoryFactory.create(project=project, external_id=name, step_count=count)
+        for name in names
+    ]
+    Step.objects.bulk_create(
+        Step(trajectory=trajectory, index=index, kind="thought", role="assistant", content="x")
+        for index in range(count)
+        for trajectory in pair
+    )
+    return pair
+
+
+def credit(run: AttributionRun, trajectory: Trajectory, value: float) -> None:
+    StepCredit.objects.bulk_create(
+        StepCredit(step=step, run=run, value=value * (1 if step.index % 2 else -1), level=0.5)
+        for step in trajectory.steps.all()
+    )
+
+
+def test_only_the_runs_that_credit_a_trajectory_are_listed(project: Project, owner: User) -> None:
+    mixed, other = interleaved(project, ("mixed", "other"), 6)
+    alone = trajectory_with_steps(project, [f"s{n}" for n in range(5)], task_key="a")
+    bare = trajectory_with_steps(project, ["a", "b"], task_key="b")
+    # Created oldest first: ``wide`` is the newest credit run, with the largest credits.
+    some = AttributionRun.objects.create(project=project, method="returns", key="some")
+    never = AttributionRun.objects.create(project=project, method="gae", key="never")
+    wide = AttributionRun.objects.create(project=project, method="prm-delta", key="wide")
+    mc = AttributionRun.objects.create(project=project, method="mc-prefix", key="mc")
+    credit(some, mixed, 0.25)
+    credit(some, alone, 0.5)
+    # On steps inside ``mixed``'s id range, and larger than ``mixed``'s.
+    credit(some, other, 0.6)
+    credit(wide, other, 0.75)
+    credit(mc, other, 0.1)
+
+    def shown(
+        trajectory: Trajectory, run_id: int | None = None
+    ) -> tuple[list[int], int | None, float]:
+        """The runs listed, the MC run and the colour scale; and checks that the steps
+        and the strip show the chosen run's credits on this trajectory, and no other."""
+        found = trajectory_evidence(
+            trajectory, user_id=owner.pk, show_scores=True, blind=False, run_id=run_id
+        )
+        given = dict(
+            StepCredit.objects.filter(
+                run=found.run.pk if found.run else None, step__trajectory=trajectory
+            ).values_list("step__index", "value")
+        )
+        assert {s.index: s.credit for s in found.steps} == {
+            index: given.get(index) for index in range(trajectory.step_count)
+        }
+        assert [(c.index, c.credit) for c in found.strip] == [
+            (index, given.get(index)) for index in range(trajectory.step_count)
+        ]
+        return [r.pk for r in found.runs], found.mc_run, found.credit_scale
+
+    assert shown(mixed) == ([some.pk], None, 0.25)
+    assert shown(other) == ([mc.pk, wide.pk, some.pk], mc.pk, 0.1)
+    assert shown(other, run_id=wide.pk) == ([mc.pk, wide.pk, some.pk], mc.pk, 0.75)
+    assert shown(other, run_id=some.pk) == ([mc.pk, wide.pk, some.pk], mc.pk, 0.6)
+    assert shown(alone) == ([some.pk], None, 0.5)
+    # A run asked for that does not credit the trajectory: the newest that does.
+    assert shown(alone, run_id=never.pk) == ([some.pk], None, 0.5)
+    assert shown(alone, run_id=wide.pk) == ([some.pk], None, 0.5)
+    assert shown(bare) == ([], None, 1.0)
+    assert not trajectory_evidence(bare, user_id=owner.pk, show_scores=True, blind=False).run
+    # The page shows the same: the picker lists the runs, the columns the chosen one's.
+    client = browser(owner)
+    url = reverse("trajectory-evidence", args=[mixed.pk])
+    top = client.get(url, {"part": "top"}, headers=HTMX).content.decode()
+    assert f"#{some.pk} returns" in top
+    assert f"#{wide.pk} prm-delta" not in top and f"#{never.pk} gae" not in top
+    columns = client.get(url, {"part": "columns", "from": "0", "to": "6"}, headers=HTMX)
+    text = columns.content.decode()
+    assert text.count("+0.250") == 3 and text.count("-0.250") == 3
+    assert "0.750" not in text and "0.100" not in text and "0.600" not in text
