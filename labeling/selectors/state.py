@@ -70,17 +70,17 @@ _SQL_PROGRESS = f"""SELECT json_build_object(
     LEFT JOIN (SELECT tl.first_error_index AS i FROM labeling_trajectorylabel tl
                WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s) fe ON true
     WHERE s.trajectory_id = {_T}."id" AND s.labelable"""
-QUEUE_PROGRESS_SQL = """SELECT json_build_object(
-        'items', count(*),
-        'complete', count(*) FILTER (WHERE done.n >= q.overlap),
-        'mine', count(*) FILTER (WHERE done.mine))
-    FROM labeling_queueitem i
-    JOIN labeling_queue q ON q.id = i.queue_id
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS n, bool_or(a.annotator_id = %s) AS mine
-        FROM labeling_queueassignment a WHERE a.item_id = i.id AND a.status = 'submitted'
-    ) done ON true
-    WHERE i.queue_id = %s"""
+# A queue's progress: its kept counts (``QueueCounts``) and this user's submitted items,
+# counted over their own submitted assignments (the annotator and status index), never
+# over the queue's items. ``{queue}`` is the queue's id: ``%s`` or an outer query's column.
+QUEUE_PROGRESS_TEMPLATE = """SELECT json_build_object(
+        'items', k.items, 'complete', k.complete,
+        'mine', (SELECT count(*) FROM labeling_queueassignment a
+                 JOIN labeling_queueitem i ON i.id = a.item_id
+                 WHERE a.annotator_id = %s AND a.status = 'submitted'
+                   AND i.queue_id = k.queue_id))
+    FROM labeling_queuecounts k WHERE k.queue_id = {queue}"""
+QUEUE_PROGRESS_SQL = QUEUE_PROGRESS_TEMPLATE.format(queue="%s")
 
 
 # Yes/no facts of the trajectory's project that a higher app wants on the labeling page
