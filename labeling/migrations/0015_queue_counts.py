@@ -9,21 +9,27 @@ selection, the items a rule or the disagreements page adds, leases, skips, expir
 submits one at a time or in bulk, the cascades of a project's deletion, an admin's edit)
 then keeps them in its own transaction without knowing of them.
 
+- QueueAnnotatorCounts: per queue and annotator, the items they submitted ("submitted by
+  you"), moved by the same functions.
 - A queue gets its row (zeros) when it is made.
 - Items added or removed move ``items``; an item removed while it still had as many
-  submitted assignments as the overlap takes one from ``complete``. (Items never move
-  from one queue to another.)
+  submitted assignments as the overlap takes one from ``complete``, and its submitted
+  assignments still there from their annotators' counts. (Items never move from one
+  queue to another.)
 - The assignments function finds the items whose number of submitted assignments the
   statement changed, locks them in id order (concurrent writers of one item then count
   one after the other, each after the previous committed, and cannot deadlock), counts
   each item's submitted assignments now and before the statement (now less the
   statement's change), and moves ``complete`` of their queues, locked in queue order,
-  by the items that crossed the overlap either way.
+  by the items that crossed the overlap either way; then the annotators' counts (a row
+  made only for a submit: a count going down never makes one, so a cascade that removed
+  the row first, a user's deletion, leaves none behind).
 - A change of a queue's overlap counts its complete items again.
 """
 
-from django.db import migrations, models
 import django.db.models.deletion
+from django.conf import settings
+from django.db import migrations, models
 
 SUBMITTED = "labeling_queueassignment a WHERE a.item_id = {item} AND a.status = 'submitted'"
 
@@ -79,6 +85,16 @@ BEGIN
     SET items = k.items + c.added, complete = k.complete + c.completed
     FROM unnest(queues, added, completed) AS c(queue_id, added, completed)
     WHERE k.queue_id = c.queue_id;
+    IF TG_OP = 'DELETE' THEN
+        UPDATE labeling_queueannotatorcounts k SET submitted = k.submitted - d.n
+        FROM (
+            SELECT i.queue_id, a.annotator_id, count(*)::int AS n
+            FROM old_items i JOIN labeling_queueassignment a
+              ON a.item_id = i.id AND a.status = 'submitted'
+            GROUP BY i.queue_id, a.annotator_id
+        ) d
+        WHERE k.queue_id = d.queue_id AND k.annotator_id = d.annotator_id;
+    END IF;
     RETURN NULL;
 END
 $$;
@@ -87,30 +103,38 @@ CREATE FUNCTION labeling_queuecounts_assignments() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
     items bigint[];
+    annotators int[];
     changes int[];
     queues bigint[];
     moved int[];
 BEGIN
-    -- Per item, the submitted assignments the statement added (less those it took away).
+    -- Per item and annotator, the submitted assignments the statement added (less those
+    -- it took away).
     IF TG_OP = 'INSERT' THEN
-        SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.n ORDER BY c.item_id)
-        INTO items, changes
-        FROM (SELECT item_id, count(*)::int AS n FROM new_rows
-              WHERE status = 'submitted' GROUP BY item_id) c;
+        SELECT array_agg(c.item_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(c.annotator_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(c.n ORDER BY c.item_id, c.annotator_id)
+        INTO items, annotators, changes
+        FROM (SELECT item_id, annotator_id, count(*)::int AS n FROM new_rows
+              WHERE status = 'submitted' GROUP BY item_id, annotator_id) c;
     ELSIF TG_OP = 'DELETE' THEN
-        SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(-c.n ORDER BY c.item_id)
-        INTO items, changes
-        FROM (SELECT item_id, count(*)::int AS n FROM old_rows
-              WHERE status = 'submitted' GROUP BY item_id) c;
+        SELECT array_agg(c.item_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(c.annotator_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(-c.n ORDER BY c.item_id, c.annotator_id)
+        INTO items, annotators, changes
+        FROM (SELECT item_id, annotator_id, count(*)::int AS n FROM old_rows
+              WHERE status = 'submitted' GROUP BY item_id, annotator_id) c;
     ELSE
-        SELECT array_agg(c.item_id ORDER BY c.item_id), array_agg(c.n ORDER BY c.item_id)
-        INTO items, changes
+        SELECT array_agg(c.item_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(c.annotator_id ORDER BY c.item_id, c.annotator_id),
+               array_agg(c.n ORDER BY c.item_id, c.annotator_id)
+        INTO items, annotators, changes
         FROM (
-            SELECT item_id, sum(n)::int AS n FROM (
-                SELECT item_id, 1 AS n FROM new_rows WHERE status = 'submitted'
+            SELECT item_id, annotator_id, sum(n)::int AS n FROM (
+                SELECT item_id, annotator_id, 1 AS n FROM new_rows WHERE status = 'submitted'
                 UNION ALL
-                SELECT item_id, -1 AS n FROM old_rows WHERE status = 'submitted'
-            ) side GROUP BY item_id HAVING sum(n) <> 0
+                SELECT item_id, annotator_id, -1 AS n FROM old_rows WHERE status = 'submitted'
+            ) side GROUP BY item_id, annotator_id HAVING sum(n) <> 0
         ) c;
     END IF;
     IF items IS NULL THEN
@@ -123,19 +147,37 @@ BEGIN
     FROM (
         SELECT i.queue_id, sum((cur.n >= q.overlap)::int - (cur.n - c.change >= q.overlap)::int)
                ::int AS moved
-        FROM unnest(items, changes) AS c(item_id, change)
+        FROM (
+            SELECT u.item_id, sum(u.change)::int AS change
+            FROM unnest(items, changes) AS u(item_id, change) GROUP BY u.item_id
+        ) c
         JOIN labeling_queueitem i ON i.id = c.item_id
         JOIN labeling_queue q ON q.id = i.queue_id
         CROSS JOIN LATERAL (SELECT count(*) AS n FROM {SUBMITTED.format(item="c.item_id")}) cur
         GROUP BY i.queue_id
     ) m WHERE m.moved <> 0;
-    IF queues IS NULL THEN
-        RETURN NULL;
+    IF queues IS NOT NULL THEN
+        PERFORM 1 FROM labeling_queuecounts k WHERE k.queue_id = ANY(queues)
+        ORDER BY k.queue_id FOR UPDATE;
+        UPDATE labeling_queuecounts k SET complete = k.complete + c.moved
+        FROM unnest(queues, moved) AS c(queue_id, moved) WHERE k.queue_id = c.queue_id;
     END IF;
-    PERFORM 1 FROM labeling_queuecounts k WHERE k.queue_id = ANY(queues)
-    ORDER BY k.queue_id FOR UPDATE;
-    UPDATE labeling_queuecounts k SET complete = k.complete + c.moved
-    FROM unnest(queues, moved) AS c(queue_id, moved) WHERE k.queue_id = c.queue_id;
+    -- The annotators' counts, in key order.
+    INSERT INTO labeling_queueannotatorcounts AS k (queue_id, annotator_id, submitted)
+    SELECT d.queue_id, d.annotator_id, d.change FROM (
+        SELECT i.queue_id, u.annotator_id, sum(u.change)::int AS change
+        FROM unnest(items, annotators, changes) AS u(item_id, annotator_id, change)
+        JOIN labeling_queueitem i ON i.id = u.item_id
+        GROUP BY i.queue_id, u.annotator_id
+    ) d WHERE d.change > 0
+    ORDER BY d.queue_id, d.annotator_id
+    ON CONFLICT (queue_id, annotator_id) DO UPDATE SET submitted = k.submitted + EXCLUDED.submitted;
+    UPDATE labeling_queueannotatorcounts k SET submitted = k.submitted + d.change FROM (
+        SELECT i.queue_id, u.annotator_id, sum(u.change)::int AS change
+        FROM unnest(items, annotators, changes) AS u(item_id, annotator_id, change)
+        JOIN labeling_queueitem i ON i.id = u.item_id
+        GROUP BY i.queue_id, u.annotator_id
+    ) d WHERE d.change < 0 AND k.queue_id = d.queue_id AND k.annotator_id = d.annotator_id;
     RETURN NULL;
 END
 $$;
@@ -170,6 +212,12 @@ LEFT JOIN labeling_queueitem i ON i.queue_id = q.id
 LEFT JOIN (SELECT item_id, count(*) AS n FROM labeling_queueassignment
            WHERE status = 'submitted' GROUP BY item_id) done ON done.item_id = i.id
 GROUP BY q.id;
+
+INSERT INTO labeling_queueannotatorcounts (queue_id, annotator_id, submitted)
+SELECT i.queue_id, a.annotator_id, count(*)
+FROM labeling_queueassignment a JOIN labeling_queueitem i ON i.id = a.item_id
+WHERE a.status = 'submitted'
+GROUP BY i.queue_id, a.annotator_id;
 """
 
 DROP = """
@@ -184,12 +232,14 @@ DROP FUNCTION labeling_queuecounts_queue();
 DROP FUNCTION labeling_queuecounts_items();
 DROP FUNCTION labeling_queuecounts_assignments();
 DELETE FROM labeling_queuecounts;
+DELETE FROM labeling_queueannotatorcounts;
 """
 
 
 class Migration(migrations.Migration):
     dependencies = [
         ("labeling", "0014_final_spans"),
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
@@ -209,6 +259,41 @@ class Migration(migrations.Migration):
                 ("items", models.PositiveIntegerField(default=0)),
                 ("complete", models.PositiveIntegerField(default=0)),
             ],
+        ),
+        migrations.CreateModel(
+            name="QueueAnnotatorCounts",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("submitted", models.PositiveIntegerField(default=0)),
+                (
+                    "annotator",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "queue",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="+",
+                        to="labeling.queue",
+                    ),
+                ),
+            ],
+            options={
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("queue", "annotator"), name="queueannotatorcounts_unique"
+                    )
+                ],
+            },
         ),
         migrations.RunSQL(CREATE, DROP),
     ]

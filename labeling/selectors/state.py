@@ -70,15 +70,13 @@ _SQL_PROGRESS = f"""SELECT json_build_object(
     LEFT JOIN (SELECT tl.first_error_index AS i FROM labeling_trajectorylabel tl
                WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s) fe ON true
     WHERE s.trajectory_id = {_T}."id" AND s.labelable"""
-# A queue's progress: its kept counts (``QueueCounts``) and this user's submitted items,
-# counted over their own submitted assignments (the annotator and status index), never
-# over the queue's items. ``{queue}`` is the queue's id: ``%s`` or an outer query's column.
+# A queue's progress: its kept counts (``QueueCounts``, and ``QueueAnnotatorCounts`` for
+# this user's submitted items), never a count over the queue's items or the user's
+# assignments. ``{queue}`` is the queue's id: ``%s`` or an outer query's column.
 QUEUE_PROGRESS_TEMPLATE = """SELECT json_build_object(
         'items', k.items, 'complete', k.complete,
-        'mine', (SELECT count(*) FROM labeling_queueassignment a
-                 JOIN labeling_queueitem i ON i.id = a.item_id
-                 WHERE a.annotator_id = %s AND a.status = 'submitted'
-                   AND i.queue_id = k.queue_id))
+        'mine', coalesce((SELECT m.submitted FROM labeling_queueannotatorcounts m
+                          WHERE m.queue_id = k.queue_id AND m.annotator_id = %s), 0))
     FROM labeling_queuecounts k WHERE k.queue_id = {queue}"""
 QUEUE_PROGRESS_SQL = QUEUE_PROGRESS_TEMPLATE.format(queue="%s")
 

@@ -17,7 +17,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from labeling.models import LabelSchema, Queue, QueueAssignment, QueueCounts, QueueItem
+from labeling.models import (
+    LabelSchema,
+    Queue,
+    QueueAnnotatorCounts,
+    QueueAssignment,
+    QueueCounts,
+    QueueItem,
+)
 from labeling.selectors import queue_progress
 from labeling.services import (
     queue_assignment_release,
@@ -52,8 +59,26 @@ def kept(queue: Queue) -> tuple[int, int]:
     return counts.items, counts.complete
 
 
+def submitted_by(queue: Queue) -> dict[int, int]:
+    """Per annotator, the queue's items they submitted: kept, and counted over the rows."""
+    kept_mine = dict(
+        QueueAnnotatorCounts.objects.filter(queue_id=queue.pk, submitted__gt=0).values_list(
+            "annotator_id", "submitted"
+        )
+    )
+    counted = dict(
+        QueueAssignment.objects.filter(item__queue=queue, status="submitted")
+        .values("annotator_id")
+        .annotate(n=Count("id"))
+        .values_list("annotator_id", "n")
+    )
+    assert kept_mine == counted
+    return counted
+
+
 def assert_counts(queue: Queue, items: int, complete: int) -> None:
     assert kept(queue) == recount(queue) == (items, complete)
+    submitted_by(queue)
 
 
 def annotators(project: Project, count: int) -> list[User]:
@@ -127,6 +152,7 @@ def test_an_item_is_complete_when_the_overlap_has_submitted(project: Project) ->
     assert_counts(queue, 2, 1)
     submit_next(second, queue)
     assert_counts(queue, 2, 2)
+    assert submitted_by(queue) == {first.pk: 2, second.pk: 2}
 
 
 @pytest.mark.django_db
@@ -210,6 +236,28 @@ def test_removed_items_and_assignments_are_taken_off(project: Project) -> None:
 
 
 @pytest.mark.django_db
+def test_a_deleted_annotator_takes_their_submits_with_them(project: Project) -> None:
+    """A user with verdicts cannot be deleted (they are protected); one whose submitted
+    assignment an admin wrote can. The cascade removes their assignments and their counts
+    row, in whichever order Django deletes them: the counts follow, no row is left."""
+    queue = made(project, 2, overlap=2)
+    first, second = annotators(project, 2)
+    submit_next(first, queue)
+    now = timezone.now()
+    item = QueueItem.objects.get(queue=queue, assignments__annotator=first)
+    for other in (item, QueueItem.objects.filter(queue=queue).exclude(pk=item.pk).get()):
+        QueueAssignment.objects.create(
+            item=other, annotator=second, status="submitted", leased_at=now, expires_at=now
+        )
+    assert_counts(queue, 2, 1)
+    assert submitted_by(queue) == {first.pk: 1, second.pk: 2}
+    second.delete()
+    assert_counts(queue, 2, 0)
+    assert submitted_by(queue) == {first.pk: 1}
+    assert not QueueAnnotatorCounts.objects.filter(annotator_id=second.pk).exists()
+
+
+@pytest.mark.django_db
 def test_a_changed_overlap_counts_complete_items_again(project: Project) -> None:
     queue = made(project, 2, overlap=2)
     first, second = annotators(project, 2)
@@ -252,6 +300,7 @@ def test_the_migration_counts_the_queues_that_exist(project: Project) -> None:
     finally:
         migrate_to_latest(connection)
     assert_counts(queue, 3, 1)
+    assert submitted_by(queue) == {first.pk: 2, second.pk: 1}
     later = queue_create(
         project=project, name="after", created_by=None, filters=TrajectoryFilters()
     )
