@@ -125,6 +125,7 @@ class ExportForm(forms.Form):
         counts them: the values given are taken as they are and the service checks them."""
         super().__init__(*args, **kwargs)
         choices = export_choices(project, counted=counted)
+        self.kept = choices.kept  # where the choices' counts stand, for the page
         if not self.is_bound and not self.initial.get("labels"):
             self.initial["labels"] = choices.default_labels
         given = self.data if self.is_bound else {}

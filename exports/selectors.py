@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
@@ -13,6 +14,7 @@ from django.db import connection
 from django.db.models import Count, Exists, Max, OuterRef, Q
 from django.http import Http404
 
+from evaluation.kept import Kept, summary_kept
 from exports.models import BatchVersion, ExportBatch, ExportJob, Selection
 from labeling.models import StepLabel
 from labeling.sources import (
@@ -21,7 +23,7 @@ from labeling.sources import (
     label_source_parse,
     label_source_sql,
 )
-from rollouts.changes import changed_since, project_marks
+from rollouts.changes import project_marks
 from rollouts.models import Policy, StepMC
 from scoring.models import AttributionRun, StepScore
 from scoring.selectors import scorer_id_for, scorers_with_scores
@@ -90,12 +92,17 @@ class ExportChoices:
     # The humans' majority once it labels anything, else the first source that does (a
     # fresh import's truth), so the form opens on labels that exist.
     default_labels: str = "human:majority"
+    # Where the counts stand (their age, whether a worker is counting them again); None
+    # where nothing is counted (the preview's form).
+    kept: Kept | None = None
 
 
 def export_choices(project: Project, *, counted: bool = True) -> ExportChoices:
     """The export page's choices, each with how many steps it labels, scores or credits
-    (:func:`choice_counts`: counted once, then again only after the project's labels,
-    scores, credits, members or trajectories change), plus the selections, counted.
+    (a kept summary, :func:`choice_counts_make`: the kept counts while nothing they read
+    has changed; else counted again here for a small project, by a worker for a large
+    one, the page showing the kept counts with their age meanwhile), plus the selections,
+    counted.
 
     ``counted=False`` is for the preview's form, which shows no choices and only checks
     the values given: it lists none of them and counts nothing (the form takes a value
@@ -104,7 +111,20 @@ def export_choices(project: Project, *, counted: bool = True) -> ExportChoices:
         return ExportChoices(
             label_sources=list(FIXED_SOURCES), scorers=[], credit_runs=[], selections=[]
         )
-    counts = choice_counts(project)
+    kept = summary_kept(project, CHOICES_PAGE, {})
+    counts: ChoiceCounts | None = kept.value
+    selections = selections_for_project(project)[:CHOICES_SHOWN]
+    if counts is None:  # a large project's first counts: a worker is making them
+        return ExportChoices(
+            label_sources=list(FIXED_SOURCES),
+            scorers=[],
+            credit_runs=[],
+            selections=[
+                ("", "all trajectories"),
+                *((selection.name, selection.name) for selection in selections),
+            ],
+            kept=kept,
+        )
     labelling = [text for text, _, count in counts.labels if count]
     majority = counts.labels[0][0]  # the humans' majority (of the first schema)
     return ExportChoices(
@@ -122,9 +142,10 @@ def export_choices(project: Project, *, counted: bool = True) -> ExportChoices:
                     selection.name,
                     f"{selection.name} · {_selected(project, selection.definition):,} trajectories",
                 )
-                for selection in selections_for_project(project)[:CHOICES_SHOWN]
+                for selection in selections
             ),
         ],
+        kept=kept,
     )
 
 
@@ -141,38 +162,35 @@ class ChoiceCounts:
     trajectories: int
 
 
-# The counts of a project, in Django's cache (each process's memory unless CACHES says
-# otherwise) under this prefix, the project's id and its creation time.
-COUNTS_CACHE_PREFIX = "exports:choice-counts:"
+# The export page's counts, a kept summary of the project (evaluation.kept): made again in
+# the request for a small project, and for a large one by a worker while the page shows
+# the kept counts with their age; kept in the database, so every web process shares them.
+CHOICES_PAGE = "export-choices"
+# The scorers' counts, in the cache of the process that makes the summary (a worker's,
+# for a large project) under this prefix, the project's id and its creation time.
+SCORED_CACHE_PREFIX = "exports:scored-counts:"
 
 
-def choice_counts(project: Project) -> ChoiceCounts:
-    """The export page's choices and counts. Finding which members and imports label the
-    project and counting each source, scorer and run is a pass over the project's labels,
-    scores or credits (seconds on a million labelled steps), so the result is kept in the
-    cache and made again only when something it reads may have changed
-    (:mod:`rollouts.changes`)."""
+def choice_counts_make(project: Project, params: Mapping[str, str]) -> ChoiceCounts:
+    """The export page's choices and counts (the kept summary's making). Finding which
+    members and imports label the project and counting each source, scorer and run is a
+    pass over the project's labels, scores or credits: seconds on ten million steps."""
+    return _choice_counts(project, _scored_kept(project))
+
+
+def _scored_kept(project: Project) -> list[tuple[str, int]]:
+    """The scores' counts (the costliest: 20 s of 25 at 10M steps) change only with the
+    project's jobs, not with a label: a label write recounts the labels alone."""
     # The creation time too: a database rebuilt or restored may give another project the id.
-    key = f"{COUNTS_CACHE_PREFIX}{project.pk}:{project.created_at.timestamp()}"
-    marks = project_marks(project)
+    key = f"{SCORED_CACHE_PREFIX}{project.pk}:{project.created_at.timestamp()}"
+    inputs = project_marks(project).inputs
     kept: dict[str, Any] | None = cache.get(key)
-    if kept is not None and not changed_since(project, kept["marks"], marks):
-        if kept["marks"] != marks:
-            cache.set(key, {**kept, "marks": marks}, timeout=None)
-        counts: ChoiceCounts = kept["counts"]
-        return counts
-    # The scores' counts (the costliest: 20 s of 25 at 10M steps) change only with the
-    # project's jobs, not with a label: a label write recounts the labels alone.
-    scored_key = f"{key}:scored"
-    kept_scored: dict[str, Any] | None = cache.get(scored_key)
-    if kept_scored is not None and kept_scored["inputs"] == marks.inputs:
-        scored: list[tuple[str, int]] = kept_scored["scored"]
-    else:
-        scored = _scored(project)
-        cache.set(scored_key, {"inputs": marks.inputs, "scored": scored}, timeout=None)
-    counts = _choice_counts(project, scored)
-    cache.set(key, {"marks": marks, "counts": counts}, timeout=None)
-    return counts
+    if kept is not None and kept["inputs"] == inputs:
+        scored: list[tuple[str, int]] = kept["scored"]
+        return scored
+    scored = _scored(project)
+    cache.set(key, {"inputs": inputs, "scored": scored}, timeout=None)
+    return scored
 
 
 def _choice_counts(project: Project, scored: list[tuple[str, int]]) -> ChoiceCounts:

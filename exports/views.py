@@ -58,6 +58,7 @@ def export_list(request: HtmxHttpRequest, slug: str) -> HttpResponse:
     context = {
         "project": project,
         "form": form,
+        "kept": form.kept,
         "jobs": jobs,
         "can_export": can_export,
         "batches": batches_for_project(project),

@@ -41,7 +41,9 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("labeling",),
     ("scoring",),
     ("rollouts",),
-    ("evaluation", "exports"),
+    ("evaluation",),
+    # Exports: its page's counts are one of evaluation's kept summaries.
+    ("exports",),
     # Semantic search (and, next, failure modes): reads the steps, the labels and the
     # label sources below it; fills the selection language's narrowing hook.
     ("discovery",),

@@ -17,7 +17,7 @@ from labeling.models import (
     QueueItem,
     StepLabel,
 )
-from labeling.selectors.state import QUEUE_PROGRESS_SQL
+from labeling.selectors.state import QUEUE_PROGRESS_SQL, QUEUE_PROGRESS_TEMPLATE
 from labeling.selectors.surface import (
     REVIEWER_ROLES,
     AnyUser,
@@ -69,7 +69,7 @@ def queues_for_project(project: Project, user: AnyUser, role: str | None) -> lis
         queues = queues.filter(~Exists(assigned) | Exists(assigned.filter(user_id=uid)))
     queues = queues.annotate(
         _progress=RawSQL(
-            QUEUE_PROGRESS_SQL.replace("i.queue_id = %s", 'i.queue_id = "labeling_queue"."id"'),
+            QUEUE_PROGRESS_TEMPLATE.format(queue='"labeling_queue"."id"'),
             [user.pk],
         ),
         open_lease_trajectory=Subquery(

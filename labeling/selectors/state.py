@@ -70,17 +70,15 @@ _SQL_PROGRESS = f"""SELECT json_build_object(
     LEFT JOIN (SELECT tl.first_error_index AS i FROM labeling_trajectorylabel tl
                WHERE tl.trajectory_id = {_T}."id" AND tl.annotator_id = %s) fe ON true
     WHERE s.trajectory_id = {_T}."id" AND s.labelable"""
-QUEUE_PROGRESS_SQL = """SELECT json_build_object(
-        'items', count(*),
-        'complete', count(*) FILTER (WHERE done.n >= q.overlap),
-        'mine', count(*) FILTER (WHERE done.mine))
-    FROM labeling_queueitem i
-    JOIN labeling_queue q ON q.id = i.queue_id
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS n, bool_or(a.annotator_id = %s) AS mine
-        FROM labeling_queueassignment a WHERE a.item_id = i.id AND a.status = 'submitted'
-    ) done ON true
-    WHERE i.queue_id = %s"""
+# A queue's progress: its kept counts (``QueueCounts``, and ``QueueAnnotatorCounts`` for
+# this user's submitted items), never a count over the queue's items or the user's
+# assignments. ``{queue}`` is the queue's id: ``%s`` or an outer query's column.
+QUEUE_PROGRESS_TEMPLATE = """SELECT json_build_object(
+        'items', k.items, 'complete', k.complete,
+        'mine', coalesce((SELECT m.submitted FROM labeling_queueannotatorcounts m
+                          WHERE m.queue_id = k.queue_id AND m.annotator_id = %s), 0))
+    FROM labeling_queuecounts k WHERE k.queue_id = {queue}"""
+QUEUE_PROGRESS_SQL = QUEUE_PROGRESS_TEMPLATE.format(queue="%s")
 
 
 # Yes/no facts of the trajectory's project that a higher app wants on the labeling page

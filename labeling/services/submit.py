@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 import orjson
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import F
 from django.utils import timezone
 
-from labeling.models import Queue, QueueAssignment, TrajectoryLabel
+from labeling.models import QueueCounts, TrajectoryLabel
 from labeling.selectors import LabelingState
 from labeling.services.common import (
     MAX_RATIONALE_CHARS,
@@ -187,14 +187,13 @@ def _submitted_announce(
             "outcome": verdict.outcome,
         },
     )
-    for queue in Queue.objects.filter(pk__in=queue_ids):
-        submitted = Count(
-            "assignments", filter=Q(assignments__status=QueueAssignment.Status.SUBMITTED)
+    # The kept counts already hold this submit (their triggers ran in its statement).
+    finished = QueueCounts.objects.filter(
+        queue_id__in=queue_ids, complete__gte=F("items")
+    ).select_related("queue")
+    for counts in finished:
+        event_emit(
+            project_id=project_id,
+            kind="queue.finished",
+            data={"queue": counts.queue_id, "name": counts.queue.name, "items": counts.items},
         )
-        short = queue.items.annotate(n=submitted).filter(n__lt=queue.overlap)
-        if not short.exists():
-            event_emit(
-                project_id=project_id,
-                kind="queue.finished",
-                data={"queue": queue.pk, "name": queue.name, "items": queue.items.count()},
-            )

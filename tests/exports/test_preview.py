@@ -7,6 +7,7 @@ import html
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
@@ -14,7 +15,10 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from evaluation.kept import summary_refresh
+from evaluation.models import KeptSummary
 from exports.models import Selection
+from exports.selectors import CHOICES_PAGE
 from labeling.models import StepLabel
 from scoring.models import StepScore
 from tests.evaluation.test_compare import scorer_for
@@ -284,3 +288,39 @@ def test_the_same_source_in_another_project_is_not_counted(
     trajectory_import(project=other, source_format="processbench", path=PROCESSBENCH)
     assert StepLabel.objects.filter(step__trajectory__project=other).count() == alone
     assert stat(preview(researcher, **params), "labelled by the source") == alone
+
+
+def test_a_large_projects_counts_are_kept_and_a_label_write_counts_nothing_in_the_page(
+    processbench: Project, researcher: Client, settings: Any
+) -> None:
+    """Counting each label source after every label write took ~5 s of the page at 10M
+    steps (#37). Past STEPSCOPE_SUMMARY_INLINE_STEPS the counts are a kept summary in the
+    database (every web process reads the same row), made by a worker; after a label
+    write the page shows them with their age and counts nothing itself. A source typed in
+    is still taken, and the service still checks it."""
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    first = researcher.get("/p/pb/exports/").content.decode()
+    assert "a worker is counting the label sources" in first
+    assert "imported: processbench ·" not in first
+    typed = {"format": "trl-stepwise", "neutral": "drop"}
+    unknown = researcher.post("/p/pb/exports/", {**typed, "labels": "human:nobody"})
+    assert unknown.status_code == 400 and "nobody" in unknown.content.decode()
+    made = researcher.post("/p/pb/exports/", {**typed, "labels": "import:processbench"})
+    assert made.status_code == 302
+
+    row = KeptSummary.objects.get(project=processbench, page=CHOICES_PAGE)
+    assert summary_refresh(project_id=processbench.pk, page=CHOICES_PAGE, params=row.params)
+    imported = StepLabel.objects.filter(annotator__username="import:processbench").count()
+    counted = researcher.get("/p/pb/exports/").content.decode()
+    assert f"imported: processbench · {imported:,} steps" in counted
+    assert "export-counts-note" not in counted
+
+    _labels_by(processbench, "annotator9", 4)
+    after = _queries(researcher, "/p/pb/exports/")
+    assert not [sql for sql in after if "labeling_steplabel l" in sql], after
+    page = researcher.get("/p/pb/exports/").content.decode()
+    assert "a worker is counting them again" in page
+    assert f"imported: processbench · {imported:,} steps" in page
+    assert "annotator9" not in page
+    assert summary_refresh(project_id=processbench.pk, page=CHOICES_PAGE, params=row.params)
+    assert "annotator annotator9 · 4 steps" in researcher.get("/p/pb/exports/").content.decode()
