@@ -19,6 +19,7 @@ from evaluation import kept
 from evaluation.models import KeptSummary
 from labeling.models import StepLabel
 from tests.evaluation.test_compare import build
+from tests.factories import trajectory_with_steps
 from tests.waiting import wait_until
 from trajectories.models import Project
 from trajectories.services import project_create
@@ -229,3 +230,21 @@ def test_a_large_projects_disagreements_are_sorted_by_a_worker(
         "a worker is counting"
         in client.get(url, {"scorer": "prm", "kind": "missed"}).content.decode()
     )
+
+
+@pytest.mark.django_db
+def test_small_means_at_most_the_inline_steps(settings: Any) -> None:
+    """The bound on a project's steps that makes a summary in the request, summed over
+    its trajectories (largest first, stopping once past it): equal is small, one more
+    is not, and another project's steps do not count."""
+    project = project_create(slug="bound", name="bound")
+    other = project_create(slug="other", name="other")
+    for owner, lengths in ((project, (5, 3, 2)), (other, (50,))):
+        for number, length in enumerate(lengths):
+            trajectory_with_steps(owner, [f"s{i}" for i in range(length)], external_id=f"t{number}")
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 10
+    assert kept._inline(project)
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 9
+    assert not kept._inline(project)
+    settings.STEPSCOPE_SUMMARY_INLINE_STEPS = 0
+    assert kept._inline(project_create(slug="empty", name="empty"))
