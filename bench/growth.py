@@ -611,13 +611,23 @@ def _live_appender(project: Project) -> Any:
 
 
 def summaries_made(project: Project, timed: dict[str, Any]) -> dict[str, float]:
-    """The kept summaries (compare, failures, the review list, the home's step counts),
+    """The kept summaries (compare, failures, the review list, the home's step counts,
+    the export page's counts, agreement between humans, the disagreements),
     made once as the page or its worker makes them (in the request below
     STEPSCOPE_SUMMARY_INLINE_STEPS, by a worker above: the bench runs the worker's task
     here); returns how long each making took. The timed requests then read them kept,
     made again in the request or queued whenever a label write of the rounds moved what
     they read."""
-    for name in ("compare", "failures", "review list", "project home"):
+    kept_pages = (
+        "compare",
+        "failures",
+        "review list",
+        "project home",
+        "exports page",
+        "compare humans",
+        "compare disagreements",
+    )
+    for name in kept_pages:
         timed[name]()
     made = {}
     for row in KeptSummary.objects.filter(project=project):
