@@ -41,8 +41,25 @@ def metadata_condition_q(condition: MetadataCondition) -> Q:
         return Q(_ORDER_LOOKUPS[condition.op](json_number(value), condition.value))
     same: Exact[Any] = Exact(value, Cast(Value(condition.json_value()), JSONField()))
     if condition.op == "=":
-        return Q(same)
+        return Q(same) & _containing(condition)
     return Q(IsNull(value, False)) & ~Q(same)
+
+
+def _containing(condition: MetadataCondition) -> Q:
+    """An equality's condition again as containment (``metadata @> {"a": {"b": 3}}``),
+    which the trajectory table's GIN index answers; the equality beside it keeps the
+    meaning exact (containment is looser for arrays, and compares numbers as equality
+    does). Nothing where the path steps into an array: a whole-number key is an index
+    there (``KeyTransform``), which containment of an object cannot say."""
+    document: Any = condition.value
+    for key in reversed(condition.path):
+        try:
+            int(key)
+        except ValueError:
+            document = {key: document}
+        else:
+            return Q()
+    return Q(metadata__contains=document)
 
 
 def json_number(value: Any) -> Case:

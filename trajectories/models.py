@@ -243,6 +243,10 @@ class Trajectory(models.Model):
             models.Index(fields=["project", "success"], name="traj_project_success"),
             models.Index(fields=["project", "step_count"], name="traj_project_length"),
             models.Index(fields=["project", "external_id"], name="traj_project_external"),
+            # Metadata conditions (``metadata.run = "a"``): an equality is also asked as
+            # containment, which this index answers (trajectories.metadata_sql), so a
+            # selection by metadata reads the trajectories it selects, not all of them.
+            GinIndex(fields=["metadata"], opclasses=["jsonb_path_ops"], name="traj_metadata"),
             # Rollouts of the same task text (whatever their task keys): where steps that
             # share a prefix are looked for (rollouts/services/chunks.py). The digest
             # leads so that lookup can use no other index; it keeps long tasks out too.

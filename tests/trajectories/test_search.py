@@ -240,6 +240,35 @@ def test_metadata_filters_on_the_real_file(tau: Project) -> None:
     assert ids(tau, TrajectoryFilters(meta="metadata.no_such_key != 1")) == set()
 
 
+@pytest.mark.django_db
+def test_a_metadata_equality_means_the_same_asked_through_the_index(project: Project) -> None:
+    """An equality is also asked as containment (the trajectory table's GIN index answers
+    it): JSON equality still decides, so 3 equals 3.0, a value inside an array is not
+    equal to it, and a whole-number key still indexes into an array."""
+    made = {
+        name: trajectory_with_steps(project, ["s"], external_id=name, metadata=metadata)
+        for name, metadata in {
+            "int": {"level": 3, "run": {"name": "a"}, "tags": ["x", "y"]},
+            "float": {"level": 3.0, "run": {"name": "b"}, "tags": ["y"]},
+            "array": {"level": [3], "run": {"name": ["a"]}, "tags": "x"},
+            "none": {},
+        }.items()
+    }
+
+    def named(meta: str) -> set[str]:
+        filters = TrajectoryFilters(meta=meta)
+        return {t.external_id for t in made.values() if t.pk in ids(project, filters)}
+
+    assert named("metadata.level = 3") == {"int", "float"}
+    assert named("metadata.run.name = a") == {"int"}
+    assert named("metadata.tags.0 = x") == {"int"}
+    assert named("metadata.tags = x") == {"array"}
+    assert named("metadata.level != 3") == {"array"}
+    with CaptureQueriesContext(connection) as queries:
+        named("metadata.run.name = a")
+    assert any('"metadata" @>' in query["sql"] for query in queries.captured_queries)
+
+
 def test_agent_filter_on_who_and_when_through_the_mapped_importer(project: Project) -> None:
     for name in ("Algorithm-Generated/1.json", "Hand-Crafted/24.json"):
         trajectory_import(
