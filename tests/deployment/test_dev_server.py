@@ -31,6 +31,10 @@ from trajectories.services import live
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REQUESTS = 300
+# The development server's connections carry this name (libpq's PGAPPNAME), so that the
+# count leaves out those of other processes on the test database: the session's Celery
+# worker, when a test earlier in this process started it, holds some of its own.
+DEV_SERVER_APP = "stepscope-test-runserver"
 
 
 @pytest.fixture
@@ -42,6 +46,7 @@ def dev_server(tmp_path: Path) -> Iterator[int]:
         "STEPSCOPE_TESTING": "1",
         "STEPSCOPE_DATABASE_NAME": connection.settings_dict["NAME"],
         "STEPSCOPE_DEBUG": "0",
+        "PGAPPNAME": DEV_SERVER_APP,
     }
     env.pop("STEPSCOPE_DB_CONN_MAX_AGE", None)
     with (tmp_path / "runserver.log").open("wb") as log:
@@ -77,19 +82,27 @@ def _status(port: int, path: str, token: str = "") -> int | None:
 
 
 def _server_connections() -> int:
-    """Connections to the test database other than this test's own."""
+    """The development server's connections to the test database."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity"
-            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            " WHERE datname = current_database() AND application_name = %s",
+            [DEV_SERVER_APP],
         )
         (count,) = cursor.fetchone()
     return int(count)
 
 
 def test_a_script_on_the_development_server_leaves_no_connection_per_request(
-    dev_server: int, owner: User, project: Project
+    dev_server: int, owner: User, project: Project, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The count below sees the server's connections only if they carry its name.
+    monkeypatch.setenv("PGAPPNAME", DEV_SERVER_APP)
+    named = connection.get_new_connection(connection.get_connection_params())
+    try:
+        assert named.execute("SHOW application_name").fetchone() == (DEV_SERVER_APP,)
+    finally:
+        named.close()
     trajectory = trajectory_with_steps(project, ["a", "b"])
     _, token = api_token_create(user=owner, name="script")
     paths = [f"/api/v1/trajectories/{trajectory.pk}/", f"/api/v1/projects/{project.slug}/"]
