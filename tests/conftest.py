@@ -23,7 +23,7 @@ from django.db import connections
 from hypothesis import settings as hypothesis_settings
 
 from tests import isolation
-from tests.databases import TestDatabase
+from tests.databases import TestDatabase, flush_install
 from tests.factories import MembershipFactory, UserFactory
 from tests.waiting import wait_until
 from trajectories.models import Membership, Project
@@ -41,7 +41,9 @@ REALDATA = REPO_ROOT.parent / "shared" / "realdata"
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment: None, django_db_blocker: Any) -> Iterator[None]:
     """This process's own database, copied from a migrated template (tests/databases.py)
-    instead of migrated from scratch."""
+    instead of migrated from scratch; a committing test's flush deletes its rows instead
+    of truncating every table."""
+    flush_install()
     with django_db_blocker.unblock():
         database = TestDatabase(isolation.NAME)
         database.create()

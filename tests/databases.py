@@ -34,7 +34,7 @@ import psycopg
 from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
-from django.db import connections
+from django.db import connections, transaction
 
 TEST_PREFIX = "test_stepscope_"
 TEMPLATE_PREFIX = "stepscope_tpl_"
@@ -151,3 +151,64 @@ class TestDatabase:
         connections.close_all()
         _drop(self.conn, self.name)
         self.conn.close()
+
+
+# --- A committing test's flush.
+#
+# After each test that commits (``transactional_db``, ``live_server``), Django's teardown
+# runs ``flush``: one TRUNCATE of every table (~100 here), which gives each table and index
+# new files, then the post_migrate signal, which writes the content types and permissions
+# again. That took 0.5-0.8 s a test, mostly file work, though a test writes to a few
+# tables and a few rows. Deleting the rows instead takes a few milliseconds. FLUSH_BYTES
+# bounds it: a table grown past it (a test that wrote thousands of rows) would keep its
+# dead rows, as autovacuum is off (see above), and make later tests read them, so
+# then every table is truncated as Django does.
+FLUSH_BYTES = 1 << 20
+# Kept by the delete (the truncate empties them and post_migrate fills them again): the
+# rows post_migrate would write back, the same at every test.
+FLUSH_KEEPS = frozenset({"django_content_type", "auth_permission"})
+
+
+def tables_flush(alias: str) -> bool:
+    """Empties the database's model tables by DELETE, unless one of its tables has
+    grown past FLUSH_BYTES. False if it did not (the caller then flushes as Django
+    does). Triggers and foreign-key checks are off for the delete
+    (``session_replication_role = replica``, a superuser's setting): every table is
+    emptied, so there is nothing for them to keep."""
+    connection = connections[alias]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user UNION ALL"
+            " SELECT coalesce(max(pg_table_size(oid)), 0) <= %s FROM pg_class"
+            " WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'",
+            [FLUSH_BYTES],
+        )
+        superuser, small = (row[0] for row in cursor.fetchall())
+        if not (superuser and small):
+            return False
+        tables = set(connection.introspection.django_table_names(only_existing=True))
+        quote = connection.ops.quote_name
+        with transaction.atomic(using=alias):
+            cursor.execute("SET LOCAL session_replication_role = replica")
+            cursor.execute(
+                "; ".join(f"DELETE FROM {quote(table)}" for table in sorted(tables - FLUSH_KEEPS))
+            )
+    return True
+
+
+def flush_install() -> None:
+    """Makes Django's committing-test teardown use ``tables_flush``; the tests that ask
+    for a subset of apps or a serialized rollback keep Django's own flush."""
+    from django.test import TransactionTestCase
+
+    django_teardown = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
+
+    def _fixture_teardown(self: TransactionTestCase) -> None:
+        if self.available_apps is not None or self.serialized_rollback:
+            django_teardown(self)
+            return
+        names = self._databases_names(include_mirrors=False)  # type: ignore[attr-defined]
+        if not all(tables_flush(alias) for alias in names):
+            django_teardown(self)
+
+    TransactionTestCase._fixture_teardown = _fixture_teardown  # type: ignore[attr-defined]
