@@ -146,6 +146,25 @@ def chromium() -> Iterator[Any]:
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
 
 
+@pytest.fixture(scope="session")
+def live_server() -> Iterator[Any]:
+    """pytest-django's live server, with its static files served by the app's own
+    WhiteNoise, as in production, rather than by Django's test handler: that one reads
+    each file from disk again on every request and lets the browser cache none of them,
+    so every page a browser test opened fetched its eight scripts and styles again."""
+    from pytest_django.live_server_helper import LiveServer
+
+    server = LiveServer(os.getenv("DJANGO_LIVE_TEST_SERVER_ADDRESS") or "localhost", start=False)
+    server.thread.static_handler = _the_app  # type: ignore[assignment]  # any handler -> handler
+    server.start()
+    yield server
+    server.stop()
+
+
+def _the_app(handler: Any) -> Any:
+    return handler
+
+
 @pytest.fixture
 def page(chromium: Any) -> Iterator[Any]:
     """A page in a new browser context (its own cookies and storage)."""
