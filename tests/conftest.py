@@ -3,6 +3,7 @@ outsider who is a member of nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -120,30 +121,65 @@ def outsider(db: None) -> User:
     return UserFactory.create(username="outsider")
 
 
-@pytest.fixture(scope="module")
-def chromium() -> Iterator[Any]:
-    """One headless Debian Chromium per test module (Playwright cannot download browsers
-    here); each test gets a fresh context of it. Not one per session: while Playwright's
-    sync API is open, its event loop counts as running in this thread, which would put
-    every later test of the process in an async context. Fails, not skips, without Chromium:
-    `make test` installs it, and a skipped browser test would let a whole flow go
-    untested while the suite stays green."""
+@pytest.fixture(scope="session")
+def _playwright() -> Iterator[tuple[Any, list[Any]]]:
+    """Playwright's driver, started once a process (the first browser test starts it),
+    and the one Chromium it keeps (in a list, so that a crashed browser is replaced).
+    Fails, not skips, without Chromium: `make test` installs it, and a skipped browser
+    test would let a whole flow go untested while the suite stays green."""
     import playwright.sync_api as playwright_api
 
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
-    if executable is None:
+    if shutil.which("chromium") is None and shutil.which("chromium-browser") is None:
         pytest.fail("no Chromium on this machine; run `make browser` (apt-get install chromium)")
+    with playwright_api.sync_playwright() as playwright:
+        browsers: list[Any] = []
+        yield playwright, browsers
+        _loop_resume()
+        for browser in browsers:
+            browser.close()
+
+
+# While Playwright's sync API is open, its event loop counts as running in this thread
+# (asyncio keeps the running loop per thread): every later test of the process would run
+# in an async context, where Django refuses ORM calls. Between browser modules the loop
+# is therefore marked as not running, and marked again before the next module's first
+# call; nothing runs it in between (it runs only inside Playwright's calls).
+_PAUSED_LOOP: list[Any] = []
+
+
+def _loop_pause() -> None:
+    loop = asyncio._get_running_loop()
+    if loop is not None:
+        _PAUSED_LOOP[:] = [loop]
+        asyncio._set_running_loop(None)
+
+
+def _loop_resume() -> None:
+    if _PAUSED_LOOP:
+        asyncio._set_running_loop(_PAUSED_LOOP.pop())
+
+
+@pytest.fixture(scope="module")
+def chromium(_playwright: tuple[Any, list[Any]]) -> Iterator[Any]:
+    """The process's headless Debian Chromium (Playwright cannot download browsers here),
+    for the tests of one module; each test gets a fresh context of it. One browser a
+    process rather than one a module: starting Playwright's driver and Chromium took
+    about a second of CPU, for each of ~50 modules."""
+    playwright, browsers = _playwright
+    _loop_resume()
     # Playwright's sync API runs an event loop in this thread; the test's own ORM calls
     # are still plain synchronous code.
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    with playwright_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
-        )
-        yield browser
-        browser.close()
+    if not browsers or not browsers[0].is_connected():
+        browsers[:] = [
+            playwright.chromium.launch(
+                executable_path=shutil.which("chromium") or shutil.which("chromium-browser"),
+                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+            )
+        ]
+    yield browsers[0]
     os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    _loop_pause()
 
 
 @pytest.fixture(scope="session")
