@@ -212,3 +212,20 @@ def flush_install() -> None:
             django_teardown(self)
 
     TransactionTestCase._fixture_teardown = _fixture_teardown  # type: ignore[attr-defined]
+
+
+@contextmanager
+def rows_shared(blocker: Any) -> Iterator[None]:
+    """A transaction for rows that a module-scoped fixture writes once for all its
+    module's tests (which run in savepoints of it, through their ``db``), rolled back
+    after the last of them: nothing is committed, so nothing is left for later
+    modules. The fixture writes its rows under ``blocker.unblock()``."""
+    with blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+    try:
+        yield
+    finally:
+        with blocker.unblock():
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)

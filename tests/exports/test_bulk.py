@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from scoring import prm
 from scoring import services as scoring
 from scoring.models import AttributionRun, Scorer, StepCredit, StepScore
 from tests.conftest import REALDATA
+from tests.databases import rows_shared
 from tests.exports.progress_stubs import CancelledProgress
 from trajectories import synthetic
 from trajectories.models import Project, Step, Trajectory
@@ -58,8 +60,23 @@ def row_by_row(plan: ExportPlan, out_dir: Path) -> dict[str, Any]:
     return export_manifest(plan, result)
 
 
+@pytest.fixture(scope="module")
+def mixed_rows(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Project, AttributionRun]]:
+    """``mixed``'s rows, written once for the module's tests."""
+    with rows_shared(django_db_blocker):
+        with django_db_blocker.unblock():
+            rows = mixed_write(tmp_path_factory.mktemp("mixed"))
+        yield rows
+
+
 @pytest.fixture
-def mixed(db: None, tmp_path: Path) -> tuple[Project, AttributionRun]:
+def mixed(db: None, mixed_rows: tuple[Project, AttributionRun]) -> tuple[Project, AttributionRun]:
+    return mixed_rows
+
+
+def mixed_write(tmp_path: Path) -> tuple[Project, AttributionRun]:
     """Arithmetic rollouts with credits and truth labels, tau-bench tool-calling runs
     (tool calls, leading system and user turns, non-ASCII text) and ProcessBench
     problems in one project; a human annotator's -1/0/+1 labels on a sample of every
@@ -296,8 +313,23 @@ def odd_text_records() -> list[dict[str, Any]]:
     return records
 
 
+@pytest.fixture(scope="module")
+def plain_rows(
+    django_db_setup: None, django_db_blocker: Any, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Project]:
+    """``plain``'s rows, written once for the module's tests."""
+    with rows_shared(django_db_blocker):
+        with django_db_blocker.unblock():
+            project = plain_write(tmp_path_factory.mktemp("plain"))
+        yield project
+
+
 @pytest.fixture
-def plain(db: None, tmp_path: Path) -> Project:
+def plain(db: None, plain_rows: Project) -> Project:
+    return plain_rows
+
+
+def plain_write(tmp_path: Path) -> Project:
     """Synthetic rollouts with truth labels, ProcessBench, and the odd-text records; a
     human annotator's -1/0/+1 labels on some of the labelable steps (+1 on every
     odd-text one). No tool calls."""
@@ -314,7 +346,8 @@ def plain(db: None, tmp_path: Path) -> Project:
     )
     trajectory_import(project=project, source_format="stepscope", path=odd)
     rng = random.Random(3)
-    alice = User.objects.create(username="alice")
+    # mixed's rows, alive beside these for the module, have the same annotator.
+    alice, _ = User.objects.get_or_create(username="alice")
     schema = LabelSchema.objects.get(project=project, is_active=True)
     StepLabel.objects.bulk_create(
         (
