@@ -6,6 +6,7 @@ actions, the API, and a judge's one-line description from the stand-in endpoint.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -21,10 +22,12 @@ from discovery.mode_services import (
 from discovery.models import FailureMode, FailureModeMember, FailureModeRun
 from exports.models import Selection
 from labeling.models import LabelSchema, Queue, QueueItem, StepLabel
+from tests.databases import rows_shared
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from trajectories.models import Project, Step, Trajectory
 from trajectories.selection import SelectionError, selection_parse
 from trajectories.selectors import trajectories_filtered
+from trajectories.services import project_create
 
 THEMES = {
     "tool": [
@@ -64,14 +67,31 @@ def failed_run(project: Project, name: str, error_text: str, **fields: Any) -> T
     return trajectory
 
 
+@pytest.fixture(scope="module")
+def failing_rows(django_db_setup: None, django_db_blocker: Any) -> Iterator[Project]:
+    """The failed trajectories, written once for the module's tests (each runs in a
+    savepoint of the module's transaction)."""
+    with rows_shared(django_db_blocker):
+        with django_db_blocker.unblock():
+            project = project_create(slug="demo", name="Demo")
+            for theme, texts in THEMES.items():
+                for i, text in enumerate(texts):
+                    failed_run(project, f"{theme}{i}", text, model_name=f"m{i % 2}")
+            # A success with a wrong step and a failure nobody labelled: neither is
+            # clustered.
+            failed_run(project, "won", "The search tool returned an error", success=True)
+            trajectory_with_steps(project, ["unlabelled"], external_id="bare", success=False)
+        yield project
+
+
+@pytest.fixture
+def project(db: None, failing_rows: Project) -> Project:
+    """The project of the failed trajectories (the personas' project)."""
+    return failing_rows
+
+
 @pytest.fixture
 def failing(project: Project) -> Project:
-    for theme, texts in THEMES.items():
-        for i, text in enumerate(texts):
-            failed_run(project, f"{theme}{i}", text, model_name=f"m{i % 2}")
-    # A success with a wrong step and a failure nobody labelled: neither is clustered.
-    failed_run(project, "won", "The search tool returned an error", success=True)
-    trajectory_with_steps(project, ["unlabelled"], external_id="bare", success=False)
     return project
 
 
@@ -278,18 +298,3 @@ def test_a_judge_describes_each_new_mode_in_one_line(failing: Project, openai_se
     again = run_now(failing, judge=judge.name)
     assert all(m.description for m in again.modes.all())
     assert len(openai_server.stats()["asked"]) == 3
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_worker_runs_the_queued_run(celery_worker: Any) -> None:
-    from tests.waiting import wait_until
-    from trajectories.services import project_create
-
-    project = project_create(slug="worked", name="Worked")
-    for theme, texts in THEMES.items():
-        for i, text in enumerate(texts):
-            failed_run(project, f"{theme}{i}", text)
-    run = failure_mode_run_start(project=project, user=None)
-    assert wait_until(lambda: FailureModeRun.objects.get(pk=run.pk).status == "done", timeout=120)
-    run.refresh_from_db()
-    assert (run.total, run.k) == (9, 3) and run.started_at and run.finished_at
