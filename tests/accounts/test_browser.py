@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from accounts.models import ApiToken
-from tests.browser import sign_in
+from tests.browser import sign_in_by_form
 from tests.factories import UserFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -23,7 +23,7 @@ def test_make_and_revoke_a_token_in_the_browser(
 ) -> None:
     UserFactory.create(username="ann")
     page.set_viewport_size({"width": size[0], "height": size[1]})
-    sign_in(page, live_server, "ann", PASSWORD)
+    sign_in_by_form(page, live_server, "ann", PASSWORD)
     page.click("header >> text=API tokens")
     page.wait_for_selector("#token-form")
     page.fill("#token-form input[name=name]", "training job")

@@ -38,7 +38,6 @@ def test_open_the_modes_and_make_a_queue_from_one(
     assert run.status == "done", run.error
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("failure-overview", args=[project.slug]))
     page.click("#failure-modes-link")
     page.wait_for_url("**/failures/modes/")
@@ -89,7 +88,6 @@ def test_group_the_notes_and_make_one_group_an_error_tag(
     assert run.status == "done", run.error
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "admin", PASSWORD)
-    page.wait_for_url("**/")
     url = live_server.url + reverse("failure-modes", args=[project.slug])
     page.goto(url)
     first = page.locator(".card.failure-mode").first

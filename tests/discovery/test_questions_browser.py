@@ -80,7 +80,6 @@ def test_a_researcher_asks_and_gets_trajectories_with_reasons(
     )
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("failure-overview", args=[project.slug]))
     page.click("#ask-a-question")
     page.wait_for_url("**/questions/")

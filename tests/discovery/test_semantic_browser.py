@@ -41,7 +41,6 @@ def test_a_paraphrase_finds_the_refusal_and_more_like_this(
     embeddings_build(project_id=project.pk)
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("trajectory-list", args=[project.slug]))
     page.fill("input[name=q]", "cannot help")
     page.locator("#trajectory-filters button[type=submit]").first.click()

@@ -28,7 +28,6 @@ def test_a_signed_in_user_joins_as_themselves(
     colleague = UserFactory.create(username="colleague")
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "colleague", "pw-for-tests")
-    page.wait_for_url("**/")
 
     page.goto(live_server.url + reverse("invite-accept", args=[secret]))
     button = page.wait_for_selector("#invite-join-form button[type=submit]")
