@@ -110,7 +110,6 @@ def _pages_read_well_at_both_sizes(page: Any, live_server: Any, project: Project
         "exports": (reverse("export-list", args=["demo"]), "main table"),
     }
     sign_in(page, live_server, demo_setup.DEMO_USER, demo_setup.DEMO_PASSWORD)
-    page.wait_for_url(live_server.url + "/")
     for size, (width, height) in SIZES.items():
         page.set_viewport_size({"width": width, "height": height})
         for name, (url, shows) in pages.items():

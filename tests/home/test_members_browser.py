@@ -37,7 +37,7 @@ def test_create_a_project_then_manage_its_members(
     colleague = UserFactory.create(username="colleague")
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "founder", PASSWORD)
-
+    page.goto(live_server.url + reverse("project-list"))
     page.wait_for_selector("#project-form")
     page.fill("#id_name", "Math PRM")
     page.fill("#id_slug", "math-prm")

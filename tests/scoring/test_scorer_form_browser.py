@@ -30,7 +30,6 @@ def test_an_admin_adds_a_judge_and_is_refused_a_path_outside(
     MembershipFactory.create(user=admin, project=project, role=Membership.Role.ADMIN)
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "admin", "pw-for-tests")
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("scoring-section", args=["demo"]))
 
     page.click("#scorer-add summary")

@@ -29,7 +29,6 @@ def test_import_page_lists_every_format_and_fits(
     MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("import-new", args=[project.slug]))
 
     select = page.locator("select[name=source_format]")

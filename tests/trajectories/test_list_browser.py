@@ -44,7 +44,6 @@ def test_the_list_sorts_by_a_header_and_filters_on_labels(
         )
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
     page.goto(live_server.url + reverse("trajectory-list", args=[project.slug]))
     assert rows(page) == [f"{long_id}-2", f"{long_id}-1", f"{long_id}-0"]
 

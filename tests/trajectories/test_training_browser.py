@@ -40,7 +40,6 @@ def test_rl_rollouts_read_well_on_each_page(
 
     page.set_viewport_size({"width": width, "height": height})
     sign_in(page, live_server, "researcher", PASSWORD)
-    page.wait_for_url("**/")
 
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
     facts = page.locator(".step-training").first
