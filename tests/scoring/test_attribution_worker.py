@@ -19,7 +19,7 @@ from scoring import prm
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
 from scoring.services import attribution_run_start
 from tests.factories import trajectory_with_steps
-from tests.scoring.conftest import Workers
+from tests.scoring.conftest import MODEL_MODULES, Workers
 from tests.scoring.test_worker import last_json_line, wait_until
 from trajectories.models import Project, Step
 
@@ -118,7 +118,8 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},  # 4 players, one trajectory a chunk
     )
-    first = workers.start(["default", queue], f"attr-kill-a-{queue}")
+    second = workers.spare(f"attr-kill-b-{queue}", preload=MODEL_MODULES)
+    first = workers.start(["default", queue], f"attr-kill-a-{queue}", preload=MODEL_MODULES)
     run = attribution_run_start(project=project, method="leave-one-out", scorer=scorer)
 
     def in_the_middle() -> bool:
@@ -134,7 +135,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     assert run.status == AttributionRun.Status.RUNNING
     assert run.chunks_done < run.chunks_total
 
-    workers.start(["default", queue], f"attr-kill-b-{queue}")
+    workers.take_over(second, ["default", queue])
 
     def finished() -> bool:
         run.refresh_from_db()
