@@ -199,6 +199,15 @@ class Workers:
                 "ok" in reply for answer in replies for reply in answer.values()
             ), replies
 
+    def idle(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker`` runs no task and holds none in reserve."""
+        from stepscope.celery import app
+
+        inspect = app.control.inspect(destination=[self.names[worker.pid]], timeout=2, limit=1)
+        active = inspect.active() or {}
+        reserved = inspect.reserved() or {}
+        return bool(active) and not any(active.values()) and not any(reserved.values())
+
     def kill(self, worker: subprocess.Popen[bytes]) -> None:
         """SIGKILL the worker and its pool children: no warm shutdown, no acks."""
         os.killpg(worker.pid, signal.SIGKILL)
