@@ -150,6 +150,9 @@ class Workers:
             **os.environ,
             "STEPSCOPE_TESTING": "1",
             "STEPSCOPE_DATABASE_NAME": self.database,
+            # Each log line reaches the file at once: these workers end by SIGKILL,
+            # which would lose what a buffer still held.
+            "PYTHONUNBUFFERED": "1",
         }
         log = REPO_ROOT / ".stepscope" / f"test-{name}-{isolation.NAME}.log"
         log.parent.mkdir(exist_ok=True)
