@@ -63,7 +63,11 @@ class Receiver:
 
         server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
+        # ``stop()`` waits for the loop to see the shutdown, up to one poll interval (half a
+        # second by default, at the end of every test that has a receiver).
+        threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
         self.server = server
 
     def stop(self) -> None:

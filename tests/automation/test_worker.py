@@ -253,6 +253,7 @@ def test_a_worker_killed_while_it_posts_loses_no_event_and_resends_under_the_sam
     webhook, secret = services.webhook_create(
         project=project, name="slow", url=receiver.url, events=["export.ready"], user=owner
     )
+    second = kill_workers.spare(f"hooks-b-{queue}")
     first = kill_workers.start([queue], f"hooks-a-{queue}")
     receiver.hold.set()  # the first POST waits in the receiver until the worker is dead
     _emit(project, 3)
@@ -261,7 +262,7 @@ def test_a_worker_killed_while_it_posts_loses_no_event_and_resends_under_the_sam
     receiver.release.set()
     deliveries = WebhookDelivery.objects.filter(webhook=webhook)
     assert {d.status for d in deliveries.all()} == {"pending"}
-    kill_workers.start([queue], f"hooks-b-{queue}")
+    kill_workers.take_over(second, [queue])
 
     def delivered() -> bool:
         # What the beat does every 10 s: queue the deliveries whose attempt is overdue.

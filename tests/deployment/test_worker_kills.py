@@ -1,7 +1,8 @@
 """A Celery worker killed (SIGKILL: no warm shutdown, no acknowledgement) in the middle of
-an import and of an export. Another worker takes the unacknowledged task again and
-finishes it: no duplicate rows, no partial files. (Scoring, attribution and rollout
-chunks have the same test in tests/scoring and tests/rollouts.)"""
+an import and of an export. Another worker (started ahead, idle on a queue of its own
+until the kill) takes the unacknowledged task again and finishes it: no duplicate rows,
+no partial files. (Scoring, attribution and rollout chunks have the same test in
+tests/scoring and tests/rollouts.)"""
 
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ def test_killed_workers_lose_no_import_and_no_export(
     expected = TASKS * 4
 
     # --- the import ----------------------------------------------------------------------
+    second = workers.spare("kill-import-b")
     first = workers.start(["default"], "kill-import-a")
     batch = import_upload_start(
         project=project,
@@ -71,7 +73,7 @@ def test_killed_workers_lose_no_import_and_no_export(
     # All or nothing: the killed transaction left no trajectory behind.
     assert not Trajectory.objects.filter(project=project).exists()
 
-    workers.start(["default"], "kill-import-b")
+    workers.take_over(second, ["default"])
 
     def imported() -> bool:
         batch.refresh_from_db()
@@ -93,6 +95,7 @@ def test_killed_workers_lose_no_import_and_no_export(
 
     # --- the export ----------------------------------------------------------------------
     workers.stop_all()
+    second = workers.spare("kill-export-b")
     first = workers.start(["default"], "kill-export-a")
     job = export_start(
         plan=export_plan_build(
@@ -111,7 +114,7 @@ def test_killed_workers_lose_no_import_and_no_export(
     # Nothing that looks finished: only hidden temporary files, if anything.
     assert all(path.name.startswith(".") for path in out_dir.glob("*"))
 
-    workers.start(["default"], "kill-export-b")
+    workers.take_over(second, ["default"])
 
     def exported() -> bool:
         job.refresh_from_db()

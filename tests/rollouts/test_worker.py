@@ -18,6 +18,7 @@ from rollouts.models import Continuation, Policy, RolloutBranch, RolloutChunk, R
 from rollouts.services import rollout_job_start
 from tests.factories import trajectory_with_steps
 from tests.rollouts.conftest import Workers
+from tests.scoring.conftest import MODEL_MODULES
 from tests.waiting import wait_until
 from trajectories.models import Project, Trajectory
 
@@ -60,8 +61,8 @@ def test_a_killed_worker_loses_at_most_one_chunk(
     transactional_db: None, workers: Workers, project: Project, tmp_path: Path
 ) -> None:
     """SIGKILL the worker (and its pool child) while it generates a chunk; a second
-    worker finds the unacknowledged chunk again and the job completes with exactly k
-    continuations per branch."""
+    worker (started ahead, idle until the kill) finds the unacknowledged chunk again and
+    the job completes with exactly k continuations per branch."""
     from scoring.prm import tiny
 
     slow = tiny.save_step_tag_lm(tmp_path / "slow-policy", layers=4, hidden=256)
@@ -82,7 +83,8 @@ def test_a_killed_worker_loses_at_most_one_chunk(
             "temperature": 1.0,
         },
     )
-    first = workers.start(["default", queue], f"kill-a-{queue}")
+    second = workers.spare(f"kill-b-{queue}", preload=MODEL_MODULES)
+    first = workers.start(["default", queue], f"kill-a-{queue}", preload=MODEL_MODULES)
     job = rollout_job_start(project=project, policy=policy, k=4, mode=RolloutJob.Mode.ALL)
 
     def in_the_middle() -> bool:
@@ -105,7 +107,7 @@ def test_a_killed_worker_loses_at_most_one_chunk(
     assert job.done == 8 * job.chunks_done  # what was written stays, nothing half-written
     assert lost <= 8
 
-    workers.start(["default", queue], f"kill-b-{queue}")
+    workers.take_over(second, ["default", queue])
 
     def finished() -> bool:
         job.refresh_from_db()

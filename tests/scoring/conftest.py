@@ -89,6 +89,17 @@ def make_scorer(tiny_models: TinyModels) -> Callable[..., Scorer]:
     return make
 
 
+# What a worker that loads one of the tiny models imports (torch, transformers, the model
+# classes and the scorers), for ``Workers.start(preload=...)``.
+MODEL_MODULES = (
+    "torch",
+    "transformers.models.qwen2.modeling_qwen2",
+    "transformers.models.llama.modeling_llama",
+    "scoring.prm.adapters",
+    "scoring.prm.causal_lm",
+)
+
+
 class Workers:
     """Celery workers started (each in its own session, so a SIGKILL takes the pool
     children too) against the test database and the test broker."""
@@ -96,24 +107,40 @@ class Workers:
     def __init__(self, database: str) -> None:
         self.database = database
         self.started: list[subprocess.Popen[bytes]] = []
+        self.names: dict[int, str] = {}
+        self.logs: dict[int, Path] = {}
 
-    def start(self, queues: list[str], name: str) -> subprocess.Popen[bytes]:
-        from stepscope.celery import app
-
+    def start(
+        self,
+        queues: list[str],
+        name: str,
+        *,
+        preload: tuple[str, ...] = (),
+        wait: bool = True,
+    ) -> subprocess.Popen[bytes]:
+        """A worker on ``queues``, once it answers a ping (at once with ``wait=False``).
+        ``preload``: modules the worker imports before it forks its pool child, so that
+        the child's first task does not import them (``MODEL_MODULES`` for a worker that
+        loads a model)."""
         # A worker restores messages a dead worker took but never acknowledged once they
         # are older than the visibility timeout (an hour by default on Redis), sweeping
-        # every 100 s by default. Here: 8 s (longer than any chunk, model load included,
-        # so live chunks are not handed out twice), swept every second. A sweep holds a
-        # mutex in Redis that outlives a worker killed while holding it, for 300 s by
-        # default, and no worker restores anything until it expires: here 5 s.
+        # every 100 s by default. Here: 4 s, swept every second, so that a kill test
+        # waits seconds for the second worker to get the dead one's chunk. A live chunk
+        # that runs longer is handed out again too, to the worker running it (the only
+        # one on the queue), which takes the copy once it has finished and acknowledged
+        # the original, and finds it done: the chunk tasks' redelivery check, which the
+        # kill tests exercise anyway. A sweep holds a mutex in Redis that outlives a
+        # worker killed while holding it, for 300 s by default, and no worker restores
+        # anything until it expires: here 5 s.
         options = {
-            "visibility_timeout": 8,
+            "visibility_timeout": 4,
             "unacked_restore_interval": 1,
             "unacked_restore_throttle": 1,
             "unacked_mutex_expire": 5,
         }
+        imports = "".join(f"import {module}; " for module in preload)
         code = (
-            "from stepscope.celery import app; "
+            f"{imports}from stepscope.celery import app; "
             f"app.conf.broker_transport_options.update({options!r}); "
             f"app.worker_main(['worker', '-Q', {','.join(queues)!r}, '--concurrency', '1',"
             f" '--pool', 'prefork', '-n', {name + '@%h'!r}, '--without-gossip',"
@@ -123,6 +150,9 @@ class Workers:
             **os.environ,
             "STEPSCOPE_TESTING": "1",
             "STEPSCOPE_DATABASE_NAME": self.database,
+            # Each log line reaches the file at once: these workers end by SIGKILL,
+            # which would lose what a buffer still held.
+            "PYTHONUNBUFFERED": "1",
         }
         log = REPO_ROOT / ".stepscope" / f"test-{name}-{isolation.NAME}.log"
         log.parent.mkdir(exist_ok=True)
@@ -136,12 +166,50 @@ class Workers:
                 start_new_session=True,
             )
         self.started.append(worker)
-        destination = [f"{name}@{socket.gethostname()}"]
+        self.names[worker.pid] = f"{name}@{socket.gethostname()}"
+        self.logs[worker.pid] = log
+        if wait:
+            self._wait_ready(worker)
+        return worker
+
+    def _wait_ready(self, worker: subprocess.Popen[bytes]) -> None:
+        from stepscope.celery import app
+
+        destination = [self.names[worker.pid]]
         deadline = time.monotonic() + 60
         while not app.control.ping(destination=destination, timeout=0.5):
             if worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"worker {name} did not start; see {log}")
-        return worker
+                raise RuntimeError(
+                    f"worker {destination[0]} did not start; see {self.logs[worker.pid]}"
+                )
+
+    def spare(self, name: str, *, preload: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+        """A worker started ahead of need, on a queue of its own that nothing is sent
+        to, so that it takes no task until ``take_over`` points it at the real queues:
+        the second worker of a kill test, starting (Django set up, models' modules
+        imported) while the first one works instead of after the kill."""
+        return self.start([f"spare-{name}"], name, preload=preload, wait=False)
+
+    def take_over(self, worker: subprocess.Popen[bytes], queues: list[str]) -> None:
+        """Have ``worker`` consume ``queues`` from now on, as if started on them."""
+        from stepscope.celery import app
+
+        self._wait_ready(worker)
+        destination = [self.names[worker.pid]]
+        for queue in queues:
+            replies = app.control.add_consumer(queue, destination=destination, reply=True)
+            assert replies and all(
+                "ok" in reply for answer in replies for reply in answer.values()
+            ), replies
+
+    def idle(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Whether ``worker`` runs no task and holds none in reserve."""
+        from stepscope.celery import app
+
+        inspect = app.control.inspect(destination=[self.names[worker.pid]], timeout=2, limit=1)
+        active = inspect.active() or {}
+        reserved = inspect.reserved() or {}
+        return bool(active) and not any(active.values()) and not any(reserved.values())
 
     def kill(self, worker: subprocess.Popen[bytes]) -> None:
         """SIGKILL the worker and its pool children: no warm shutdown, no acks."""
@@ -149,14 +217,35 @@ class Workers:
         worker.wait(timeout=30)
 
     def stop_all(self) -> None:
-        for worker in self.started:
-            if worker.poll() is None:
-                os.killpg(worker.pid, signal.SIGTERM)
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    worker.wait(timeout=30)
+        """Stop every worker still running. One that, once it consumes nothing more, runs
+        no task and holds none in reserve has no message unacknowledged: SIGKILL loses
+        nothing then, and skips the seconds of a warm shutdown (closing the pool, the exit
+        of interpreters that imported torch). Any other gets the warm shutdown (SIGTERM),
+        which finishes what it runs and hands back what it holds."""
+        live = [worker for worker in self.started if worker.poll() is None]
+        for worker in live:
+            signal_number = signal.SIGKILL if self._drained(worker) else signal.SIGTERM
+            os.killpg(worker.pid, signal_number)
+        for worker in live:
+            try:
+                worker.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+                worker.wait(timeout=30)
+
+    def _drained(self, worker: subprocess.Popen[bytes]) -> bool:
+        """Stop ``worker`` consuming its queues; then whether it is idle (see ``idle``)."""
+        from stepscope.celery import app
+
+        destination = [self.names[worker.pid]]
+        inspect = app.control.inspect(destination=destination, timeout=2, limit=1)
+        answers = inspect.active_queues() or {}
+        if not answers:
+            return False
+        for queue in [queue["name"] for queues in answers.values() for queue in queues]:
+            if not app.control.cancel_consumer(queue, destination=destination, reply=True):
+                return False
+        return self.idle(worker)
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ gradients' completeness), and a worker killed in the middle of a model run."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from scoring import prm
 from scoring.models import AttributionChunk, AttributionRun, Scorer, StepCredit
 from scoring.services import attribution_run_start
 from tests.factories import trajectory_with_steps
-from tests.scoring.conftest import Workers
+from tests.scoring.conftest import MODEL_MODULES, Workers
 from tests.scoring.test_worker import last_json_line, wait_until
 from trajectories.models import Project, Step
 
@@ -32,18 +32,35 @@ def attribute(**options: Any) -> dict[str, Any]:
     return last_json_line(out.getvalue())
 
 
-def own_queue_worker(workers: Workers, name: str) -> str:
-    """A worker on ``default`` and a queue of its own, so a run only finishes if its model
-    chunks really went to the scorer's queue."""
-    queue = f"attr-{name}-{uuid.uuid4().hex[:8]}"
-    workers.start(["default", queue], f"{name}-{queue}")
-    return queue
+@pytest.fixture(scope="module")
+def model_queue(django_db_setup: None) -> Iterator[tuple[Workers, str]]:
+    """One worker for the runs of this module that finish (not the killed one): on
+    ``default`` and a queue of its own, so a run only finishes if its model chunks really
+    went to the scorer's queue. Started once, with the modules the model methods use
+    imported, instead of once a test."""
+    from django.db import connection
+
+    queue = f"attr-model-{uuid.uuid4().hex[:8]}"
+    started = Workers(connection.settings_dict["NAME"])
+    try:
+        started.start(["default", queue], queue, preload=(*MODEL_MODULES, "captum.attr"))
+        yield started, queue
+    finally:
+        started.stop_all()
+
+
+@pytest.fixture
+def model_worker(transactional_db: None, model_queue: tuple[Workers, str]) -> Iterator[str]:
+    """The module's worker for one test; before the test's rows are deleted, it is done
+    with every task the test gave it (a task still running would find its rows gone)."""
+    started, queue = model_queue
+    yield queue
+    assert wait_until(lambda: started.idle(started.started[0]), 60)
 
 
 def test_cpu_method_on_the_default_queue(
-    transactional_db: None, workers: Workers, project: Project
+    transactional_db: None, model_worker: str, project: Project
 ) -> None:
-    workers.start(["default"], f"cpu-{uuid.uuid4().hex[:8]}")
     for n, success in enumerate([True, False, True]):
         trajectory_with_steps(project, ["x", "y", f"z{n}"], task_key="t", success=success)
     summary = attribute(method="mc-prefix")
@@ -57,14 +74,15 @@ def test_cpu_method_on_the_default_queue(
 
 def test_leave_one_out_and_shapley_run_on_the_scorers_queue(
     transactional_db: None,
-    workers: Workers,
+    model_worker: str,
     project: Project,
     make_scorer: Callable[..., Scorer],
 ) -> None:
     for n in range(3):
         trajectory_with_steps(project, [f"{n} + {i} = {n + i}" for i in range(4)])
-    queue = own_queue_worker(workers, "model")
-    make_scorer(name="tiny", queue=queue, parameters={"chunk_steps": 40})  # 5 players a chunk
+    make_scorer(
+        name="tiny", queue=model_worker, parameters={"chunk_steps": 40}
+    )  # 5 players a chunk
     loo = attribute(method="leave-one-out", scorer="tiny")
     assert loo["status"] == "done", loo
     assert loo["total"] == loo["done"] == 12
@@ -82,15 +100,14 @@ def test_leave_one_out_and_shapley_run_on_the_scorers_queue(
 
 def test_token_saliency_of_one_step_on_a_worker(
     transactional_db: None,
-    workers: Workers,
+    model_worker: str,
     project: Project,
     make_scorer: Callable[..., Scorer],
 ) -> None:
     trajectory = trajectory_with_steps(
         project, ["Janet has 16 eggs and eats 3.", "So 16 - 3 = 13 eggs remain."]
     )
-    queue = own_queue_worker(workers, "saliency")
-    make_scorer(name="tiny", queue=queue)
+    make_scorer(name="tiny", queue=model_worker)
     step = trajectory.steps.get(index=1)
     summary = attribute(method="token-saliency", scorer="tiny", step=step.pk, param=["n_steps=256"])
     assert summary["status"] == "done", summary
@@ -107,8 +124,8 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     transactional_db: None, workers: Workers, project: Project, slow_token_classifier: Path
 ) -> None:
     text = "Multiply the two numbers, then subtract the remainder and carry the digit. " * 3
-    # Six chunks: one done, one interrupted by the kill, four the second worker finds.
-    for n in range(6):
+    # Four chunks: one done, one interrupted by the kill, two the second worker finds.
+    for n in range(4):
         trajectory_with_steps(project, [f"{text} Step {i} of {n}." for i in range(4)])
     queue = f"attr-kill-{uuid.uuid4().hex[:8]}"
     scorer = Scorer.objects.create(
@@ -118,7 +135,8 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},  # 4 players, one trajectory a chunk
     )
-    first = workers.start(["default", queue], f"attr-kill-a-{queue}")
+    second = workers.spare(f"attr-kill-b-{queue}", preload=MODEL_MODULES)
+    first = workers.start(["default", queue], f"attr-kill-a-{queue}", preload=MODEL_MODULES)
     run = attribution_run_start(project=project, method="leave-one-out", scorer=scorer)
 
     def in_the_middle() -> bool:
@@ -134,7 +152,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     assert run.status == AttributionRun.Status.RUNNING
     assert run.chunks_done < run.chunks_total
 
-    workers.start(["default", queue], f"attr-kill-b-{queue}")
+    workers.take_over(second, ["default", queue])
 
     def finished() -> bool:
         run.refresh_from_db()
@@ -143,7 +161,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     assert wait_until(finished, timeout=180)
     assert run.status == AttributionRun.Status.DONE, run.error
     labelable = Step.objects.filter(trajectory__project=project, labelable=True)
-    assert run.total == run.done == labelable.count() == 24
+    assert run.total == run.done == labelable.count() == 16
     per_step = StepCredit.objects.filter(run=run).values("step").annotate(n=Count("id"))
-    assert len(per_step) == 24 and {row["n"] for row in per_step} == {1}
+    assert len(per_step) == 16 and {row["n"] for row in per_step} == {1}
     assert AttributionChunk.objects.filter(run=run, attempts__gte=2).exists()

@@ -4,6 +4,7 @@ worker killed while a remote judge's chunk is half asked."""
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections import Counter
 from io import StringIO
@@ -82,9 +83,11 @@ def remote_judge(
 
 def killed_mid_run(
     workers: Workers, project: Project, scorer: Scorer, queue: str
-) -> tuple[ScoringRun, set[str]]:
+) -> tuple[ScoringRun, set[str], subprocess.Popen[bytes]]:
     """A run of ``scorer`` (40 steps in one chunk) whose worker was killed once 10 replies
-    were stored, and the keys of the replies stored by then."""
+    were stored, the keys of the replies stored by then, and a second worker, started
+    ahead and idle until ``resumed`` hands it the run's queue."""
+    second = workers.spare(f"{queue}-b")
     first = workers.start(["default", queue], f"{queue}-a")
     run = scoring_run_start(project=project, scorer=scorer)
     assert wait_until(lambda: JudgeReply.objects.filter(run=run).count() >= 10, timeout=120)
@@ -92,12 +95,12 @@ def killed_mid_run(
     stored = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
     run.refresh_from_db()
     assert run.status == ScoringRun.Status.RUNNING and run.done == 0 and 10 <= len(stored) < 40
-    return run, stored
+    return run, stored, second
 
 
-def resumed(workers: Workers, run: ScoringRun, queue: str) -> None:
-    """Start a second worker on the run's queue and wait until the run is done."""
-    workers.start(["default", queue], f"{queue}-b")
+def resumed(workers: Workers, second: subprocess.Popen[bytes], run: ScoringRun, queue: str) -> None:
+    """Have the second worker take the run's queue and wait until the run is done."""
+    workers.take_over(second, ["default", queue])
 
     def finished() -> bool:
         run.refresh_from_db()
@@ -120,10 +123,10 @@ def test_a_killed_worker_re_asks_only_what_had_no_reply(
     openai_server.control(delay=0.1, fixed_reply="Fine. \\boxed{+1}")
     queue = f"judge-kill-{uuid.uuid4().hex[:8]}"
     scorer = remote_judge(project, openai_server, "remote", queue)
-    run, stored = killed_mid_run(workers, project, scorer, queue)
+    run, stored, second = killed_mid_run(workers, project, scorer, queue)
     asked_before = openai_server.stats()["requests"]
 
-    resumed(workers, run, queue)
+    resumed(workers, second, run, queue)
     assert run.done == 40 and StepScore.objects.filter(scorer=scorer).count() == 40
     assert JudgeReply.objects.filter(run=run).count() == 40
     # The second worker asked the endpoint only for the steps with no stored reply.
@@ -146,11 +149,11 @@ def test_a_killed_step_by_step_worker_resumes_each_walk_where_its_replies_end(
     openai_server.control(delay=0.1, fixed_reply="Fine.\nDecisive: no")
     queue = f"judge-walk-{uuid.uuid4().hex[:8]}"
     scorer = remote_judge(project, openai_server, "walker", queue, mode="step-by-step")
-    run, stored = killed_mid_run(workers, project, scorer, queue)
+    run, stored, second = killed_mid_run(workers, project, scorer, queue)
     assert not FailureVerdict.objects.filter(scorer=scorer).exists()
     asked_before = openai_server.stats()["requests"]
 
-    resumed(workers, run, queue)
+    resumed(workers, second, run, queue)
     keys = set(JudgeReply.objects.filter(run=run).values_list("key", flat=True))
     assert keys == {f"t{log.pk}:s{i}" for log in logs for i in range(5)}
     assert openai_server.stats()["requests"] - asked_before == 40 - len(stored)

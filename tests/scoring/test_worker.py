@@ -18,7 +18,7 @@ from scoring import prm
 from scoring.models import Scorer, ScoringChunk, ScoringRun, StepScore
 from scoring.services import scoring_run_start
 from tests.factories import trajectory_with_steps
-from tests.scoring.conftest import TinyModels, Workers
+from tests.scoring.conftest import MODEL_MODULES, TinyModels, Workers
 from tests.waiting import wait_until
 from trajectories.models import Project, Step
 from trajectories.services import imported_annotator
@@ -52,7 +52,8 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     transactional_db: None, workers: Workers, project: Project, slow_token_classifier: Path
 ) -> None:
     """SIGKILL the worker (and its pool child) while it scores a chunk; a second worker
-    finds the unacknowledged chunk again and the run completes with one score per step."""
+    (started ahead, idle on a queue of its own until the kill) finds the unacknowledged
+    chunk again and the run completes with one score per step."""
     text = "Multiply the two numbers, then subtract the remainder and carry the digit. " * 3
     # Four chunks: one done, one interrupted by the kill, two the second worker finds.
     for n in range(32):
@@ -65,7 +66,8 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
         queue=queue,
         parameters={"chunk_steps": 32, "batch_size": 4},
     )
-    first = workers.start(["default", queue], f"kill-a-{queue}")
+    second = workers.spare(f"kill-b-{queue}", preload=MODEL_MODULES)
+    first = workers.start(["default", queue], f"kill-a-{queue}", preload=MODEL_MODULES)
     run = scoring_run_start(project=project, scorer=scorer)
 
     def in_the_middle() -> bool:
@@ -85,7 +87,7 @@ def test_a_killed_worker_loses_nothing_and_duplicates_nothing(
     ).count()
     assert interrupted == 1
 
-    workers.start(["default", queue], f"kill-b-{queue}")
+    workers.take_over(second, ["default", queue])
 
     def finished() -> bool:
         run.refresh_from_db()
