@@ -246,6 +246,10 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
+# Seconds between the demo showcase's checks for a stage that can start (demo/tasks.py).
+STEPSCOPE_DEMO_ADVANCE_SECONDS = env_int("STEPSCOPE_DEMO_ADVANCE_SECONDS", 5)
+if STEPSCOPE_DEMO_ADVANCE_SECONDS < 1:
+    raise ConfigError("STEPSCOPE_DEMO_ADVANCE_SECONDS must be at least 1")
 # Models Stepscope trains for itself (the demo policy).
 MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
 # Where scorers, judges and policies may load local model directories from (comma
