@@ -5,11 +5,12 @@ seconds later, for at most half an hour."""
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from stepscope.jobs.retry import REDELIVERABLE
 
-AGAIN_AFTER_SECONDS = 5
-GIVE_UP_AFTER = 360  # runs: half an hour
+# Pending stages are checked again every STEPSCOPE_DEMO_ADVANCE_SECONDS (5 s).
+GIVE_UP_AFTER_SECONDS = 1800
 
 
 @shared_task(name="demo.showcase_advance", **REDELIVERABLE)
@@ -25,10 +26,11 @@ def showcase_advance(project_id: int, user_id: int, labels: str, run: int = 0) -
     pending = showcase.showcase_advance(
         project=project, user=User.objects.get(pk=user_id), labels=labels
     )
-    if pending and run < GIVE_UP_AFTER:
+    again = settings.STEPSCOPE_DEMO_ADVANCE_SECONDS
+    if pending and (run + 1) * again <= GIVE_UP_AFTER_SECONDS:
         showcase_advance.apply_async(
             args=[project_id, user_id, labels, run + 1],
-            countdown=AGAIN_AFTER_SECONDS,
+            countdown=again,
             queue="default",
         )
     return pending

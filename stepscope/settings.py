@@ -177,15 +177,18 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_EXPIRES = 3600
 # Where a worker runs with --beat (or a `celery beat` runs): the sweep that queues the
 # OTLP assembler for pending traces whose task was lost (the receiver sweeps too, while
-# spans arrive).
+# spans arrive). Each sweep runs every STEPSCOPE_SWEEP_SECONDS.
+STEPSCOPE_SWEEP_SECONDS = env_int("STEPSCOPE_SWEEP_SECONDS", 10)
+if STEPSCOPE_SWEEP_SECONDS < 1:
+    raise ConfigError("STEPSCOPE_SWEEP_SECONDS must be at least 1")
 CELERY_BEAT_SCHEDULE = {
-    "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": 10.0},
+    "live-trace-sweep": {"task": "trajectories.live_sweep", "schedule": STEPSCOPE_SWEEP_SECONDS},
     # A pass over each folder a project follows in the app (the followed folders page).
-    "followed-folders": {"task": "trajectories.follow_sweep", "schedule": 10.0},
+    "followed-folders": {"task": "trajectories.follow_sweep", "schedule": STEPSCOPE_SWEEP_SECONDS},
     # Webhook deliveries whose retry is due but whose task was lost (a killed worker).
-    "webhook-sweep": {"task": "automation.webhooks_sweep", "schedule": 10.0},
+    "webhook-sweep": {"task": "automation.webhooks_sweep", "schedule": STEPSCOPE_SWEEP_SECONDS},
     # Arrivals whose rules were not queued (the broker was down when they came).
-    "rules-sweep": {"task": "automation.rules_sweep", "schedule": 10.0},
+    "rules-sweep": {"task": "automation.rules_sweep", "schedule": STEPSCOPE_SWEEP_SECONDS},
 }
 # Folders a project admin may have the worker follow: a followed folder is accepted only
 # inside one of these (after symbolic links are resolved), so the page can make the
@@ -243,6 +246,10 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = True
 MEDIA_ROOT = Path(env_str("STEPSCOPE_MEDIA_ROOT", str(DATA_DIR / "media")))
+# Seconds between the demo showcase's checks for a stage that can start (demo/tasks.py).
+STEPSCOPE_DEMO_ADVANCE_SECONDS = env_int("STEPSCOPE_DEMO_ADVANCE_SECONDS", 5)
+if STEPSCOPE_DEMO_ADVANCE_SECONDS < 1:
+    raise ConfigError("STEPSCOPE_DEMO_ADVANCE_SECONDS must be at least 1")
 # Models Stepscope trains for itself (the demo policy).
 MODELS_DIR = Path(env_str("STEPSCOPE_MODELS_DIR", str(DATA_DIR / "models")))
 # Where scorers, judges and policies may load local model directories from (comma

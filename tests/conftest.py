@@ -66,6 +66,8 @@ def _commits(item: pytest.Item) -> bool:
 WORKER_SETTINGS = {
     "STEPSCOPE_WEBHOOK_ALLOW_PRIVATE": "1",
     "STEPSCOPE_WEBHOOK_RETRY_SECONDS": "0.2,0.4,0.8,1,1,1,1,1,1,1,1,1",
+    # The demo showcase starts each stage within a second of the last, not five.
+    "STEPSCOPE_DEMO_ADVANCE_SECONDS": "1",
 }
 
 # This process's Celery worker, once the session's ``celery_worker`` has started it.

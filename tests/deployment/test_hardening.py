@@ -18,7 +18,7 @@ from django.urls import reverse
 from rest_framework.authtoken.models import Token
 from rest_framework.throttling import UserRateThrottle
 
-from stepscope import queueing
+from stepscope import health, queueing
 from stepscope.middleware import CONTENT_SECURITY_POLICY
 from trajectories.models import ImportBatch, Project
 
@@ -52,7 +52,12 @@ def test_readyz_checks_database_migrations_broker_and_workers(
 
 
 @pytest.mark.django_db
-def test_readyz_fails_when_a_required_queue_has_no_worker(client: Client) -> None:
+def test_readyz_fails_when_a_required_queue_has_no_worker(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The probe waits its whole inspect timeout for replies (1 s); no worker of this
+    # queue would answer in any.
+    monkeypatch.setattr(health, "INSPECT_TIMEOUT", 0.1)
     response = client.get("/readyz?require=no-such-queue")
     assert response.status_code == 503
     body = response.json()

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.databases import template_dump
 from tests.deployment.stack import Browserless, Stack
 from tests.waiting import wait_until
 
@@ -30,28 +31,38 @@ pytestmark = [pytest.mark.stack, pytest.mark.xdist_group("stack")]
 PASSWORD = "stack-password-1"
 ANNOTATORS = 6
 
+# Where the server has pgvector (the embedded one has), each import's trajectories are
+# embedded on the gpu worker as they arrive: loading the embedding model and embedding
+# them kept that worker busy for ~20 s of CPU while these tests ran, for nothing they
+# check. tests/discovery/test_semantic.py checks that a worker embeds what arrives.
+QUIET = {"STEPSCOPE_EMBED_ON_ARRIVAL": "0"}
+
 SETUP = """
+from django.contrib.auth.hashers import make_password
 from django.contrib.auth.models import User
+from django.test import Client
 from rest_framework.authtoken.models import Token
 from labeling.models import LabelSchema
 from trajectories import synthetic
 from labeling.services import queue_create
-from trajectories.models import Membership, Step
+from trajectories.models import Membership
 from trajectories.selection import TrajectoryFilters
 from trajectories.services import project_create, trajectory_records_import
 
 project = project_create(slug="ops", name="Operations")
-owner = User.objects.create_user("owner", password=PASSWORD)
+# Hashed once for every user: the deployed hasher takes half a second a password.
+password = make_password(PASSWORD)
+owner = User.objects.create(username="owner", password=password)
 Membership.objects.create(user=owner, project=project, role=Membership.Role.ADMIN)
+sessions = {}
 for n in range(ANNOTATORS):
-    user = User.objects.create_user(f"ann{n}", password=PASSWORD)
+    user = User.objects.create(username=f"ann{n}", password=password)
     Membership.objects.create(user=user, project=project, role=Membership.Role.ANNOTATOR)
+    client = Client()
+    client.force_login(user)
+    sessions[user.username] = client.cookies["sessionid"].value
 records = list(synthetic.rollouts(tasks=5, seed=3))
 trajectory_records_import(project=project, user=owner, records=records)
-steps = list(
-    Step.objects.filter(trajectory__project=project, labelable=True)
-    .order_by("id").values_list("id", flat=True)
-)
 queue = queue_create(
     project=project, name="ops", created_by=owner, filters=TrajectoryFilters(),
     overlap=ANNOTATORS, lease_seconds=3600,
@@ -60,18 +71,22 @@ result = {
     "queue": queue.pk,
     "token": Token.objects.create(user=owner).key,
     "schema": LabelSchema.objects.get(project=project).pk,
-    "steps": steps,
+    "sessions": sessions,
 }
 """
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(django_db_setup: None) -> Iterator[Stack]:
     # A short root: Unix socket paths must stay under 108 bytes.
     root = Path(f"/tmp/ss-stack-{uuid.uuid4().hex[:8]}")
     root.mkdir()
-    running = Stack(root)
+    # Its database is the tests' migrated template: migrating it there took most of a
+    # minute, and the suite migrates the template once per change of the migrations.
+    running = Stack(root, database_dump=root / "template.sql")
+    running.env.update(QUIET)
     try:
+        template_dump(root / "template.sql")
         running.up()
         running.wait_ready()
         yield running
@@ -185,14 +200,16 @@ def test_labels_survive_a_postgres_restart_in_the_middle_of_posting(
     """Annotators take trajectories from a queue and label them while PostgreSQL
     restarts. Every request is answered with 200 or a clean 503 (never a 500 or a hang);
     a client sends again what was refused, as the page lets a user do; in the end every
-    acknowledged label is stored."""
+    acknowledged label is stored. Each annotator labels until the restart is over and
+    then takes, labels and submits one more trajectory."""
     schema = str(data["schema"])
     queue = str(data["queue"])
     statuses: list[int] = []
     acknowledged: set[tuple[str, int]] = set()
     lock = threading.Lock()
     restart_at = threading.Event()
-    labels_each = 30
+    restarted = threading.Event()
+    labels_each = 12
 
     def send(
         user: Browserless, method: str, path: str, body: dict[str, str] | None = None
@@ -209,16 +226,26 @@ def test_labels_survive_a_postgres_restart_in_the_middle_of_posting(
             time.sleep(0.25)
         raise AssertionError(f"{method} {path} never got through")
 
-    # Everyone signs in before the restart can begin: the test is about labels posted
-    # across the restart, and a sign-in refused with 503 would end a thread early.
-    users = [Browserless("127.0.0.1", stack.port, f"ann{n}", PASSWORD) for n in range(ANNOTATORS)]
-    for user in users:
-        user.login()
+    # Everyone is signed in before the restart can begin: the test is about labels
+    # posted across the restart, and a sign-in refused with 503 would end a thread
+    # early. Their sessions come from the setup (the sign-in form is the other tests'):
+    # six sign-ins, each a password hashed by the deployed hasher, took seconds here.
+    sessions = data["sessions"]
+    assert isinstance(sessions, dict)
+    users = []
+    for n in range(ANNOTATORS):
+        user = Browserless("127.0.0.1", stack.port, f"ann{n}", PASSWORD)
+        user.cookies["sessionid"] = sessions[f"ann{n}"]
+        status, _, page = user.request("GET", "/p/ops/")  # and its CSRF cookie
+        assert status == 200 and "Operations" in page and "csrftoken" in user.cookies
+        users.append(user)
 
     def annotate(n: int) -> None:
         user = users[n]
         labelled = 0
-        while labelled < labels_each:
+        taken_after_restart = False
+        while labelled < labels_each or not taken_after_restart:
+            taken_after_restart = restarted.is_set()
             status, headers, _ = send(user, "POST", f"/q/{queue}/next/", {})
             target = headers.get("hx-redirect", "")
             assert status == 204 and target.startswith("/t/"), (status, target)
@@ -251,8 +278,13 @@ def test_labels_survive_a_postgres_restart_in_the_middle_of_posting(
     threads = [threading.Thread(target=run, args=(n,)) for n in range(ANNOTATORS)]
     for thread in threads:
         thread.start()
-    assert restart_at.wait(timeout=180), f"labelling never got going: {Counter(statuses)} {errors}"
-    stack.postgres_restart()
+    try:
+        assert restart_at.wait(timeout=180), (
+            f"labelling never got going: {Counter(statuses)} {errors}"
+        )
+        stack.postgres_restart()
+    finally:
+        restarted.set()
     for thread in threads:
         thread.join(timeout=300)
     assert not any(thread.is_alive() for thread in threads)
@@ -276,8 +308,8 @@ def test_without_the_broker_pages_and_labels_work_and_queued_jobs_resume(
 ) -> None:
     token = str(data["token"])
     schema = str(data["schema"])
-    # No default worker: the next import waits in the broker.
-    stack.worker_stop("default")
+    # No default worker: the next import waits in the broker. It has nothing to finish.
+    stack.worker_stop("default", kill=True)
     status, waiting = upload_import(stack, token, tasks=2, seed=21)
     assert status == 202, waiting
 
@@ -301,8 +333,8 @@ def test_without_the_broker_pages_and_labels_work_and_queued_jobs_resume(
         assert status == 503, refused
         assert "job queue is unavailable" in str(refused["detail"])
         assert time.monotonic() - started < 15
-        status, body = stack.get("/readyz")[0], json.loads(stack.get("/readyz")[1])
-        assert status == 503 and body["checks"]["broker"]["ok"] is False
+        status, text = stack.get("/readyz")
+        assert status == 503 and json.loads(text)["checks"]["broker"]["ok"] is False
     finally:
         stack.redis_start()
 
@@ -324,7 +356,7 @@ def test_without_the_broker_pages_and_labels_work_and_queued_jobs_resume(
 if os.environ.get("DATABASE_URL"):
     # `make test-system`: the same processes against the system PostgreSQL and Redis.
 
-    def test_the_same_processes_run_against_external_servers() -> None:
+    def test_the_same_processes_run_against_external_servers(django_db_setup: None) -> None:
         import psycopg
 
         database_url = os.environ["DATABASE_URL"]
@@ -337,8 +369,15 @@ if os.environ.get("DATABASE_URL"):
         broker = broker.rsplit("/", 1)[0] + "/3"
         root = Path(f"/tmp/ss-ext-{uuid.uuid4().hex[:8]}")
         root.mkdir()
-        external = Stack(root, database_url=f"{base}/{name}", broker_url=broker)
+        external = Stack(
+            root,
+            database_url=f"{base}/{name}",
+            broker_url=broker,
+            database_dump=root / "template.sql",
+        )
+        external.env.update(QUIET)
         try:
+            template_dump(root / "template.sql")
             external.up()
             setup = SETUP.replace("PASSWORD", repr(PASSWORD)).replace("ANNOTATORS", "1")
             token = external.django(setup)["token"]
