@@ -511,7 +511,14 @@ def test_the_api_has_no_other_put_patch_or_delete(tmp_path: Path) -> None:
         if not route.is_api:
             continue
         for method in ("PUT", "PATCH", "DELETE"):
-            expected = OTHER_WRITES.get(route.key, {}).get(method, "405 405 405 405 405")
+            expected = OTHER_WRITES.get(route.key, {}).get(method)
+            if expected is None:
+                # Only the admin's 405 is checked here (the others may be turned away
+                # sooner, with a 401 or a 404), so only the admin asks.
+                got = outcome(visitors.request(route, "admin", method))
+                if got != "405":
+                    wrong.append(f"{method} {route.path(world)} as admin: {got}, expected 405")
+                continue
             for role, want in zip(ROLES, expected.split(), strict=True):
                 got = outcome(visitors.request(route, role, method))
                 if got != want and (want != "405" or role == "admin"):

@@ -136,7 +136,8 @@ def test_no_page_or_partial_holds_the_payloads_unescaped(tmp_path: Path) -> None
     rendered = 0
     for route in project_routes():
         for role in ("admin", "annotator"):
-            for htmx in (False, True):
+            # The API has no partials: it answers HTMX as it answers anyone.
+            for htmx in (False,) if route.is_api else (False, True):
                 response = visitors.request(route, role, "GET", htmx=htmx)
                 if response.status_code != 200:
                     continue

@@ -22,6 +22,7 @@ from django.contrib.auth.models import User
 from django.core.cache import cache
 from django.db import transaction
 from django.test import Client
+from django.test.client import MULTIPART_CONTENT
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -230,11 +231,14 @@ class Visitors:
         htmx: bool = False,
         session_api: bool = False,
         data: dict[str, Any] | None = None,
+        form: bytes | None = None,
         headers: dict[str, str] | None = None,
         query: str = "",
     ) -> Any:
         """``method`` on ``route`` as ``role``; the API with the role's token unless
-        ``session_api`` (then like the pages, by the session cookie)."""
+        ``session_api`` (then like the pages, by the session cookie). ``data`` is encoded
+        as a form for the request; ``form`` is one already encoded (``encode_multipart``
+        with the test client's ``BOUNDARY``), to send one body to many routes."""
         client = self.clients[role]
         extra: dict[str, Any] = dict(headers or {})
         if htmx:
@@ -246,7 +250,9 @@ class Visitors:
         path = route.path(self.world) + (query or route_query(route, self.world))
         cookies = SimpleCookie(client.cookies)
         with transaction.atomic():
-            if data is None:
+            if form is not None:
+                response = client.generic(method, path, form, MULTIPART_CONTENT, **extra)
+            elif data is None:
                 response = client.generic(method, path, **extra)
             else:
                 response = getattr(client, method.lower())(path, data, **extra)
