@@ -53,6 +53,9 @@ def test_choosing_an_export_shows_its_preview(
         "?.textContent.includes('\"problem\"')"
     )
     assert ExportJob.objects.count() == 0, "a preview starts no export"
+    # The format's answer can show before the neutral mapping's, whose swap would then
+    # replace the preview under the scroll below: wait until htmx has none in flight.
+    page.wait_for_function("() => !document.querySelector('.htmx-request')")
 
     shot(page, f"export-form-{width}")
     page.locator("#export-preview").scroll_into_view_if_needed()
