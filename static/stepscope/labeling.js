@@ -129,12 +129,20 @@
     submit.focus();
   }
 
+  // A form htmx swapped in is only wired up when the swap settles (some 20 ms later); a
+  // key pressed before that would submit it as a plain page POST and leave the page.
+  // Processing it first (htmx skips a form it has processed already) keeps it in place.
+  function submitForm(form, submitter) {
+    if (window.htmx) window.htmx.process(form);
+    form.requestSubmit(submitter);
+  }
+
   // Key s: submit the trajectory, as the shortcuts say (a refusal shows beside the button).
   function submitFinish() {
     const submit = document.getElementById("finish-submit");
     if (!submit) return;
     focusFinish();
-    submit.form.requestSubmit(submit);
+    submitForm(submit.form, submit);
   }
 
   // --- First-error mode ----------------------------------------------------------------
@@ -206,7 +214,7 @@
 
   function nextItem() {
     const form = document.getElementById("queue-next-form");
-    if (form) form.requestSubmit();
+    if (form) submitForm(form);
   }
 
   function openDialog(id) {
@@ -245,7 +253,7 @@
       const choice = target.type === "checkbox" || target.type === "radio";
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey || choice)) {
         event.preventDefault();
-        editor.requestSubmit();
+        submitForm(editor);
       } else if (event.key === "Escape") {
         event.preventDefault();
         closeEditors();
@@ -457,7 +465,7 @@
     form.querySelector("#span-start").value = String(range[0]);
     form.querySelector("#span-end").value = String(range[1]);
     form.querySelector("#span-value").value = found.value;
-    form.requestSubmit();
+    submitForm(form);
     clearSelection();
     return true;
   }
