@@ -340,9 +340,26 @@ def _xdist_groups_apply(items: list[pytest.Item]) -> None:
                 for mark in item.iter_markers("xdist_group")
             }
         )
+        if not names and _uses_own_module_fixture(item):
+            names = [item.nodeid.split("::", 1)[0]]
         suffix = "@" + "_".join(names)
         if names and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
+
+
+def _uses_own_module_fixture(item: pytest.Item) -> bool:
+    """Whether the test uses a module-scoped fixture of its own module (rows written once
+    a module, a module's worker). Such a module runs on one xdist worker as a group:
+    spread test by test, as loadgroup spreads ungrouped tests, each worker built the
+    fixture again (the attribution module's worker, 12-16 s, was started twice)."""
+    module = item.nodeid.split("::", 1)[0]
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(
+        fixture.scope == "module" and fixture.baseid == module
+        for fixtures in definitions
+        for fixture in fixtures
+    )
 
 
 # Fixtures and marks that mean a test needs a server: PostgreSQL, the broker, a Celery
