@@ -325,6 +325,12 @@ def reward_worker(django_db_setup: None) -> Iterator[subprocess.Popen[bytes]]:
         channel.client.delete(channel.alive_key)
 
 
+# The modules that use the stand-in judge endpoint run on one xdist worker, so one
+# endpoint process is started (it loads torch and the tiny judge: 5-10 s), not one on
+# each worker; whole modules, so that a module's own fixtures are still built once.
+SHARED_SERVER = "openai_server"
+
+
 def _xdist_groups_apply(items: list[pytest.Item]) -> None:
     """``--dist loadgroup`` sends the tests of one ``xdist_group`` to one worker by the
     ``@group`` suffix of their ids, which pytest-xdist 3.8 sets as ``item._nodeid``;
@@ -333,6 +339,11 @@ def _xdist_groups_apply(items: list[pytest.Item]) -> None:
     on each worker). Run on each worker after xdist's own hook; a no-op once it works."""
     from _pytest.nodeid import NodeId
 
+    judged = {
+        item.nodeid.split("::", 1)[0]
+        for item in items
+        if SHARED_SERVER in getattr(item, "fixturenames", ())
+    }
     for item in items:
         names = sorted(
             {
@@ -340,8 +351,11 @@ def _xdist_groups_apply(items: list[pytest.Item]) -> None:
                 for mark in item.iter_markers("xdist_group")
             }
         )
-        if not names and _uses_own_module_fixture(item):
-            names = [item.nodeid.split("::", 1)[0]]
+        module = item.nodeid.split("::", 1)[0]
+        if not names and module in judged:
+            names = [SHARED_SERVER]
+        elif not names and _uses_own_module_fixture(item):
+            names = [module]
         suffix = "@" + "_".join(names)
         if names and not item.nodeid.endswith(suffix):
             item._id = NodeId.parse(item.nodeid + suffix)
