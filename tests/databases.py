@@ -200,41 +200,45 @@ class TestDatabase:
 # runs ``flush``: one TRUNCATE of every table (~100 here), which gives each table and index
 # new files, then the post_migrate signal, which writes the content types and permissions
 # again. That took 0.5-0.8 s a test, mostly file work, though a test writes to a few
-# tables and a few rows. Deleting the rows instead takes a few milliseconds. FLUSH_BYTES
-# bounds it: a table grown past it (a test that wrote thousands of rows) would keep its
-# dead rows, as autovacuum is off (see above), and make later tests read them, so
-# then every table is truncated as Django does.
+# tables and a few rows. Deleting the rows instead takes a few milliseconds. A table
+# grown past FLUSH_BYTES (a test that wrote thousands of rows) would keep its dead rows
+# after a delete, as autovacuum is off (see above), and make later tests read them: that
+# table is truncated instead (with the tables whose foreign keys point at it), and the
+# rest still deleted, rather than truncating all ~100 and writing the content types and
+# permissions again (4-6 s after a test that imported a large file).
 FLUSH_BYTES = 1 << 20
-# Kept by the delete (the truncate empties them and post_migrate fills them again): the
-# rows post_migrate would write back, the same at every test.
+# Kept (Django's flush empties them and post_migrate fills them again): the rows
+# post_migrate would write back, the same at every test.
 FLUSH_KEEPS = frozenset({"django_content_type", "auth_permission"})
 
 
-def tables_flush(alias: str) -> bool:
-    """Empties the database's model tables by DELETE, unless one of its tables has
-    grown past FLUSH_BYTES. False if it did not (the caller then flushes as Django
-    does). Triggers and foreign-key checks are off for the delete
-    (``session_replication_role = replica``, a superuser's setting): every table is
-    emptied, so there is nothing for them to keep."""
+def tables_flush(alias: str) -> list[str] | None:
+    """Empties the database's model tables: TRUNCATE for those grown past FLUSH_BYTES
+    (returned), DELETE for the rest. None if the user may not turn off triggers and
+    foreign-key checks for the delete (``session_replication_role = replica``, a
+    superuser's setting); the caller then flushes as Django does. Every table is
+    emptied, so there is nothing for the triggers and checks to keep."""
     connection = connections[alias]
     with connection.cursor() as cursor:
+        cursor.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+        (superuser,) = cursor.fetchone() or (False,)
+        if not superuser:
+            return None
         cursor.execute(
-            "SELECT rolsuper FROM pg_roles WHERE rolname = current_user UNION ALL"
-            " SELECT coalesce(max(pg_table_size(oid)), 0) <= %s FROM pg_class"
-            " WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'",
+            "SELECT relname FROM pg_class WHERE relnamespace = 'public'::regnamespace"
+            " AND relkind = 'r' AND pg_table_size(oid) > %s ORDER BY relname",
             [FLUSH_BYTES],
         )
-        superuser, small = (row[0] for row in cursor.fetchall())
-        if not (superuser and small):
-            return False
         tables = set(connection.introspection.django_table_names(only_existing=True))
+        grown = [name for (name,) in cursor.fetchall() if name in tables - FLUSH_KEEPS]
         quote = connection.ops.quote_name
+        statements = [f"DELETE FROM {quote(table)}" for table in sorted(tables - FLUSH_KEEPS)]
+        if grown:
+            statements.insert(0, f"TRUNCATE {', '.join(map(quote, grown))} CASCADE")
         with transaction.atomic(using=alias):
             cursor.execute("SET LOCAL session_replication_role = replica")
-            cursor.execute(
-                "; ".join(f"DELETE FROM {quote(table)}" for table in sorted(tables - FLUSH_KEEPS))
-            )
-    return True
+            cursor.execute("; ".join(statements))
+    return grown
 
 
 def flush_install() -> None:
@@ -249,7 +253,7 @@ def flush_install() -> None:
             django_teardown(self)
             return
         names = self._databases_names(include_mirrors=False)  # type: ignore[attr-defined]
-        if not all(tables_flush(alias) for alias in names):
+        if any(tables_flush(alias) is None for alias in names):
             django_teardown(self)
 
     TransactionTestCase._fixture_teardown = _fixture_teardown  # type: ignore[attr-defined]

@@ -1,5 +1,6 @@
 """The committing tests' flush (tests/databases.py): it leaves every model table empty,
-as Django's TRUNCATE does, and truncates as Django does once a table has grown."""
+as Django's TRUNCATE does, and truncates a table that has grown, so that its dead rows
+are not left for later tests to read."""
 
 from __future__ import annotations
 
@@ -37,15 +38,28 @@ def test_the_flush_empties_every_table_but_the_content_types(project: Project, o
     assert {"labeling_steplabel", "trajectories_step"} <= set(_rows())
     types = ContentType.objects.count()
 
-    assert tables_flush("default")
+    assert tables_flush("default") == []
 
     assert set(_rows()) == {"django_content_type", "auth_permission"}
     assert ContentType.objects.count() == types
 
 
-def test_a_table_grown_past_the_bound_is_left_to_djangos_truncate(project: Project) -> None:
+def test_a_table_grown_past_the_bound_is_truncated_and_the_rest_deleted(
+    project: Project, owner: User
+) -> None:
     # Random text, which PostgreSQL cannot compress: the rows take their length.
-    trajectory_with_steps(
+    trajectory = trajectory_with_steps(
         project, [secrets.token_hex(2000) for _ in range(FLUSH_BYTES // 4000 + 50)]
     )
-    assert not tables_flush("default")
+    step = Step.objects.get(trajectory=trajectory, index=0)
+    schema = LabelSchema.objects.get(project=project, is_active=True)
+    StepLabel.objects.create(step=step, annotator=owner, schema=schema, value=1)
+    types = ContentType.objects.count()
+
+    assert tables_flush("default") == ["trajectories_step"]
+
+    assert set(_rows()) == {"django_content_type", "auth_permission"}
+    assert ContentType.objects.count() == types
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_table_size('trajectories_step')")
+        assert cursor.fetchone()[0] < FLUSH_BYTES // 16
