@@ -161,8 +161,6 @@ def migrate_to_latest(connection: Any) -> None:
     executor = MigrationExecutor(connection)
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     assert all(not backwards for _, backwards in plan)
-    if not plan:
-        return
     executor.recorder.ensure_schema()
     # The state of the migrations applied, then those to apply in the order of the plan
     # on an empty database, as _migrate_all_forwards runs them.
