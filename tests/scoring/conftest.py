@@ -7,7 +7,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from tests.conftest import (  # noqa: F401 (the judge tests import these from he
     REPO_ROOT,
     OpenAIServer,
 )
+from tests.worker_forks import ForkedProcess, fork_server
 from trajectories.models import Project
 
 
@@ -106,7 +106,7 @@ class Workers:
 
     def __init__(self, database: str) -> None:
         self.database = database
-        self.started: list[subprocess.Popen[bytes]] = []
+        self.started: list[ForkedProcess] = []
         self.names: dict[int, str] = {}
         self.logs: dict[int, Path] = {}
 
@@ -117,7 +117,7 @@ class Workers:
         *,
         preload: tuple[str, ...] = (),
         wait: bool = True,
-    ) -> subprocess.Popen[bytes]:
+    ) -> ForkedProcess:
         """A worker on ``queues``, once it answers a ping (at once with ``wait=False``).
         ``preload``: modules the worker imports before it forks its pool child, so that
         the child's first task does not import them (``MODEL_MODULES`` for a worker that
@@ -156,15 +156,9 @@ class Workers:
         }
         log = REPO_ROOT / ".stepscope" / f"test-{name}-{isolation.NAME}.log"
         log.parent.mkdir(exist_ok=True)
-        with log.open("ab") as log_file:
-            worker = subprocess.Popen(
-                [sys.executable, "-c", code],
-                cwd=REPO_ROOT,
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        # Forked from a process that has imported ``preload`` already: each kill test's
+        # two workers no longer import torch and transformers again (tests/worker_forks.py).
+        worker = fork_server(REPO_ROOT).fork(code, env=env, cwd=REPO_ROOT, log=log, preload=preload)
         self.started.append(worker)
         self.names[worker.pid] = f"{name}@{socket.gethostname()}"
         self.logs[worker.pid] = log
@@ -172,25 +166,25 @@ class Workers:
             self._wait_ready(worker)
         return worker
 
-    def _wait_ready(self, worker: subprocess.Popen[bytes]) -> None:
+    def _wait_ready(self, worker: ForkedProcess) -> None:
         from stepscope.celery import app
 
         destination = [self.names[worker.pid]]
         deadline = time.monotonic() + 60
         while not app.control.ping(destination=destination, timeout=0.5):
-            if worker.poll() is not None or time.monotonic() > deadline:
+            if not worker.running() or time.monotonic() > deadline:
                 raise RuntimeError(
                     f"worker {destination[0]} did not start; see {self.logs[worker.pid]}"
                 )
 
-    def spare(self, name: str, *, preload: tuple[str, ...] = ()) -> subprocess.Popen[bytes]:
+    def spare(self, name: str, *, preload: tuple[str, ...] = ()) -> ForkedProcess:
         """A worker started ahead of need, on a queue of its own that nothing is sent
         to, so that it takes no task until ``take_over`` points it at the real queues:
         the second worker of a kill test, starting (Django set up, models' modules
         imported) while the first one works instead of after the kill."""
         return self.start([f"spare-{name}"], name, preload=preload, wait=False)
 
-    def take_over(self, worker: subprocess.Popen[bytes], queues: list[str]) -> None:
+    def take_over(self, worker: ForkedProcess, queues: list[str]) -> None:
         """Have ``worker`` consume ``queues`` from now on, as if started on them."""
         from stepscope.celery import app
 
@@ -202,7 +196,7 @@ class Workers:
                 "ok" in reply for answer in replies for reply in answer.values()
             ), replies
 
-    def idle(self, worker: subprocess.Popen[bytes]) -> bool:
+    def idle(self, worker: ForkedProcess) -> bool:
         """Whether ``worker`` runs no task and holds none in reserve."""
         from stepscope.celery import app
 
@@ -211,7 +205,7 @@ class Workers:
         reserved = inspect.reserved() or {}
         return bool(active) and not any(active.values()) and not any(reserved.values())
 
-    def kill(self, worker: subprocess.Popen[bytes]) -> None:
+    def kill(self, worker: ForkedProcess) -> None:
         """SIGKILL the worker and its pool children: no warm shutdown, no acks."""
         os.killpg(worker.pid, signal.SIGKILL)
         worker.wait(timeout=30)
@@ -222,7 +216,7 @@ class Workers:
         nothing then, and skips the seconds of a warm shutdown (closing the pool, the exit
         of interpreters that imported torch). Any other gets the warm shutdown (SIGTERM),
         which finishes what it runs and hands back what it holds."""
-        live = [worker for worker in self.started if worker.poll() is None]
+        live = [worker for worker in self.started if worker.running()]
         for worker in live:
             signal_number = signal.SIGKILL if self._drained(worker) else signal.SIGTERM
             os.killpg(worker.pid, signal_number)
@@ -233,7 +227,7 @@ class Workers:
                 os.killpg(worker.pid, signal.SIGKILL)
                 worker.wait(timeout=30)
 
-    def _drained(self, worker: subprocess.Popen[bytes]) -> bool:
+    def _drained(self, worker: ForkedProcess) -> bool:
         """Stop ``worker`` consuming its queues; then whether it is idle (see ``idle``)."""
         from stepscope.celery import app
 

@@ -4,7 +4,6 @@ worker killed while a remote judge's chunk is half asked."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections import Counter
 from io import StringIO
@@ -27,6 +26,7 @@ from tests.factories import trajectory_with_steps
 from tests.scoring.conftest import JUDGE_KEY_ENV, JUDGE_NAME, OpenAIServer, Workers
 from tests.scoring.test_judges import LETTERS
 from tests.waiting import wait_until
+from tests.worker_forks import ForkedProcess
 from trajectories.models import Project
 
 pytestmark = pytest.mark.celery
@@ -83,7 +83,7 @@ def remote_judge(
 
 def killed_mid_run(
     workers: Workers, project: Project, scorer: Scorer, queue: str
-) -> tuple[ScoringRun, set[str], subprocess.Popen[bytes]]:
+) -> tuple[ScoringRun, set[str], ForkedProcess]:
     """A run of ``scorer`` (40 steps in one chunk) whose worker was killed once 10 replies
     were stored, the keys of the replies stored by then, and a second worker, started
     ahead and idle until ``resumed`` hands it the run's queue."""
@@ -98,7 +98,7 @@ def killed_mid_run(
     return run, stored, second
 
 
-def resumed(workers: Workers, second: subprocess.Popen[bytes], run: ScoringRun, queue: str) -> None:
+def resumed(workers: Workers, second: ForkedProcess, run: ScoringRun, queue: str) -> None:
     """Have the second worker take the run's queue and wait until the run is done."""
     workers.take_over(second, ["default", queue])
 
