@@ -23,6 +23,7 @@ from django.urls import reverse
 
 from exports.models import ExportJob
 from tests.factories import MembershipFactory
+from tests.security.test_rendered_text import renders_pages, template_leftovers
 from tests.security.world import ROLES, Visitors, body, build_world, project_routes
 from trajectories.services import project_create
 
@@ -411,10 +412,14 @@ def test_every_url_has_a_stated_access() -> None:
 
 
 def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
+    """Also, as these GETs are every page for every role: no page shows template syntax
+    (test_rendered_text.py, which walks the partials)."""
     world = build_world(tmp_path, text=MARK)
     visitors = Visitors(world)
     wrong = []
     leaks = []
+    syntax = []
+    pages = 0
     for route in project_routes():
         for method in ("GET", "POST"):
             expected = ACCESS[route.key][method].split()
@@ -426,8 +431,14 @@ def test_each_role_gets_exactly_the_stated_status(tmp_path: Path) -> None:
                 outside = role in ("anonymous", "outsider")
                 if outside and route.key not in LINK_HOLDER_PAGES and MARK in body(response):
                     leaks.append(f"{method} {route.path(world)} as {role}")
+                if method == "GET" and renders_pages(route):
+                    found = template_leftovers(response)
+                    pages += found is not None
+                    syntax += [f"{route.path(world)} as {role}: {text}" for text in found or []]
     assert not wrong, "\n".join(wrong)
     assert not leaks, "the project's content reached non-members:\n" + "\n".join(leaks)
+    assert pages > 200
+    assert not syntax, "template syntax on the page:\n" + "\n".join(syntax)
 
 
 SECRET_ANNOTATOR = "annotator-in-the-manifest-51c2"

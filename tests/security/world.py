@@ -232,13 +232,15 @@ class Visitors:
         session_api: bool = False,
         data: dict[str, Any] | None = None,
         form: bytes | None = None,
+        form_type: str = MULTIPART_CONTENT,
         headers: dict[str, str] | None = None,
         query: str = "",
     ) -> Any:
         """``method`` on ``route`` as ``role``; the API with the role's token unless
         ``session_api`` (then like the pages, by the session cookie). ``data`` is encoded
-        as a form for the request; ``form`` is one already encoded (``encode_multipart``
-        with the test client's ``BOUNDARY``), to send one body to many routes."""
+        as a form for the request; ``form`` is one already encoded as ``form_type`` (by
+        default ``encode_multipart`` with the test client's ``BOUNDARY``), to send one
+        body to many routes."""
         client = self.clients[role]
         extra: dict[str, Any] = dict(headers or {})
         if htmx:
@@ -251,7 +253,7 @@ class Visitors:
         cookies = SimpleCookie(client.cookies)
         with transaction.atomic():
             if form is not None:
-                response = client.generic(method, path, form, MULTIPART_CONTENT, **extra)
+                response = client.generic(method, path, form, form_type, **extra)
             elif data is None:
                 response = client.generic(method, path, **extra)
             else:
