@@ -453,7 +453,10 @@ class SequenceClassifierScorer(_TransformersScorer):
 
 def scorer_load(spec: ScorerSpec) -> StepScorer:
     """The loaded scorer for ``spec``, built on first use in this process and kept in the
-    worker's one model cache."""
+    worker's one model cache. The reference is checked against the model policy at each
+    call, so a model loaded while the policy allowed it is not served once it does not."""
+    model_ref_resolve(spec.model_ref)
+    remote_code_check(spec.trust_remote_code)
     return LOADED.get(f"scorer:{spec.key}", lambda: scorer_build(spec))
 
 

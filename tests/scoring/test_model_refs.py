@@ -17,12 +17,14 @@ from rest_framework.test import APIClient
 
 from scoring import services
 from scoring.models import JudgePrompt, Scorer, ScoringRun
+from scoring.prm import adapters
 from scoring.prm.model_refs import (
     ModelPolicy,
     ModelRefError,
     model_ref_resolve,
     remote_code_check,
 )
+from scoring.services.runners import scorer_spec
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import TinyModels
 from trajectories.models import Membership, Project
@@ -315,7 +317,7 @@ def test_only_researchers_and_admins_add_scorers(
 
 
 def test_the_loader_refuses_a_stored_model_outside_the_model_directories(
-    project: Project, tiny_models: TinyModels, models_dir: Path
+    project: Project, tiny_models: TinyModels, models_dir: Path, settings: Any
 ) -> None:
     """A scorer written past the services (an old row, the database by hand) still cannot
     load a directory outside the model directories: the worker's run fails saying why."""
@@ -326,6 +328,11 @@ def test_the_loader_refuses_a_stored_model_outside_the_model_directories(
         kind="token-classification",
         model_ref=str(tiny_models.token_classifier),
     )
+    # Loaded once while the policy allowed its directory, it is still refused after: the
+    # worker's model cache answers only what the policy allows now.
+    settings.STEPSCOPE_MODEL_DIRS = [models_dir, tiny_models.token_classifier.parent]
+    assert adapters.scorer_load(scorer_spec(scorer)) is not None
+    settings.STEPSCOPE_MODEL_DIRS = [models_dir]
     run = services.scoring_run_start(project=project, scorer=scorer)
     services.scoring_run_plan(run_id=run.pk)
     chunk = run.chunks.first()
