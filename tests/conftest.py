@@ -161,6 +161,38 @@ def _loop_resume() -> None:
         asyncio._set_running_loop(_PAUSED_LOOP.pop())
 
 
+# Playwright's own --disable-features (its chromiumSwitches.ts), which a second
+# --disable-features would replace rather than add to; tests/test_chromium_flags.py
+# checks the list against the installed Playwright's.
+PLAYWRIGHT_DISABLED_FEATURES = (
+    "AvoidUnnecessaryBeforeUnloadCheckSync",
+    "DestroyProfileOnBrowserClose",
+    "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable",
+    "LensOverlay",
+    "MediaRouter",
+    "PaintHolding",
+    "ThirdPartyStoragePartitioning",
+    "AvoidCorsURLLoaderRestartOnRedirect",
+    "TcpPortRandomizationWin",
+    "OptimizationHints",
+    "NetworkTimeServiceQuerying",
+    "AimEnabled",
+    "PreconnectToSearch",
+    "msForceBrowserSignIn",
+    "msEdgeUpdateLaunchServicesPreferredVersion",
+)
+# And the omnibox popup: Chromium renders it, a WebUI page, in a renderer process of its
+# own for every window, and Playwright opens a window for each context. It was a third of
+# Chromium's CPU in the browser tests, for an address bar no test has.
+CHROMIUM_DISABLED_FEATURES = (
+    *PLAYWRIGHT_DISABLED_FEATURES,
+    "WebUIOmniboxPopup",
+    "WebUIOmniboxAimPopup",
+    "WebUIOmniboxFullPopup",
+)
+
+
 @pytest.fixture(scope="module")
 def chromium(_playwright: tuple[Any, list[Any]]) -> Iterator[Any]:
     """The process's headless Debian Chromium (Playwright cannot download browsers here),
@@ -176,7 +208,12 @@ def chromium(_playwright: tuple[Any, list[Any]]) -> Iterator[Any]:
         browsers[:] = [
             playwright.chromium.launch(
                 executable_path=shutil.which("chromium") or shutil.which("chromium-browser"),
-                args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+                args=[
+                    "--no-sandbox",
+                    "--disable-gpu",
+                    "--disable-background-networking",
+                    "--disable-features=" + ",".join(CHROMIUM_DISABLED_FEATURES),
+                ],
             )
         ]
     yield browsers[0]
