@@ -108,3 +108,32 @@ def test_a_span_is_labelled_by_keyboard(
     assert page.evaluate(WIDEST, width) == []
     page.locator("#span-list").scroll_into_view_if_needed()
     shot(page, f"spans-panel-{width}")
+
+
+def test_a_span_key_on_a_panel_htmx_has_not_wired_yet_stays_on_the_page(
+    page: Any, live_server: Any
+) -> None:
+    """htmx wires up swapped-in content when the swap settles, some 20 ms later; a span
+    key pressed before that used to post the form as a plain page and leave the
+    trajectory. The panel is put back as fresh, unprocessed HTML, as a swap leaves it."""
+    project = project_create(slug="spans", name="Spans")
+    span_schema_save(project=project, name="triage")
+    trajectory = trajectory_with_steps(project, [f"Step {n}." for n in range(4)])
+    user = UserFactory.create(username="lead")
+    MembershipFactory.create(user=user, project=project, role=Membership.Role.RESEARCHER)
+    sign_in(page, live_server, "lead", PASSWORD)
+    url = live_server.url + reverse("trajectory-detail", args=[trajectory.pk])
+    page.goto(url)
+    page.wait_for_selector("#span-form")
+    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-settling')")
+    page.evaluate(
+        "() => { const panel = document.getElementById('spans');"
+        " panel.outerHTML = panel.outerHTML; }"
+    )
+    page.locator("body").click(position={"x": 1, "y": 1})
+    page.keyboard.press("Shift+J")
+    page.keyboard.press("1")
+    page.wait_for_selector("#span-status")
+    assert page.url == url
+    assert page.locator("#span-status").inner_text() == "Saved: steps 0\u20131 · decisive progress"
+    assert SpanLabel.objects.filter(trajectory=trajectory).count() == 1
