@@ -98,3 +98,31 @@ def test_scores_and_credits_load_into_the_trajectory_page(
     page.wait_for_selector(f"#step-extra-{steps[1].pk} .saliency-token")
     tokens = page.locator(f"#step-extra-{steps[1].pk} .saliency-token").all_inner_texts()
     assert "".join(tokens) == steps[1].content
+
+
+def test_without_scores_the_steps_stay_put_when_the_strips_load(
+    page: Any, live_server: Any
+) -> None:
+    """The strips load after the page shows; for a trajectory with no scores they are
+    empty, so a click aimed at a step as the page opens must find it where it was."""
+    project = project_create(slug="plain", name="Plain")
+    owner = UserFactory.create(username="owner", password=PASSWORD)
+    MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
+    trajectory = trajectory_with_steps(project, ["Look up the booking.", "It is changed."])
+    held: list[Any] = []
+    page.route("**/evidence/?part=top*", lambda route: held.append(route))  # answered later
+    sign_in(page, live_server, "owner", PASSWORD)
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
+    first = page.locator(".step").first
+    before = first.bounding_box()
+    assert page.locator("#evidence[hx-get]").count() == 1  # not swapped yet
+    for _ in range(100):  # each call to the browser delivers what it has sent, the route too
+        if held:
+            break
+        page.evaluate("0")
+    assert held, "the strips were never asked for"
+    held[0].continue_()
+    page.locator("#evidence:not([hx-get])").wait_for(state="attached")
+    assert page.locator("#evidence").inner_text().strip() == ""
+    assert first.bounding_box() == before
