@@ -16,6 +16,7 @@ from tests.browser import sign_in
 from tests.factories import MembershipFactory, UserFactory, trajectory_with_steps
 from tests.scoring.conftest import TinyModels
 from tests.scoring.test_attribution_runs import run_to_completion
+from tests.screens import shot
 from trajectories.models import Membership
 from trajectories.services import project_create
 
@@ -98,31 +99,37 @@ def test_scores_and_credits_load_into_the_trajectory_page(
     page.wait_for_selector(f"#step-extra-{steps[1].pk} .saliency-token")
     tokens = page.locator(f"#step-extra-{steps[1].pk} .saliency-token").all_inner_texts()
     assert "".join(tokens) == steps[1].content
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        shot(page, f"evidence-columns-{width}")
 
 
-def test_without_scores_the_steps_stay_put_when_the_strips_load(
+def test_without_scores_the_steps_stay_put_when_the_strips_and_columns_load(
     page: Any, live_server: Any
 ) -> None:
-    """The strips load after the page shows; for a trajectory with no scores they are
-    empty, so a click aimed at a step as the page opens must find it where it was."""
+    """The strips and the steps' credit columns load after the page shows; for a
+    trajectory with no scores both are empty, so a click aimed at a step as the page
+    opens must find it where it was."""
     project = project_create(slug="plain", name="Plain")
     owner = UserFactory.create(username="owner", password=PASSWORD)
     MembershipFactory.create(user=owner, project=project, role=Membership.Role.ADMIN)
     trajectory = trajectory_with_steps(project, ["Look up the booking.", "It is changed."])
     held: list[Any] = []
-    page.route("**/evidence/?part=top*", lambda route: held.append(route))  # answered later
+    page.route("**/evidence/?part=*", lambda route: held.append(route))  # answered later
     sign_in(page, live_server, "owner", PASSWORD)
     page.set_viewport_size({"width": 390, "height": 844})
     page.goto(live_server.url + reverse("trajectory-detail", args=[trajectory.pk]))
-    first = page.locator(".step").first
-    before = first.bounding_box()
-    assert page.locator("#evidence[hx-get]").count() == 1  # not swapped yet
-    for _ in range(100):  # each call to the browser delivers what it has sent, the route too
-        if held:
+    steps = page.locator(".step")
+    before = [steps.nth(0).bounding_box(), steps.nth(1).bounding_box()]
+    assert page.locator("#evidence[hx-get], .evidence-loader").count() == 2  # not loaded yet
+    for _ in range(100):  # each call to the browser delivers what it has sent, routes too
+        if len(held) == 2:
             break
         page.evaluate("0")
-    assert held, "the strips were never asked for"
-    held[0].continue_()
+    assert sorted(route.request.url.split("part=")[1][:3] for route in held) == ["col", "top"]
+    for route in held:
+        route.continue_()
     page.locator("#evidence:not([hx-get])").wait_for(state="attached")
+    page.locator(".evidence-loader").wait_for(state="detached")
     assert page.locator("#evidence").inner_text().strip() == ""
-    assert first.bounding_box() == before
+    assert [steps.nth(0).bounding_box(), steps.nth(1).bounding_box()] == before
