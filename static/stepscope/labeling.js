@@ -27,6 +27,16 @@
   let since = performance.now(); // when the current step became current (time spent)
   let pending = null; // a move waiting for the next page of steps: {count, advance}
 
+  // The sticky labeling bar's height, for the steps' scroll margin (stepscope.css): a
+  // step scrolled to by "go to step" or a #step link lands below the bar, however many
+  // lines the bar wraps to (three on a phone).
+  const bar = document.getElementById("labeling-bar");
+  if (bar && window.ResizeObserver) {
+    new ResizeObserver(function () {
+      document.documentElement.style.setProperty("--labeling-bar-height", bar.offsetHeight + "px");
+    }).observe(bar);
+  }
+
   // --- Rows and the current step -------------------------------------------------------
 
   function rows() {
