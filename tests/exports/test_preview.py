@@ -320,6 +320,7 @@ def test_a_large_projects_counts_are_kept_and_a_label_write_counts_nothing_in_th
     assert not [sql for sql in after if "labeling_steplabel l" in sql], after
     page = researcher.get("/p/pb/exports/").content.decode()
     assert "a worker is counting them again" in page
+    assert "The counts were made just now." in page  # not "0 minutes ago"
     assert f"imported: processbench · {imported:,} steps" in page
     assert "annotator9" not in page
     assert summary_refresh(project_id=processbench.pk, page=CHOICES_PAGE, params=row.params)
