@@ -26,16 +26,20 @@ def test_make_and_revoke_a_token_in_the_browser(
     sign_in_by_form(page, live_server, "ann", PASSWORD)
     page.click("header >> text=API tokens")
     page.wait_for_selector("#token-form")
-    page.fill("#token-form input[name=name]", "training job")
+    # A long name without a space: the row still fits a phone, its button in view.
+    name = "training-job-" + "x" * 80
+    page.fill("#token-form input[name=name]", name)
     page.fill("#token-form input[name=expires_in_days]", "30")
     page.click("#token-form button[type=submit]")
     secret = page.text_content("#token-secret .token-value", timeout=10_000)
-    token = ApiToken.objects.get(name="training job")
+    token = ApiToken.objects.get(name=name)
     assert secret is not None and secret.startswith(token.token_key)
     assert page.is_visible(f"#token-{token.token_key}")
+    button = page.locator(f"#token-{token.token_key} button").bounding_box()
+    assert button is not None and button["x"] + button["width"] <= size[0]
     page.screenshot(path=str(tmp_path / f"tokens-{size[0]}x{size[1]}.png"), full_page=True)
 
     page.click(f"#token-{token.token_key} button")
-    page.wait_for_selector("text=Token 'training job' revoked")
+    page.wait_for_selector(f"text=Token '{name}' revoked")
     assert not ApiToken.objects.exists()
     assert page.locator("#token-secret").count() == 0
